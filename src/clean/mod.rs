@@ -1,0 +1,61 @@
+//! Cleaning steps. Each step is one struct that is both its YAML configuration and the code
+//! that runs, behind the small [`Step`] trait.
+
+pub mod dedup;
+pub mod filter;
+pub mod html;
+pub mod lowercase;
+pub mod noise;
+pub mod punct;
+pub mod unicode;
+
+use crate::document::Document;
+
+pub use dedup::Dedup;
+pub use filter::Filter;
+pub use html::HtmlStrip;
+pub use lowercase::Lowercase;
+pub use noise::NoiseScore;
+pub use punct::Punctuation;
+pub use unicode::UnicodeNormalize;
+
+/// What a step decided about a document.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    Keep,
+    /// `key` or `key:detail`.
+    Reject(String),
+}
+
+/// One stage of document processing. Steps run on worker threads, one document at a time,
+/// and must be deterministic.
+pub trait Step: Send + Sync {
+    fn apply(&self, doc: &mut Document) -> Verdict;
+}
+
+tagged_enum! {
+    /// A step as written in the pipeline YAML (`type: <name>` plus its options).
+    pub enum PipelineStep {
+        "html_strip" => HtmlStrip(HtmlStrip),
+        "unicode_normalize" => UnicodeNormalize(UnicodeNormalize),
+        "punctuation" => Punctuation(Punctuation),
+        "lowercase" => Lowercase(Lowercase),
+        "noise_score" => NoiseScore(NoiseScore),
+        "filter" => Filter(Filter),
+        "dedup" => Dedup(Dedup),
+    }
+}
+
+impl PipelineStep {
+    pub fn as_step(&self) -> &dyn Step {
+        match self {
+            PipelineStep::HtmlStrip(s) => s,
+            PipelineStep::UnicodeNormalize(s) => s,
+            PipelineStep::Punctuation(s) => s,
+            PipelineStep::Lowercase(s) => s,
+            PipelineStep::NoiseScore(s) => s,
+            PipelineStep::Filter(s) => s,
+            PipelineStep::Dedup(s) => s,
+        }
+    }
+}

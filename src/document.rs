@@ -1,0 +1,55 @@
+//! The record that flows from a source through the steps to a sink.
+
+/// One document on its way through the pipeline.
+#[derive(Debug, Clone, Default)]
+pub struct Document {
+    /// Stable identifier, e.g. `train/pos/123_9` or `reviews.jsonl:17`.
+    pub id: String,
+    pub split: String,
+    /// 0 negative, 1 positive, `None` unlabelled.
+    pub label: Option<i64>,
+    pub rating: Option<i8>,
+    pub text: String,
+    /// Where it came from (file, or file:line), for error messages and rejects.
+    pub origin: String,
+    /// Invalid UTF-8 was replaced with U+FFFD while decoding.
+    pub utf8_replaced: bool,
+    /// Set by `noise_score`.
+    pub noise: Option<crate::clean::noise::NoiseComponents>,
+    /// Set by `dedup`: the fingerprint of the text when it reached that step.
+    pub dedup_key: Option<DedupKey>,
+    /// Bytes of input this record accounts for (progress reporting).
+    pub input_bytes: u64,
+}
+
+/// A 128-bit fingerprint of a document's text (and split, when deduplicating per split).
+pub type DedupKey = [u8; 16];
+
+/// A document that will not reach the shards, and why.
+#[derive(Debug, Clone)]
+pub struct Rejected {
+    pub id: String,
+    pub split: String,
+    /// The step type that rejected it, or `source`.
+    pub step: String,
+    /// `key` or `key:detail`; manifests count by `key`.
+    pub reason: String,
+    pub origin: String,
+    /// The document as read from the source (lossily decoded).
+    pub text: String,
+    pub input_bytes: u64,
+}
+
+impl Rejected {
+    /// The part of the reason before the first `:`, used for counting.
+    pub fn reason_key(&self) -> &str {
+        self.reason.split(':').next().unwrap_or(&self.reason)
+    }
+}
+
+/// What a source yields: a document, or a record it could not turn into one.
+#[derive(Debug)]
+pub enum SourceItem {
+    Doc(Document),
+    Reject(Rejected),
+}

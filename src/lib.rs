@@ -1,0 +1,12 @@
+//! bertpipe: streaming corpus pipelines for BERT — sources, cleaning steps and Parquet shards.
+
+#[macro_use]
+mod tagged;
+
+pub mod clean;
+pub mod cli;
+pub mod config;
+pub mod document;
+pub mod pipeline;
+pub mod sink;
+pub mod source;

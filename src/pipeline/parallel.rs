@@ -1,0 +1,192 @@
+//! The ordered parallel stream: one reader thread, `threads` workers, and the caller's thread
+//! consuming results strictly in input order. Channels are bounded and a fixed number of
+//! batches may be in flight, so memory does not grow with the corpus.
+
+use std::collections::BTreeMap;
+
+use anyhow::{anyhow, Result};
+use crossbeam_channel::{bounded, Receiver, Sender};
+
+use crate::clean::dedup::DedupIndex;
+use crate::clean::{PipelineStep, Verdict};
+use crate::document::{DedupKey, Document, Rejected, SourceItem};
+use crate::source::{Emit, Source};
+
+/// A batch closes at this many documents or this many bytes of text, whichever comes first.
+const BATCH_DOCS: usize = 256;
+const BATCH_BYTES: usize = 512 * 1024;
+
+/// What happened to one document, in input order.
+pub enum Outcome {
+    Kept(Document),
+    Rejected(Rejected),
+}
+
+impl Outcome {
+    pub fn input_bytes(&self) -> u64 {
+        match self {
+            Outcome::Kept(d) => d.input_bytes,
+            Outcome::Rejected(r) => r.input_bytes,
+        }
+    }
+}
+
+/// A worker's result for one document, before the ordered stage applies dedup.
+struct Processed {
+    outcome: Outcome,
+    dedup_key: Option<DedupKey>,
+    /// The text as read, kept only while a dedup decision may still turn the document into a reject.
+    original: Option<String>,
+}
+
+fn run_steps(steps: &[PipelineStep], item: SourceItem) -> Processed {
+    let mut doc = match item {
+        SourceItem::Doc(d) => d,
+        SourceItem::Reject(r) => return Processed { outcome: Outcome::Rejected(r), dedup_key: None, original: None },
+    };
+    let original = doc.text.clone();
+    for step in steps {
+        if let Verdict::Reject(reason) = step.as_step().apply(&mut doc) {
+            let rejected = Rejected {
+                id: doc.id,
+                split: doc.split,
+                step: step.type_name().to_string(),
+                reason,
+                origin: doc.origin,
+                text: original,
+                input_bytes: doc.input_bytes,
+            };
+            return Processed { outcome: Outcome::Rejected(rejected), dedup_key: doc.dedup_key, original: None };
+        }
+    }
+    let keep_original = doc.dedup_key.is_some();
+    Processed { dedup_key: doc.dedup_key, outcome: Outcome::Kept(doc), original: keep_original.then_some(original) }
+}
+
+/// Collects source items into batches and hands them to the workers, waiting for a free slot
+/// so that at most `slots` batches exist at once.
+struct Batcher<'a> {
+    batch: Vec<SourceItem>,
+    bytes: usize,
+    seq: u64,
+    work: &'a Sender<(u64, Vec<SourceItem>)>,
+    slots: &'a Receiver<()>,
+    on_total: &'a (dyn Fn(u64) + Sync),
+}
+
+impl Batcher<'_> {
+    fn send(&mut self) -> Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        self.slots.recv().map_err(|_| anyhow!("pipeline stopped"))?;
+        let batch = std::mem::take(&mut self.batch);
+        self.work.send((self.seq, batch)).map_err(|_| anyhow!("pipeline stopped"))?;
+        self.seq += 1;
+        self.bytes = 0;
+        Ok(())
+    }
+}
+
+impl Emit for Batcher<'_> {
+    fn total_bytes(&mut self, bytes: u64) {
+        (self.on_total)(bytes);
+    }
+
+    fn emit(&mut self, item: SourceItem) -> Result<()> {
+        self.bytes += match &item {
+            SourceItem::Doc(d) => d.text.len(),
+            SourceItem::Reject(r) => r.text.len(),
+        };
+        self.batch.push(item);
+        if self.batch.len() >= BATCH_DOCS || self.bytes >= BATCH_BYTES {
+            self.send()?;
+        }
+        Ok(())
+    }
+}
+
+/// Streams `source` through `steps` on `threads` workers and calls `consume` with every
+/// outcome in input order. Dedup decisions are made here, in order, so the first occurrence
+/// wins whatever the thread count.
+pub fn process(
+    source: &Source,
+    steps: &[PipelineStep],
+    threads: usize,
+    on_total: &(dyn Fn(u64) + Sync),
+    mut consume: impl FnMut(Outcome) -> Result<()>,
+) -> Result<()> {
+    let threads = threads.max(1);
+    let slots_n = threads * 4;
+    let (work_tx, work_rx) = bounded::<(u64, Vec<SourceItem>)>(slots_n);
+    let (done_tx, done_rx) = bounded::<(u64, Vec<Processed>)>(slots_n);
+    let (slot_tx, slot_rx) = bounded::<()>(slots_n);
+    for _ in 0..slots_n {
+        slot_tx.send(()).expect("fresh channel has room");
+    }
+    let mut dedup = DedupIndex::default();
+    std::thread::scope(|scope| -> Result<()> {
+        let reader = scope.spawn(move || -> Result<()> {
+            let mut b = Batcher { batch: Vec::new(), bytes: 0, seq: 0, work: &work_tx, slots: &slot_rx, on_total };
+            source.read(&mut b)?;
+            b.send()
+        });
+        for _ in 0..threads {
+            let (work_rx, done_tx) = (work_rx.clone(), done_tx.clone());
+            scope.spawn(move || {
+                for (seq, batch) in work_rx {
+                    let out: Vec<Processed> = batch.into_iter().map(|item| run_steps(steps, item)).collect();
+                    if done_tx.send((seq, out)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop((work_rx, done_tx));
+        let mut pending: BTreeMap<u64, Vec<Processed>> = BTreeMap::new();
+        let mut next = 0u64;
+        let mut consumed: Result<()> = Ok(());
+        'outer: for (seq, batch) in done_rx.iter() {
+            pending.insert(seq, batch);
+            while let Some(batch) = pending.remove(&next) {
+                next += 1;
+                for p in batch {
+                    if let Err(e) = consume(resolve_dedup(&mut dedup, p)) {
+                        consumed = Err(e);
+                        break 'outer;
+                    }
+                }
+                let _ = slot_tx.send(());
+            }
+        }
+        // On a consumer error, closing our ends lets the reader and workers wind down.
+        drop(done_rx);
+        drop(slot_tx);
+        let read = reader.join().map_err(|_| anyhow!("the source reader panicked"))?;
+        consumed?;
+        read
+    })
+}
+
+fn resolve_dedup(index: &mut DedupIndex, p: Processed) -> Outcome {
+    let Some(key) = p.dedup_key else { return p.outcome };
+    let id = match &p.outcome {
+        Outcome::Kept(d) => d.id.as_str(),
+        Outcome::Rejected(r) => r.id.as_str(),
+    };
+    let Some(first) = index.check(key, id) else { return p.outcome };
+    let reason = format!("duplicate_of:{first}");
+    match p.outcome {
+        Outcome::Kept(d) => Outcome::Rejected(Rejected {
+            id: d.id,
+            split: d.split,
+            step: "dedup".into(),
+            reason,
+            origin: d.origin,
+            text: p.original.unwrap_or(d.text),
+            input_bytes: d.input_bytes,
+        }),
+        // Rejected by a later step, but a duplicate first: dedup ran before that step.
+        Outcome::Rejected(r) => Outcome::Rejected(Rejected { step: "dedup".into(), reason, ..r }),
+    }
+}

@@ -1,0 +1,67 @@
+//! Progress on stderr: bytes of input done (MB/s, ETA when the size is known) and documents.
+//! Silent with `--quiet` or when stderr is not a terminal.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+pub struct Progress {
+    bar: ProgressBar,
+    started: Instant,
+    docs: AtomicU64,
+}
+
+impl Progress {
+    pub fn new(quiet: bool, what: &str) -> Progress {
+        let target = if quiet { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr_with_hz(5) };
+        let bar = ProgressBar::with_draw_target(None, target);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{prefix:.bold} [{elapsed_precise}] {wide_bar:.cyan/blue} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
+            )
+            .expect("valid template")
+            .progress_chars("=> "),
+        );
+        bar.set_prefix(what.to_string());
+        bar.enable_steady_tick(Duration::from_millis(200));
+        Progress { bar, started: Instant::now(), docs: AtomicU64::new(0) }
+    }
+
+    pub fn set_total(&self, bytes: u64) {
+        self.bar.set_length(bytes);
+    }
+
+    pub fn advance(&self, bytes: u64, docs: u64) {
+        self.bar.inc(bytes);
+        let n = self.docs.fetch_add(docs, Ordering::Relaxed) + docs;
+        if n % 256 == 0 {
+            let rate = n as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
+            self.bar.set_message(format!("{n} docs ({rate:.0}/s)"));
+        }
+    }
+
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bar.position()
+    }
+}
+
+/// Peak resident memory of this process, from `/proc/self/status` (Linux), if available.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+pub fn human_bytes(b: u64) -> String {
+    HumanBytes(b).to_string()
+}

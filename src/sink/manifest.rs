@@ -1,0 +1,176 @@
+//! `manifest.json` (written last: its presence means the output is complete) and the journal
+//! of finished shards that `--resume` uses after a crash.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::shard::{sha256_file, ShardInfo};
+
+pub const FORMAT: &str = "bertpipe-shards/1";
+pub const MANIFEST: &str = "manifest.json";
+pub const JOURNAL: &str = "_journal.jsonl";
+pub const REJECTS: &str = "_rejects";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Manifest {
+    pub format: String,
+    pub created_by: String,
+    /// `clean`, `classify` or `pretrain`.
+    pub task: String,
+    pub name: String,
+    /// The resolved pipeline (overrides applied, absolute paths).
+    pub config: serde_json::Value,
+    pub config_sha256: String,
+    pub tokenizer: Option<serde_json::Value>,
+    pub max_len: Option<u32>,
+    pub seed: u64,
+    pub splits: BTreeMap<String, SplitStats>,
+    pub rejects: RejectsInfo,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SplitStats {
+    pub docs_in: u64,
+    pub docs_out: u64,
+    /// Rejected documents by reason key.
+    pub rejected: BTreeMap<String, u64>,
+    pub rows: u64,
+    pub tokens: Option<u64>,
+    /// Documents whose invalid UTF-8 was replaced with U+FFFD.
+    pub utf8_replaced: u64,
+    pub shards: Vec<ShardInfo>,
+}
+
+impl SplitStats {
+    pub fn rejected_total(&self) -> u64 {
+        self.rejected.values().sum()
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RejectsInfo {
+    pub rows: u64,
+    pub shards: Vec<ShardInfo>,
+}
+
+impl Manifest {
+    pub fn write(&self, out: &Path) -> Result<()> {
+        let tmp = out.join(".manifest.json.tmp");
+        let mut text = serde_json::to_string_pretty(self)?;
+        text.push('\n');
+        std::fs::write(&tmp, text).with_context(|| format!("could not write '{}'", tmp.display()))?;
+        std::fs::rename(&tmp, out.join(MANIFEST))?;
+        Ok(())
+    }
+
+    pub fn read(out: &Path) -> Result<Manifest> {
+        let path = out.join(MANIFEST);
+        let text = std::fs::read_to_string(&path).with_context(|| format!("could not read '{}'", path.display()))?;
+        let m: Manifest = serde_json::from_str(&text).with_context(|| format!("'{}' is not a bertpipe manifest", path.display()))?;
+        if m.format != FORMAT {
+            bail!("'{}' has format `{}`; this bertpipe reads `{FORMAT}`", path.display(), m.format);
+        }
+        Ok(m)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum JournalLine {
+    Header { config_sha256: String },
+    Shard { folder: String, shard: ShardInfo },
+}
+
+/// Append-only record of completed shards.
+pub struct Journal {
+    file: File,
+}
+
+impl Journal {
+    pub fn create(out: &Path, config_sha256: &str) -> Result<Journal> {
+        let path = out.join(JOURNAL);
+        let mut file = File::create(&path).with_context(|| format!("could not create '{}'", path.display()))?;
+        writeln!(file, "{}", serde_json::to_string(&JournalLine::Header { config_sha256: config_sha256.into() })?)?;
+        Ok(Journal { file })
+    }
+
+    /// Opens an existing journal for appending after a resume.
+    pub fn append(out: &Path) -> Result<Journal> {
+        let path = out.join(JOURNAL);
+        let file = OpenOptions::new().append(true).open(&path).with_context(|| format!("could not open '{}'", path.display()))?;
+        Ok(Journal { file })
+    }
+
+    pub fn record(&mut self, folder: &str, shard: &ShardInfo) -> Result<()> {
+        let line = serde_json::to_string(&JournalLine::Shard { folder: folder.into(), shard: shard.clone() })?;
+        writeln!(self.file, "{line}")?;
+        self.file.flush()?;
+        Ok(())
+    }
+
+    /// Shards of an interrupted run that are still intact, per folder, in order. Stops at the
+    /// first shard of a folder that is missing or fails its checksum: later ones are rewritten.
+    pub fn verified_shards(out: &Path, config_sha256: &str) -> Result<BTreeMap<String, Vec<ShardInfo>>> {
+        let path = out.join(JOURNAL);
+        let file = File::open(&path).with_context(|| {
+            format!("'{}' has no journal of an interrupted run ({JOURNAL}); run without --resume", out.display())
+        })?;
+        let mut kept: BTreeMap<String, Vec<ShardInfo>> = BTreeMap::new();
+        let mut broken: std::collections::BTreeSet<String> = Default::default();
+        for (i, line) in BufReader::new(file).lines().enumerate() {
+            let line = line?;
+            // A crash can cut the last line short; everything before it is still good.
+            let Ok(entry) = serde_json::from_str::<JournalLine>(&line) else { break };
+            match entry {
+                JournalLine::Header { config_sha256: h } => {
+                    if i == 0 && h != config_sha256 {
+                        bail!(
+                            "the pipeline changed since the interrupted run in '{}'; --resume needs the same configuration (use --overwrite to start over)",
+                            out.display()
+                        );
+                    }
+                }
+                JournalLine::Shard { folder, shard } => {
+                    if broken.contains(&folder) {
+                        continue;
+                    }
+                    let file = out.join(&shard.file);
+                    let ok = file.is_file() && sha256_file(&file).map(|h| h == shard.sha256).unwrap_or(false);
+                    let expected = format!("{folder}/{}", super::shard::shard_name(kept.get(&folder).map_or(0, Vec::len)));
+                    if ok && shard.file == expected {
+                        kept.entry(folder).or_default().push(shard);
+                    } else {
+                        broken.insert(folder);
+                    }
+                }
+            }
+        }
+        Ok(kept)
+    }
+}
+
+/// Files a resumed run must not keep: temporaries and shards beyond the verified ones.
+pub fn stale_files(out: &Path, kept: &BTreeMap<String, Vec<ShardInfo>>) -> Result<Vec<PathBuf>> {
+    let mut stale = Vec::new();
+    for entry in std::fs::read_dir(out)? {
+        let dir = entry?.path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let folder = dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let keep: Vec<&str> = kept.get(&folder).map(|v| v.iter().map(|s| s.file.as_str()).collect()).unwrap_or_default();
+        for f in std::fs::read_dir(&dir)? {
+            let f = f?.path();
+            let rel = format!("{folder}/{}", f.file_name().unwrap_or_default().to_string_lossy());
+            if !keep.contains(&rel.as_str()) {
+                stale.push(f);
+            }
+        }
+    }
+    Ok(stale)
+}

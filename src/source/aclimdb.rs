@@ -1,0 +1,251 @@
+//! `aclimdb`: the Large Movie Review Dataset, as its folder tree or as the original
+//! `aclImdb_v1.tar.gz` read as a stream (never unpacked).
+
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::{Emit, InvalidUtf8, RecordMeta};
+
+/// Read aclImdb: `{train,test}/{neg,pos,unsup}/<id>_<rating>.txt`. Files in a label folder
+/// whose name does not have that shape go to the rejects (`bad_file_name`); the dataset's other
+/// files (`urls_*.txt`, `*.feat`, `imdb.vocab`, README) are not reviews and are not read.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AclImdb {
+    /// The `aclImdb` folder (or its parent), or `aclImdb_v1.tar.gz`.
+    pub path: PathBuf,
+    /// Splits to read, in this order: `train`, `test`.
+    #[serde(default = "default_splits")]
+    pub splits: Vec<String>,
+    /// Label folders to read, in this order: `neg` (label 0), `pos` (1), `unsup` (no label,
+    /// train only).
+    #[serde(default = "default_labels")]
+    pub labels: Vec<LabelDir>,
+    /// `replace` (default) or `reject` reviews that are not valid UTF-8.
+    #[serde(default)]
+    pub on_invalid_utf8: InvalidUtf8,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LabelDir {
+    Neg,
+    Pos,
+    Unsup,
+}
+
+impl LabelDir {
+    fn name(self) -> &'static str {
+        match self {
+            LabelDir::Neg => "neg",
+            LabelDir::Pos => "pos",
+            LabelDir::Unsup => "unsup",
+        }
+    }
+
+    fn label(self) -> Option<i64> {
+        match self {
+            LabelDir::Neg => Some(0),
+            LabelDir::Pos => Some(1),
+            LabelDir::Unsup => None,
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        [LabelDir::Neg, LabelDir::Pos, LabelDir::Unsup].into_iter().find(|l| l.name() == s)
+    }
+}
+
+fn default_splits() -> Vec<String> {
+    vec!["train".into(), "test".into()]
+}
+
+fn default_labels() -> Vec<LabelDir> {
+    vec![LabelDir::Neg, LabelDir::Pos]
+}
+
+/// `123_9.txt` → (123, 9).
+fn parse_file_name(name: &str) -> Option<(u64, i8)> {
+    let stem = name.strip_suffix(".txt")?;
+    let (id, rating) = stem.split_once('_')?;
+    Some((id.parse().ok()?, rating.parse().ok()?))
+}
+
+pub fn is_tarball(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name.ends_with(".tar.gz") || name.ends_with(".tgz")
+}
+
+impl AclImdb {
+    pub fn check(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        for s in &self.splits {
+            if s != "train" && s != "test" {
+                problems.push(("splits", format!("unknown split `{s}`: aclImdb has `train` and `test`")));
+            }
+        }
+        if self.splits.is_empty() {
+            problems.push(("splits", "no splits selected".into()));
+        }
+        if self.labels.is_empty() {
+            problems.push(("labels", "no labels selected".into()));
+        }
+        problems
+    }
+
+    pub fn read(&self, out: &mut dyn Emit) -> Result<()> {
+        if is_tarball(&self.path) {
+            self.read_tarball(out)
+        } else {
+            self.read_folder(out)
+        }
+    }
+
+    fn meta(&self, split: &str, label: LabelDir, name: &str, origin: String, input_bytes: u64) -> (RecordMeta, bool) {
+        let parsed = parse_file_name(name);
+        let id = match parsed {
+            Some(_) => format!("{split}/{}/{}", label.name(), name.trim_end_matches(".txt")),
+            None => format!("{split}/{}/{name}", label.name()),
+        };
+        let meta = RecordMeta {
+            id,
+            split: split.to_string(),
+            label: label.label(),
+            rating: parsed.map(|(_, r)| r),
+            origin,
+            input_bytes,
+        };
+        (meta, parsed.is_some())
+    }
+
+    fn root(&self) -> Result<PathBuf> {
+        let p = &self.path;
+        if p.join("train").is_dir() || p.join("test").is_dir() {
+            return Ok(p.clone());
+        }
+        if p.join("aclImdb").is_dir() {
+            return Ok(p.join("aclImdb"));
+        }
+        bail!(
+            "'{}' is not an aclImdb folder: expected train/ and test/ inside it (or pass the aclImdb_v1.tar.gz)",
+            p.display()
+        )
+    }
+
+    fn read_folder(&self, out: &mut dyn Emit) -> Result<()> {
+        let root = self.root()?;
+        let mut plan: Vec<(String, LabelDir, u64, String, PathBuf)> = Vec::new();
+        let mut total = 0u64;
+        for split in &self.splits {
+            for &label in &self.labels {
+                let dir = root.join(split).join(label.name());
+                if !dir.is_dir() {
+                    if label == LabelDir::Unsup && split == "test" {
+                        continue; // aclImdb has no test/unsup
+                    }
+                    bail!("'{}' is missing: not a complete aclImdb folder", dir.display());
+                }
+                let mut files = Vec::new();
+                for entry in std::fs::read_dir(&dir).with_context(|| format!("could not list '{}'", dir.display()))? {
+                    let entry = entry?;
+                    if !entry.file_type()?.is_file() {
+                        continue;
+                    }
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    let key = parse_file_name(&name).map_or(u64::MAX, |(id, _)| id);
+                    let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+                    total += size;
+                    files.push((key, name, entry.path(), size));
+                }
+                files.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+                plan.extend(files.into_iter().map(|(_, name, path, size)| (split.clone(), label, size, name, path)));
+            }
+        }
+        out.total_bytes(total);
+        for (split, label, size, name, path) in plan {
+            let (meta, ok) = self.meta(&split, label, &name, path.display().to_string(), size);
+            if !ok {
+                let text = std::fs::read(&path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+                out.emit(meta.reject(format!("bad_file_name:{name}"), text))?;
+                continue;
+            }
+            let bytes = std::fs::read(&path).with_context(|| format!("could not read '{}'", path.display()))?;
+            out.emit(meta.into_item(bytes, self.on_invalid_utf8))?;
+        }
+        Ok(())
+    }
+
+    fn read_tarball(&self, out: &mut dyn Emit) -> Result<()> {
+        let file = File::open(&self.path).with_context(|| format!("could not open '{}'", self.path.display()))?;
+        out.total_bytes(file.metadata().map(|m| m.len()).unwrap_or(0));
+        let consumed = Arc::new(AtomicU64::new(0));
+        let counting = CountingReader { inner: BufReader::with_capacity(1 << 20, file), count: consumed.clone() };
+        let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(counting));
+        let mut reported = 0u64;
+        let entries = archive.entries().with_context(|| format!("'{}' is not a readable tar.gz", self.path.display()))?;
+        for entry in entries {
+            let mut entry = entry.with_context(|| format!("corrupt archive '{}'", self.path.display()))?;
+            if !entry.header().entry_type().is_file() {
+                continue;
+            }
+            let path = entry.path()?.into_owned();
+            let parts: Vec<&str> = path.iter().filter_map(|c| c.to_str()).collect();
+            let n = parts.len();
+            if n < 3 {
+                continue;
+            }
+            let (split, label_name, name) = (parts[n - 3], parts[n - 2], parts[n - 1]);
+            let Some(label) = LabelDir::parse(label_name) else { continue };
+            if !(split == "train" || split == "test") || !self.splits.iter().any(|s| s == split) || !self.labels.contains(&label) {
+                continue;
+            }
+            let mut bytes = Vec::with_capacity(entry.size() as usize);
+            entry
+                .read_to_end(&mut bytes)
+                .with_context(|| format!("could not read '{}' in '{}'", path.display(), self.path.display()))?;
+            let now = consumed.load(Ordering::Relaxed);
+            let origin = format!("{}:{}", self.path.display(), path.display());
+            let (meta, ok) = self.meta(split, label, name, origin, now - reported);
+            reported = now;
+            if !ok {
+                out.emit(meta.reject(format!("bad_file_name:{name}"), String::from_utf8_lossy(&bytes).into_owned()))?;
+                continue;
+            }
+            out.emit(meta.into_item(bytes, self.on_invalid_utf8))?;
+        }
+        Ok(())
+    }
+}
+
+struct CountingReader<R> {
+    inner: R,
+    count: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for CountingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names() {
+        assert_eq!(parse_file_name("123_9.txt"), Some((123, 9)));
+        assert_eq!(parse_file_name("0_0.txt"), Some((0, 0)));
+        assert_eq!(parse_file_name("123.txt"), None);
+        assert_eq!(parse_file_name("123_9.feat"), None);
+        assert_eq!(parse_file_name("a_b.txt"), None);
+    }
+}

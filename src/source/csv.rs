@@ -1,0 +1,138 @@
+//! `csv`: delimited files with a header row; quoting and embedded newlines per RFC 4180.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::{default_split, file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta};
+
+/// Read CSV (or TSV) with a header row. Quoted fields may contain delimiters and newlines.
+/// A record with the wrong number of fields goes to the rejects with its line number.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Csv {
+    /// A `.csv`/`.tsv` file, or a folder of them (read in name order).
+    pub path: PathBuf,
+    /// Header of the text column.
+    #[serde(default = "default_text_column")]
+    pub text_column: String,
+    /// Header of the label column.
+    #[serde(default)]
+    pub label_column: Option<String>,
+    /// Header of an id column; default `<file>:<line>`.
+    #[serde(default)]
+    pub id_column: Option<String>,
+    /// String labels to class ids, e.g. `{negative: 0, positive: 1}`.
+    #[serde(default)]
+    pub label_map: Option<BTreeMap<String, i64>>,
+    /// Field delimiter, one ASCII character (`,`; use `"\t"` for TSV).
+    #[serde(default = "default_delimiter")]
+    pub delimiter: char,
+    /// The split every document belongs to.
+    #[serde(default = "default_split")]
+    pub split: String,
+    /// `replace` (default) or `reject` fields that are not valid UTF-8.
+    #[serde(default)]
+    pub on_invalid_utf8: InvalidUtf8,
+}
+
+fn default_text_column() -> String {
+    "text".into()
+}
+
+fn default_delimiter() -> char {
+    ','
+}
+
+impl Csv {
+    pub fn read(&self, out: &mut dyn Emit) -> Result<()> {
+        if !self.delimiter.is_ascii() {
+            bail!("csv delimiter `{}` must be one ASCII character", self.delimiter);
+        }
+        let files = input_files(&self.path, &["csv", "tsv"])?;
+        out.total_bytes(files.iter().map(|f| file_size(f)).sum());
+        for file in files {
+            let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let mut raw = BufReader::with_capacity(1 << 20, File::open(&file).with_context(|| format!("could not open '{}'", file.display()))?);
+            // Drop a UTF-8 BOM so the first header is not "\u{feff}text".
+            let mut head = [0u8; 3];
+            let got = read_up_to(&mut raw, &mut head)?;
+            let prefix: Vec<u8> = if head[..got] == *b"\xEF\xBB\xBF" { Vec::new() } else { head[..got].to_vec() };
+            let reader = std::io::Cursor::new(prefix).chain(raw);
+            let mut csv = ::csv::ReaderBuilder::new().delimiter(self.delimiter as u8).has_headers(true).from_reader(reader);
+            let headers = csv.byte_headers().with_context(|| format!("could not read the header of '{}'", file.display()))?.clone();
+            let col = |want: &str| headers.iter().position(|h| String::from_utf8_lossy(h).trim() == want);
+            let available = || headers.iter().map(|h| String::from_utf8_lossy(h).into_owned()).collect::<Vec<_>>().join(", ");
+            let text_idx = col(&self.text_column).with_context(|| {
+                format!("'{}' has no column `{}` (text_column); columns: {}", file.display(), self.text_column, available())
+            })?;
+            let find = |name: &Option<String>, what: &str| -> Result<Option<usize>> {
+                match name {
+                    None => Ok(None),
+                    Some(n) => col(n).map(Some).with_context(|| format!("'{}' has no column `{n}` ({what}); columns: {}", file.display(), available())),
+                }
+            };
+            let label_idx = find(&self.label_column, "label_column")?;
+            let id_idx = find(&self.id_column, "id_column")?;
+            let mut record = ::csv::ByteRecord::new();
+            let mut last_offset = csv.position().byte();
+            loop {
+                let line = csv.position().line() + 1;
+                let read = csv.read_byte_record(&mut record);
+                let offset = csv.position().byte();
+                let mut meta = RecordMeta {
+                    id: format!("{name}:{line}"),
+                    split: self.split.clone(),
+                    label: None,
+                    rating: None,
+                    origin: format!("{}:{line}", file.display()),
+                    input_bytes: offset - last_offset,
+                };
+                last_offset = offset;
+                match read {
+                    Ok(false) => break,
+                    Ok(true) => {}
+                    Err(e) if e.is_io_error() => return Err(e).with_context(|| format!("could not read '{}'", file.display())),
+                    Err(e) => {
+                        out.emit(meta.reject(format!("bad_csv:{e}"), String::new()))?;
+                        continue;
+                    }
+                }
+                let whole = || String::from_utf8_lossy(&record.as_slice().to_vec()).into_owned();
+                if let Some(id) = id_idx.and_then(|i| record.get(i)) {
+                    meta.id = String::from_utf8_lossy(id).into_owned();
+                }
+                if let Some(i) = label_idx {
+                    let cell = String::from_utf8_lossy(record.get(i).unwrap_or_default()).into_owned();
+                    match parse_label(&serde_json::Value::String(cell), self.label_map.as_ref()) {
+                        Ok(l) => meta.label = l,
+                        Err(e) => {
+                            let text = whole();
+                            out.emit(meta.reject(format!("bad_label:{e}"), text))?;
+                            continue;
+                        }
+                    }
+                }
+                let text = record.get(text_idx).unwrap_or_default().to_vec();
+                out.emit(meta.into_item(text, self.on_invalid_utf8))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        let n = r.read(&mut buf[got..])?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    Ok(got)
+}

@@ -1,0 +1,135 @@
+//! `parquet`: a text column (and optional label and id columns) from Parquet files.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use arrow_array::{cast::AsArray, Array, RecordBatch};
+use arrow_schema::DataType;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use serde::{Deserialize, Serialize};
+
+use super::{default_split, file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta};
+
+/// Read Parquet files batch by batch. Text and id columns are strings; the label column may be
+/// an integer, boolean or string column.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ParquetSource {
+    /// A `.parquet` file, or a folder of them (read in name order).
+    pub path: PathBuf,
+    /// Name of the text column.
+    #[serde(default = "default_text_column")]
+    pub text_column: String,
+    /// Name of the label column.
+    #[serde(default)]
+    pub label_column: Option<String>,
+    /// Name of an id column; default `<file>:<row>`.
+    #[serde(default)]
+    pub id_column: Option<String>,
+    /// String labels to class ids.
+    #[serde(default)]
+    pub label_map: Option<BTreeMap<String, i64>>,
+    /// The split every document belongs to.
+    #[serde(default = "default_split")]
+    pub split: String,
+    /// Not used by Parquet (strings are UTF-8 by format); accepted for symmetry.
+    #[serde(default)]
+    pub on_invalid_utf8: InvalidUtf8,
+}
+
+fn default_text_column() -> String {
+    "text".into()
+}
+
+/// A cell of a string-like column, whatever its Arrow string type.
+fn string_at(col: &dyn Array, i: usize) -> Option<&str> {
+    if col.is_null(i) {
+        return None;
+    }
+    match col.data_type() {
+        DataType::Utf8 => Some(col.as_string::<i32>().value(i)),
+        DataType::LargeUtf8 => Some(col.as_string::<i64>().value(i)),
+        DataType::Utf8View => Some(col.as_string_view().value(i)),
+        _ => None,
+    }
+}
+
+fn cell_json(col: &dyn Array, i: usize) -> serde_json::Value {
+    use arrow_array::types::*;
+    use serde_json::Value;
+    if col.is_null(i) {
+        return Value::Null;
+    }
+    match col.data_type() {
+        DataType::Int8 => col.as_primitive::<Int8Type>().value(i).into(),
+        DataType::Int16 => col.as_primitive::<Int16Type>().value(i).into(),
+        DataType::Int32 => col.as_primitive::<Int32Type>().value(i).into(),
+        DataType::Int64 => col.as_primitive::<Int64Type>().value(i).into(),
+        DataType::UInt8 => col.as_primitive::<UInt8Type>().value(i).into(),
+        DataType::UInt16 => col.as_primitive::<UInt16Type>().value(i).into(),
+        DataType::UInt32 => col.as_primitive::<UInt32Type>().value(i).into(),
+        DataType::UInt64 => col.as_primitive::<UInt64Type>().value(i).into(),
+        DataType::Boolean => col.as_boolean().value(i).into(),
+        _ => string_at(col, i).map_or(Value::Null, |s| Value::String(s.to_string())),
+    }
+}
+
+impl ParquetSource {
+    pub fn read(&self, out: &mut dyn Emit) -> Result<()> {
+        let files = input_files(&self.path, &["parquet"])?;
+        out.total_bytes(files.iter().map(|f| file_size(f)).sum());
+        for file in files {
+            let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let size = file_size(&file);
+            let f = File::open(&file).with_context(|| format!("could not open '{}'", file.display()))?;
+            let builder = ParquetRecordBatchReaderBuilder::try_new(f).with_context(|| format!("'{}' is not a readable Parquet file", file.display()))?;
+            let schema = builder.schema().clone();
+            let total_rows = builder.metadata().file_metadata().num_rows().max(1) as u64;
+            let available = || schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ");
+            let index = |col: &str, what: &str| -> Result<usize> {
+                schema.index_of(col).map_err(|_| anyhow::anyhow!("'{}' has no column `{col}` ({what}); columns: {}", file.display(), available()))
+            };
+            let text_idx = index(&self.text_column, "text_column")?;
+            if !matches!(schema.field(text_idx).data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) {
+                anyhow::bail!("column `{}` of '{}' is {}, not a string column", self.text_column, file.display(), schema.field(text_idx).data_type());
+            }
+            let label_idx = self.label_column.as_deref().map(|c| index(c, "label_column")).transpose()?;
+            let id_idx = self.id_column.as_deref().map(|c| index(c, "id_column")).transpose()?;
+            let mut row = 0u64;
+            for batch in builder.build()? {
+                let batch: RecordBatch = batch.with_context(|| format!("could not decode '{}'", file.display()))?;
+                let text = batch.column(text_idx);
+                for i in 0..batch.num_rows() {
+                    row += 1;
+                    let mut meta = RecordMeta {
+                        id: format!("{name}:{row}"),
+                        split: self.split.clone(),
+                        label: None,
+                        rating: None,
+                        origin: format!("{}:row {row}", file.display()),
+                        input_bytes: size / total_rows,
+                    };
+                    if let Some(id) = id_idx.map(|c| cell_json(batch.column(c).as_ref(), i)) {
+                        if !id.is_null() {
+                            meta.id = id.as_str().map_or_else(|| id.to_string(), str::to_string);
+                        }
+                    }
+                    let body = string_at(text.as_ref(), i).unwrap_or("").to_string();
+                    if let Some(c) = label_idx {
+                        match parse_label(&cell_json(batch.column(c).as_ref(), i), self.label_map.as_ref()) {
+                            Ok(l) => meta.label = l,
+                            Err(e) => {
+                                out.emit(meta.reject(format!("bad_label:{e}"), body))?;
+                                continue;
+                            }
+                        }
+                    }
+                    out.emit(meta.into_item(body.into_bytes(), self.on_invalid_utf8))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,93 @@
+//! `text`: plain text, one document per line or per paragraph.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::{default_split, file_size, input_files, Emit, InvalidUtf8, RecordMeta};
+
+/// Read plain text files. Ids are `<file>:<first line>`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TextSource {
+    /// A `.txt` file, or a folder of them (read in name order).
+    pub path: PathBuf,
+    /// `lines`: every non-blank line is a document. `paragraphs`: blocks separated by blank
+    /// lines are documents.
+    #[serde(default)]
+    pub mode: TextMode,
+    /// The split every document belongs to.
+    #[serde(default = "default_split")]
+    pub split: String,
+    /// `replace` (default) or `reject` documents that are not valid UTF-8.
+    #[serde(default)]
+    pub on_invalid_utf8: InvalidUtf8,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TextMode {
+    #[default]
+    Lines,
+    Paragraphs,
+}
+
+impl TextSource {
+    pub fn read(&self, out: &mut dyn Emit) -> Result<()> {
+        let files = input_files(&self.path, &["txt", "text"])?;
+        out.total_bytes(files.iter().map(|f| file_size(f)).sum());
+        for file in files {
+            let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let mut reader = BufReader::with_capacity(1 << 20, File::open(&file).with_context(|| format!("could not open '{}'", file.display()))?);
+            let (mut line_no, mut start_line, mut pending_bytes) = (0u64, 0u64, 0u64);
+            let mut doc: Vec<u8> = Vec::new();
+            let mut line = Vec::new();
+            let flush = |doc: &mut Vec<u8>, start: u64, bytes: &mut u64, out: &mut dyn Emit| -> Result<()> {
+                while matches!(doc.last(), Some(b'\n' | b'\r')) {
+                    doc.pop();
+                }
+                if doc.is_empty() {
+                    return Ok(());
+                }
+                let meta = RecordMeta {
+                    id: format!("{name}:{start}"),
+                    split: self.split.clone(),
+                    label: None,
+                    rating: None,
+                    origin: format!("{}:{start}", file.display()),
+                    input_bytes: std::mem::take(bytes),
+                };
+                out.emit(meta.into_item(std::mem::take(doc), self.on_invalid_utf8))
+            };
+            loop {
+                line.clear();
+                let n = reader.read_until(b'\n', &mut line).with_context(|| format!("could not read '{}'", file.display()))?;
+                if n == 0 {
+                    break;
+                }
+                line_no += 1;
+                pending_bytes += n as u64;
+                let blank = line.iter().all(|b| b.is_ascii_whitespace());
+                match self.mode {
+                    TextMode::Lines if !blank => {
+                        doc.extend_from_slice(&line);
+                        flush(&mut doc, line_no, &mut pending_bytes, out)?;
+                    }
+                    TextMode::Lines => {}
+                    TextMode::Paragraphs if blank => flush(&mut doc, start_line, &mut pending_bytes, out)?,
+                    TextMode::Paragraphs => {
+                        if doc.is_empty() {
+                            start_line = line_no;
+                        }
+                        doc.extend_from_slice(&line);
+                    }
+                }
+            }
+            flush(&mut doc, start_line, &mut pending_bytes, out)?;
+        }
+        Ok(())
+    }
+}
