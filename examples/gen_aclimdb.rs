@@ -44,21 +44,70 @@ impl Rng {
 }
 
 const TITLES: &[&str] = &[
-    "Amélie", "The Godfather", "Casablanca", "Pokémon: The First Movie", "Night of the Living Dead", "Zoë's Café",
-    "The Naïve Detective", "Citizen Kane", "Plan 9 from Outer Space", "Señor Wences", "Crème Brûlée", "Vertigo",
-    "The Room", "Manos: The Hands of Fate", "Das Boot", "Rashōmon", "Le Mépris", "Troll 2",
+    "Amélie",
+    "The Godfather",
+    "Casablanca",
+    "Pokémon: The First Movie",
+    "Night of the Living Dead",
+    "Zoë's Café",
+    "The Naïve Detective",
+    "Citizen Kane",
+    "Plan 9 from Outer Space",
+    "Señor Wences",
+    "Crème Brûlée",
+    "Vertigo",
+    "The Room",
+    "Manos: The Hands of Fate",
+    "Das Boot",
+    "Rashōmon",
+    "Le Mépris",
+    "Troll 2",
 ];
 const ACTORS: &[&str] = &[
-    "Bette Davis", "Peter Lorre", "Gérard Depardieu", "Penélope Cruz", "Bela Lugosi", "Renée Zellweger",
-    "Tommy Wiseau", "Audrey Tautou", "Ed Wood", "Zoë Kravitz", "Antonio Banderas", "Chloë Sevigny",
+    "Bette Davis",
+    "Peter Lorre",
+    "Gérard Depardieu",
+    "Penélope Cruz",
+    "Bela Lugosi",
+    "Renée Zellweger",
+    "Tommy Wiseau",
+    "Audrey Tautou",
+    "Ed Wood",
+    "Zoë Kravitz",
+    "Antonio Banderas",
+    "Chloë Sevigny",
 ];
 const POS: &[&str] = &[
-    "brilliant", "wonderful", "moving", "gripping", "superb", "touching", "hilarious", "beautifully shot",
-    "masterful", "charming", "unforgettable", "a real gem", "clever", "haunting",
+    "brilliant",
+    "wonderful",
+    "moving",
+    "gripping",
+    "superb",
+    "touching",
+    "hilarious",
+    "beautifully shot",
+    "masterful",
+    "charming",
+    "unforgettable",
+    "a real gem",
+    "clever",
+    "haunting",
 ];
 const NEG: &[&str] = &[
-    "awful", "boring", "a waste of time", "painful", "dreadful", "laughable", "incoherent", "badly acted",
-    "tedious", "insulting", "a mess", "unwatchable", "forgettable", "cheap",
+    "awful",
+    "boring",
+    "a waste of time",
+    "painful",
+    "dreadful",
+    "laughable",
+    "incoherent",
+    "badly acted",
+    "tedious",
+    "insulting",
+    "a mess",
+    "unwatchable",
+    "forgettable",
+    "cheap",
 ];
 const NEUTRAL: &[&str] = &[
     "The plot follows a family who moves to a small town after the war.",
@@ -86,8 +135,18 @@ fn sentence(rng: &mut Rng, positive: Option<bool>) -> String {
         2 => format!("I thought the script was {adj}, and the pacing matched it."),
         3 => format!("Honestly, the whole thing felt {adj} to me."),
         4 => format!("If you liked {title}, you will find this {adj} as well."),
-        5 => format!("The camera work is {adj} and the score is just as {}.", if good { rng.pick(POS) } else { rng.pick(NEG) }),
-        6 => format!("My rating says it all: {} out of 10.", if good { 7 + rng.below(4) } else { 1 + rng.below(4) }),
+        5 => format!(
+            "The camera work is {adj} and the score is just as {}.",
+            if good { rng.pick(POS) } else { rng.pick(NEG) }
+        ),
+        6 => format!(
+            "My rating says it all: {} out of 10.",
+            if good {
+                7 + rng.below(4)
+            } else {
+                1 + rng.below(4)
+            }
+        ),
         _ => rng.pick(NEUTRAL).to_string(),
     }
 }
@@ -99,10 +158,13 @@ fn decorate(rng: &mut Rng, s: String) -> String {
         s = s.to_uppercase();
     }
     if rng.chance(0.10) {
-        s = s.trim_end_matches('.').to_string() + rng.pick(&["!!!", "!!", "?!?", "....", "…", "!!!!!!", "???"]);
+        s = s.trim_end_matches('.').to_string()
+            + rng.pick(&["!!!", "!!", "?!?", "....", "…", "!!!!!!", "???"]);
     }
     if rng.chance(0.06) {
-        s = s.replace(" is ", " is &quot;really&quot; ").replace(" and ", " &amp; ");
+        s = s
+            .replace(" is ", " is &quot;really&quot; ")
+            .replace(" and ", " &amp; ");
     }
     if rng.chance(0.06) {
         s = format!("\u{201C}{}\u{201D}", s.trim_end_matches('.')) + ".";
@@ -167,7 +229,13 @@ struct Args {
 }
 
 fn parse_args() -> Args {
-    let mut a = Args { out: "data/aclImdb-sample".into(), per_label: 150, unsup: 150, seed: 1, tar: false };
+    let mut a = Args {
+        out: "data/aclImdb-sample".into(),
+        per_label: 150,
+        unsup: 150,
+        seed: 1,
+        tar: false,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut val = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
@@ -177,7 +245,9 @@ fn parse_args() -> Args {
             "--unsup" => a.unsup = val().parse().expect("--unsup N"),
             "--seed" => a.seed = val().parse().expect("--seed N"),
             "--tar" => a.tar = true,
-            other => panic!("unknown flag {other}; flags: --out DIR --per-label N --unsup N --seed N --tar"),
+            other => panic!(
+                "unknown flag {other}; flags: --out DIR --per-label N --unsup N --seed N --tar"
+            ),
         }
     }
     a
@@ -207,19 +277,37 @@ fn main() -> std::io::Result<()> {
                     Some(false) => 1 + rng.below(4),
                     None => 0,
                 };
-                files.push((format!("aclImdb/{split}/{label}/{id}_{rating}.txt"), text.clone().into_bytes()));
+                files.push((
+                    format!("aclImdb/{split}/{label}/{id}_{rating}.txt"),
+                    text.clone().into_bytes(),
+                ));
                 if earlier.len() < 64 {
                     earlier.push(text);
                 }
-                urls.push_str(&format!("http://www.imdb.com/title/tt{:07}/usercomments\n", 100000 + rng.below(900000)));
+                urls.push_str(&format!(
+                    "http://www.imdb.com/title/tt{:07}/usercomments\n",
+                    100000 + rng.below(900000)
+                ));
             }
-            files.push((format!("aclImdb/{split}/urls_{label}.txt"), urls.into_bytes()));
+            files.push((
+                format!("aclImdb/{split}/urls_{label}.txt"),
+                urls.into_bytes(),
+            ));
         }
-        files.push((format!("aclImdb/{split}/labeledBow.feat"), b"0:9 1:1 2:4 3:2\n".to_vec()));
+        files.push((
+            format!("aclImdb/{split}/labeledBow.feat"),
+            b"0:9 1:1 2:4 3:2\n".to_vec(),
+        ));
     }
     files.push(("aclImdb/train/unsupBow.feat".into(), b"0:3 1:1\n".to_vec()));
-    files.push(("aclImdb/imdb.vocab".into(), b"the\nand\na\nof\nto\nis\n".to_vec()));
-    files.push(("aclImdb/imdbEr.txt".into(), b"0.0490972013402\n0.201363575849\n".to_vec()));
+    files.push((
+        "aclImdb/imdb.vocab".into(),
+        b"the\nand\na\nof\nto\nis\n".to_vec(),
+    ));
+    files.push((
+        "aclImdb/imdbEr.txt".into(),
+        b"0.0490972013402\n0.201363575849\n".to_vec(),
+    ));
     files.push((
         "aclImdb/README".into(),
         b"Synthetic reviews in the layout of the Large Movie Review Dataset v1.0 (Maas et al., 2011).\nGenerated by bertpipe's examples/gen_aclimdb.rs; no real IMDb text.\n".to_vec(),
@@ -243,7 +331,11 @@ fn write_tree(out: &Path, files: &[(String, Vec<u8>)]) -> std::io::Result<()> {
 }
 
 fn write_tar(out: &Path, files: &[(String, Vec<u8>)]) -> std::io::Result<()> {
-    let path = if out.extension().is_some() { out.to_path_buf() } else { out.join("aclImdb_v1.tar.gz") };
+    let path = if out.extension().is_some() {
+        out.to_path_buf()
+    } else {
+        out.join("aclImdb_v1.tar.gz")
+    };
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir)?;
     }

@@ -11,19 +11,32 @@ const EXIT_CONFIG: u8 = 78;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Pipeline(PipelineCommand::Validate(args)) => match Pipeline::load(&args.config.pipeline, &args.config.set) {
-            Ok(p) => {
-                println!("{}: ok ({} source, {} steps, sink {})", args.config.pipeline.display(), p.source.type_name(), p.steps.len(), p.sink.path().display());
-                ExitCode::SUCCESS
+        Command::Pipeline(PipelineCommand::Validate(args)) => {
+            match Pipeline::load(&args.config.pipeline, &args.config.set) {
+                Ok(p) => {
+                    println!(
+                        "{}: ok ({} source, {} steps, sink {})",
+                        args.config.pipeline.display(),
+                        p.source.type_name(),
+                        p.steps.len(),
+                        p.sink.path().display()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => config_failure(&e),
             }
-            Err(e) => config_failure(&e),
-        },
+        }
         Command::Pipeline(PipelineCommand::Run(args)) => {
             let p = match Pipeline::load(&args.config.pipeline, &args.config.set) {
                 Ok(p) => p,
                 Err(e) => return config_failure(&e),
             };
-            let opts = RunOptions { threads: args.threads, resume: args.resume, overwrite: args.overwrite, quiet: args.quiet };
+            let opts = RunOptions {
+                threads: args.threads,
+                resume: args.resume,
+                overwrite: args.overwrite,
+                quiet: args.quiet,
+            };
             match pipeline::run(&p, &opts) {
                 Ok(summary) => {
                     if !args.quiet {
@@ -43,6 +56,9 @@ fn main() -> ExitCode {
 fn config_failure(e: &ConfigErrors) -> ExitCode {
     eprintln!("{e}");
     let n = e.0.len();
-    eprintln!("error: {n} configuration problem{}", if n == 1 { "" } else { "s" });
+    eprintln!(
+        "error: {n} configuration problem{}",
+        if n == 1 { "" } else { "s" }
+    );
     ExitCode::from(EXIT_CONFIG)
 }

@@ -69,7 +69,11 @@ mod tests {
     use super::*;
 
     fn key(d: &Dedup, split: &str, text: &str) -> DedupKey {
-        let mut doc = Document { split: split.into(), text: text.into(), ..Default::default() };
+        let mut doc = Document {
+            split: split.into(),
+            text: text.into(),
+            ..Default::default()
+        };
         d.apply(&mut doc);
         doc.dedup_key.unwrap()
     }
@@ -85,8 +89,12 @@ mod tests {
 
     #[test]
     fn scope_controls_cross_split_matches() {
-        let split = Dedup { scope: DedupScope::Split };
-        let global = Dedup { scope: DedupScope::Global };
+        let split = Dedup {
+            scope: DedupScope::Split,
+        };
+        let global = Dedup {
+            scope: DedupScope::Global,
+        };
         assert_ne!(key(&split, "train", "t"), key(&split, "test", "t"));
         assert_eq!(key(&global, "train", "t"), key(&global, "test", "t"));
     }

@@ -36,7 +36,13 @@ pub struct NoiseWeights {
 
 impl Default for NoiseWeights {
     fn default() -> Self {
-        NoiseWeights { sent_len_std: 0.4, punct_ratio: 0.3, caps_ratio: 0.3, repeat_ratio: 0.0, mojibake_ratio: 0.0 }
+        NoiseWeights {
+            sent_len_std: 0.4,
+            punct_ratio: 0.3,
+            caps_ratio: 0.3,
+            repeat_ratio: 0.0,
+            mojibake_ratio: 0.0,
+        }
     }
 }
 
@@ -53,11 +59,24 @@ pub struct NoiseComponents {
 
 impl NoiseComponents {
     /// Shard column names, in the order [`NoiseComponents::values`] returns them.
-    pub const COLUMNS: [&'static str; 6] =
-        ["noise_score", "noise_sent_len_std", "noise_punct_ratio", "noise_caps_ratio", "noise_repeat_ratio", "noise_mojibake_ratio"];
+    pub const COLUMNS: [&'static str; 6] = [
+        "noise_score",
+        "noise_sent_len_std",
+        "noise_punct_ratio",
+        "noise_caps_ratio",
+        "noise_repeat_ratio",
+        "noise_mojibake_ratio",
+    ];
 
     pub fn values(&self) -> [f32; 6] {
-        [self.score, self.sent_len_std, self.punct_ratio, self.caps_ratio, self.repeat_ratio, self.mojibake_ratio]
+        [
+            self.score,
+            self.sent_len_std,
+            self.punct_ratio,
+            self.caps_ratio,
+            self.repeat_ratio,
+            self.mojibake_ratio,
+        ]
     }
 }
 
@@ -138,7 +157,11 @@ fn sentence_length_std_and_caps(text: &str) -> (f32, f32) {
         return (0.0, 0.0);
     }
     let mean = lengths.iter().map(|&l| l as f64).sum::<f64>() / n as f64;
-    let var = lengths.iter().map(|&l| (l as f64 - mean).powi(2)).sum::<f64>() / n as f64;
+    let var = lengths
+        .iter()
+        .map(|&l| (l as f64 - mean).powi(2))
+        .sum::<f64>()
+        / n as f64;
     (var.sqrt() as f32, caps as f32 / n as f32)
 }
 
@@ -173,7 +196,9 @@ fn repeat_ratio(text: &str) -> f32 {
 }
 
 fn fnv1a(word: &str) -> u64 {
-    word.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    word.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 fn mojibake_ratio(text: &str) -> f32 {
@@ -183,7 +208,8 @@ fn mojibake_ratio(text: &str) -> f32 {
         total += 1;
         let control = ch.is_control() && !matches!(ch, '\n' | '\t' | '\r');
         // UTF-8 read as Latin-1/cp1252: `Ã` + a continuation-range char, or `â€`.
-        let sequence = (prev == 'Ã' && ('\u{80}'..='\u{BF}').contains(&ch)) || (prev == 'â' && ch == '€');
+        let sequence =
+            (prev == 'Ã' && ('\u{80}'..='\u{BF}').contains(&ch)) || (prev == 'â' && ch == '€');
         if ch == '\u{FFFD}' || control {
             bad += 1;
         } else if sequence {
@@ -223,7 +249,10 @@ mod tests {
         let calm = score("This was a fine film. The acting was good. I would watch it again.");
         let loud = score("THIS WAS THE WORST FILM EVER! I HATED IT! NEVER AGAIN!");
         assert_eq!(loud.caps_ratio, 1.0);
-        assert!(loud.score > 15.0 && calm.score < 10.0, "calm {calm:?} loud {loud:?}");
+        assert!(
+            loud.score > 15.0 && calm.score < 10.0,
+            "calm {calm:?} loud {loud:?}"
+        );
     }
 
     #[test]
@@ -244,7 +273,13 @@ mod tests {
     #[test]
     fn weights_apply() {
         let s = NoiseScore {
-            weights: NoiseWeights { sent_len_std: 0.0, punct_ratio: 0.0, caps_ratio: 0.0, repeat_ratio: 1.0, mojibake_ratio: 0.0 },
+            weights: NoiseWeights {
+                sent_len_std: 0.0,
+                punct_ratio: 0.0,
+                caps_ratio: 0.0,
+                repeat_ratio: 1.0,
+                mojibake_ratio: 0.0,
+            },
         };
         let c = s.score("a b c a b c");
         assert!((c.score - 100.0 * c.repeat_ratio).abs() < 1e-4);

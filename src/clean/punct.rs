@@ -57,7 +57,11 @@ impl Punctuation {
             }
             if let Some(nl) = pending_ws.take() {
                 if !out.is_empty() {
-                    out.push(if nl && self.keep_line_breaks { '\n' } else { ' ' });
+                    out.push(if nl && self.keep_line_breaks {
+                        '\n'
+                    } else {
+                        ' '
+                    });
                 }
             }
             match c {
@@ -85,8 +89,12 @@ impl Punctuation {
                         chars.next();
                     }
                 }
-                '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' if self.ascii_quotes => out.push('\''),
-                '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' if self.ascii_quotes => out.push('"'),
+                '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' if self.ascii_quotes => {
+                    out.push('\'')
+                }
+                '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' if self.ascii_quotes => {
+                    out.push('"')
+                }
                 _ => out.push(c),
             }
         }
@@ -106,7 +114,10 @@ mod tests {
             ("Well.... maybe… or.. not", "Well... maybe... or... not"),
             ("end. Start", "end. Start"),
             ("a,, b,,, c", "a, b, c"),
-            ("\u{201C}Great\u{201D} isn\u{2019}t \u{2018}it\u{2019}", "\"Great\" isn't 'it'"),
+            (
+                "\u{201C}Great\u{201D} isn\u{2019}t \u{2018}it\u{2019}",
+                "\"Great\" isn't 'it'",
+            ),
             ("  lots   of\t\tspace \n\n here  ", "lots of space here"),
             ("", ""),
             ("…", "..."),
@@ -118,11 +129,22 @@ mod tests {
 
     #[test]
     fn rules_switch_off_independently() {
-        let p = Punctuation { collapse_exclamations: false, whitespace: false, ..Default::default() };
+        let p = Punctuation {
+            collapse_exclamations: false,
+            whitespace: false,
+            ..Default::default()
+        };
         assert_eq!(p.standardize("Hi!!!  there"), "Hi!!!  there");
-        let p = Punctuation { keep_line_breaks: true, ..Default::default() };
+        let p = Punctuation {
+            keep_line_breaks: true,
+            ..Default::default()
+        };
         assert_eq!(p.standardize("one.\n\n two.  three"), "one.\ntwo. three");
-        let p = Punctuation { ascii_quotes: false, ellipsis: false, ..Default::default() };
+        let p = Punctuation {
+            ascii_quotes: false,
+            ellipsis: false,
+            ..Default::default()
+        };
         assert_eq!(p.standardize("\u{201C}a\u{201D}…"), "\u{201C}a\u{201D}…");
     }
 }

@@ -38,7 +38,11 @@ fn default_form() -> Form {
 
 impl Default for UnicodeNormalize {
     fn default() -> Self {
-        UnicodeNormalize { form: default_form(), strip_accents: false, ascii_fold: false }
+        UnicodeNormalize {
+            form: default_form(),
+            strip_accents: false,
+            ascii_fold: false,
+        }
     }
 }
 
@@ -84,7 +88,11 @@ mod tests {
     use super::*;
 
     fn n(form: Form, strip_accents: bool, ascii_fold: bool) -> UnicodeNormalize {
-        UnicodeNormalize { form, strip_accents, ascii_fold }
+        UnicodeNormalize {
+            form,
+            strip_accents,
+            ascii_fold,
+        }
     }
 
     #[test]
@@ -92,10 +100,22 @@ mod tests {
         let cases: &[(UnicodeNormalize, &str, &str)] = &[
             (n(Form::Nfc, false, false), "cafe\u{301}", "café"),
             (n(Form::Nfd, false, false), "café", "cafe\u{301}"),
-            (n(Form::Nfkc, false, false), "ﬁne … Ｆｕｌｌ", "fine ... Full"),
-            (n(Form::Nfkd, true, false), "Amélie naïve Zoë", "Amelie naive Zoe"),
+            (
+                n(Form::Nfkc, false, false),
+                "ﬁne … Ｆｕｌｌ",
+                "fine ... Full",
+            ),
+            (
+                n(Form::Nfkd, true, false),
+                "Amélie naïve Zoë",
+                "Amelie naive Zoe",
+            ),
             (n(Form::Nfc, true, false), "Crème brûlée", "Creme brulee"),
-            (n(Form::Nfkd, false, true), "Café “quoted” 😀 東京 ok", "Cafe quoted   ok"),
+            (
+                n(Form::Nfkd, false, true),
+                "Café “quoted” 😀 東京 ok",
+                "Cafe quoted   ok",
+            ),
             (n(Form::Nfkc, false, false), "plain ascii", "plain ascii"),
             (n(Form::Nfkc, true, false), "", ""),
         ];

@@ -59,13 +59,19 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
 
     let kept = prepare_output(&out, opts, &config_sha256)?;
     let kept_shards = kept.values().map(Vec::len).sum();
-    let mut journal = if opts.resume { Journal::append(&out)? } else { Journal::create(&out, &config_sha256)? };
+    let mut journal = if opts.resume {
+        Journal::append(&out)?
+    } else {
+        Journal::create(&out, &config_sha256)?
+    };
 
     let mut steps = pipeline.steps.clone();
     resolve_noise_quantiles(pipeline, &mut steps, threads, opts.quiet)?;
 
     let progress = Progress::new(opts.quiet, "clean");
-    let scored = steps.iter().any(|s| matches!(s, PipelineStep::NoiseScore(_)));
+    let scored = steps
+        .iter()
+        .any(|s| matches!(s, PipelineStep::NoiseScore(_)));
     let crash_after: Option<usize> = std::env::var(CRASH_ENV).ok().and_then(|v| v.parse().ok());
     let mut shards_done = 0usize;
     let mut on_shard = |folder: &str, info: &ShardInfo| -> Result<()> {
@@ -79,13 +85,21 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
 
     let mut splits: BTreeMap<String, SplitOutput> = BTreeMap::new();
     let mut rejects = RejectRows::default();
-    let mut reject_writer = ShardWriter::new(&out, REJECTS, rejects.schema(), sink, kept.get(REJECTS).cloned().unwrap_or_default());
+    let mut reject_writer = ShardWriter::new(
+        &out,
+        REJECTS,
+        rejects.schema(),
+        sink,
+        kept.get(REJECTS).cloned().unwrap_or_default(),
+    );
     let set_total = |b: u64| progress.set_total(b);
     parallel::process(&pipeline.source, &steps, threads, &set_total, |outcome| {
         progress.advance(outcome.input_bytes(), 1);
         match outcome {
             Outcome::Kept(doc) => {
-                let split = splits.entry(doc.split.clone()).or_insert_with(|| SplitOutput::new(&out, &doc.split, scored, sink, &kept));
+                let split = splits
+                    .entry(doc.split.clone())
+                    .or_insert_with(|| SplitOutput::new(&out, &doc.split, scored, sink, &kept));
                 split.stats.docs_in += 1;
                 split.stats.docs_out += 1;
                 split.stats.utf8_replaced += doc.utf8_replaced as u64;
@@ -95,9 +109,15 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
                 }
             }
             Outcome::Rejected(r) => {
-                let split = splits.entry(r.split.clone()).or_insert_with(|| SplitOutput::new(&out, &r.split, scored, sink, &kept));
+                let split = splits
+                    .entry(r.split.clone())
+                    .or_insert_with(|| SplitOutput::new(&out, &r.split, scored, sink, &kept));
                 split.stats.docs_in += 1;
-                *split.stats.rejected.entry(r.reason_key().to_string()).or_default() += 1;
+                *split
+                    .stats
+                    .rejected
+                    .entry(r.reason_key().to_string())
+                    .or_default() += 1;
                 rejects.push(&r);
                 if rejects.len() >= BATCH_ROWS {
                     reject_writer.write(&rejects.finish(), &mut on_shard)?;
@@ -137,7 +157,10 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         max_len: None,
         seed: pipeline.seed,
         splits: split_stats,
-        rejects: RejectsInfo { rows: reject_writer.rows_written(), shards: reject_writer.shards },
+        rejects: RejectsInfo {
+            rows: reject_writer.rows_written(),
+            shards: reject_writer.shards,
+        },
     };
     manifest.write(&out)?;
     std::fs::remove_file(out.join(manifest::JOURNAL)).ok();
@@ -157,28 +180,55 @@ struct SplitOutput {
 }
 
 impl SplitOutput {
-    fn new(out: &Path, split: &str, scored: bool, sink: &ParquetSink, kept: &BTreeMap<String, Vec<ShardInfo>>) -> Self {
+    fn new(
+        out: &Path,
+        split: &str,
+        scored: bool,
+        sink: &ParquetSink,
+        kept: &BTreeMap<String, Vec<ShardInfo>>,
+    ) -> Self {
         let rows = DocRows::new(scored, sink.keep_text);
-        let writer = ShardWriter::new(out, split, rows.schema(), sink, kept.get(split).cloned().unwrap_or_default());
-        SplitOutput { rows, writer, stats: SplitStats::default() }
+        let writer = ShardWriter::new(
+            out,
+            split,
+            rows.schema(),
+            sink,
+            kept.get(split).cloned().unwrap_or_default(),
+        );
+        SplitOutput {
+            rows,
+            writer,
+            stats: SplitStats::default(),
+        }
     }
 }
 
 /// Makes the output folder ready: fresh, overwritten, or — with `--resume` — cleaned of
 /// everything but the shards an interrupted run finished and that still verify.
-fn prepare_output(out: &Path, opts: &RunOptions, config_sha256: &str) -> Result<BTreeMap<String, Vec<ShardInfo>>> {
+fn prepare_output(
+    out: &Path,
+    opts: &RunOptions,
+    config_sha256: &str,
+) -> Result<BTreeMap<String, Vec<ShardInfo>>> {
     let exists_nonempty = out.is_dir() && std::fs::read_dir(out)?.next().is_some();
     let ours = out.join(manifest::MANIFEST).exists() || out.join(manifest::JOURNAL).exists();
     if opts.resume {
         if out.join(manifest::MANIFEST).exists() {
-            bail!("'{}' is already complete (manifest.json exists); nothing to resume", out.display());
+            bail!(
+                "'{}' is already complete (manifest.json exists); nothing to resume",
+                out.display()
+            );
         }
         if !exists_nonempty {
-            bail!("'{}' holds no interrupted run to resume; run without --resume", out.display());
+            bail!(
+                "'{}' holds no interrupted run to resume; run without --resume",
+                out.display()
+            );
         }
         let kept = Journal::verified_shards(out, config_sha256)?;
         for stale in manifest::stale_files(out, &kept)? {
-            std::fs::remove_file(&stale).with_context(|| format!("could not remove '{}'", stale.display()))?;
+            std::fs::remove_file(&stale)
+                .with_context(|| format!("could not remove '{}'", stale.display()))?;
         }
         return Ok(kept);
     }
@@ -187,37 +237,62 @@ fn prepare_output(out: &Path, opts: &RunOptions, config_sha256: &str) -> Result<
             bail!(
                 "output '{}' is not empty; pass --overwrite to replace it{}",
                 out.display(),
-                if out.join(manifest::JOURNAL).exists() { ", or --resume to finish the interrupted run" } else { "" }
+                if out.join(manifest::JOURNAL).exists() {
+                    ", or --resume to finish the interrupted run"
+                } else {
+                    ""
+                }
             );
         }
         if !ours {
             bail!("refusing to overwrite '{}': it has no manifest.json or journal, so it does not look like bertpipe output", out.display());
         }
-        std::fs::remove_dir_all(out).with_context(|| format!("could not clear '{}'", out.display()))?;
+        std::fs::remove_dir_all(out)
+            .with_context(|| format!("could not clear '{}'", out.display()))?;
     }
-    std::fs::create_dir_all(out).with_context(|| format!("could not create '{}'", out.display()))?;
+    std::fs::create_dir_all(out)
+        .with_context(|| format!("could not create '{}'", out.display()))?;
     Ok(BTreeMap::new())
 }
 
 /// Resolves each filter's `max_noise_quantile` to a score with a first pass over the corpus,
 /// through the steps before that filter.
-fn resolve_noise_quantiles(pipeline: &Pipeline, steps: &mut [PipelineStep], threads: usize, quiet: bool) -> Result<()> {
+fn resolve_noise_quantiles(
+    pipeline: &Pipeline,
+    steps: &mut [PipelineStep],
+    threads: usize,
+    quiet: bool,
+) -> Result<()> {
     for i in 0..steps.len() {
-        let PipelineStep::Filter(f) = &steps[i] else { continue };
-        let Some(q) = f.max_noise_quantile else { continue };
+        let PipelineStep::Filter(f) = &steps[i] else {
+            continue;
+        };
+        let Some(q) = f.max_noise_quantile else {
+            continue;
+        };
         let progress = Progress::new(quiet, "noise quantile pass");
         let mut scores: Vec<f32> = Vec::new();
         let set_total = |b: u64| progress.set_total(b);
-        parallel::process(&pipeline.source, &steps[..i], threads, &set_total, |outcome| {
-            progress.advance(outcome.input_bytes(), 1);
-            if let Outcome::Kept(doc) = outcome {
-                scores.push(doc.noise.map_or(0.0, |n| n.score));
-            }
-            Ok(())
-        })?;
+        parallel::process(
+            &pipeline.source,
+            &steps[..i],
+            threads,
+            &set_total,
+            |outcome| {
+                progress.advance(outcome.input_bytes(), 1);
+                if let Outcome::Kept(doc) = outcome {
+                    scores.push(doc.noise.map_or(0.0, |n| n.score));
+                }
+                Ok(())
+            },
+        )?;
         progress.finish();
         scores.sort_by(f32::total_cmp);
-        let threshold = if scores.is_empty() { f32::INFINITY } else { crate::clean::filter::quantile_linear(&scores, q) };
+        let threshold = if scores.is_empty() {
+            f32::INFINITY
+        } else {
+            crate::clean::filter::quantile_linear(&scores, q)
+        };
         if let PipelineStep::Filter(f) = &mut steps[i] {
             f.resolved_quantile_threshold = Some(threshold);
         }
@@ -234,13 +309,26 @@ pub fn format_summary(s: &RunSummary) -> String {
         docs_in += st.docs_in;
         docs_out += st.docs_out;
         shards += st.shards.len();
-        let mut line = format!("  {name:<8} {:>9} in {:>9} out {:>8} rejected  {:>3} shards", st.docs_in, st.docs_out, st.rejected_total(), st.shards.len());
+        let mut line = format!(
+            "  {name:<8} {:>9} in {:>9} out {:>8} rejected  {:>3} shards",
+            st.docs_in,
+            st.docs_out,
+            st.rejected_total(),
+            st.shards.len()
+        );
         if !st.rejected.is_empty() {
-            let reasons: Vec<String> = st.rejected.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let reasons: Vec<String> = st
+                .rejected
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
             line.push_str(&format!("  ({})", reasons.join(", ")));
         }
         if st.utf8_replaced > 0 {
-            line.push_str(&format!("  [{} with invalid UTF-8 replaced]", st.utf8_replaced));
+            line.push_str(&format!(
+                "  [{} with invalid UTF-8 replaced]",
+                st.utf8_replaced
+            ));
         }
         lines.push(line);
     }
@@ -258,11 +346,19 @@ pub fn format_summary(s: &RunSummary) -> String {
     }
     head.push(')');
     if s.kept_shards > 0 {
-        head.push_str(&format!("; resumed, {} verified shards kept", s.kept_shards));
+        head.push_str(&format!(
+            "; resumed, {} verified shards kept",
+            s.kept_shards
+        ));
     }
     lines.insert(0, head);
     if m.rejects.rows > 0 {
-        lines.push(format!("  rejects: {} rows in {}/{}/", m.rejects.rows, m.config["sink"]["path"].as_str().unwrap_or(""), REJECTS));
+        lines.push(format!(
+            "  rejects: {} rows in {}/{}/",
+            m.rejects.rows,
+            m.config["sink"]["path"].as_str().unwrap_or(""),
+            REJECTS
+        ));
     }
     lines.join("\n")
 }

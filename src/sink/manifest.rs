@@ -63,17 +63,24 @@ impl Manifest {
         let tmp = out.join(".manifest.json.tmp");
         let mut text = serde_json::to_string_pretty(self)?;
         text.push('\n');
-        std::fs::write(&tmp, text).with_context(|| format!("could not write '{}'", tmp.display()))?;
+        std::fs::write(&tmp, text)
+            .with_context(|| format!("could not write '{}'", tmp.display()))?;
         std::fs::rename(&tmp, out.join(MANIFEST))?;
         Ok(())
     }
 
     pub fn read(out: &Path) -> Result<Manifest> {
         let path = out.join(MANIFEST);
-        let text = std::fs::read_to_string(&path).with_context(|| format!("could not read '{}'", path.display()))?;
-        let m: Manifest = serde_json::from_str(&text).with_context(|| format!("'{}' is not a bertpipe manifest", path.display()))?;
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("could not read '{}'", path.display()))?;
+        let m: Manifest = serde_json::from_str(&text)
+            .with_context(|| format!("'{}' is not a bertpipe manifest", path.display()))?;
         if m.format != FORMAT {
-            bail!("'{}' has format `{}`; this bertpipe reads `{FORMAT}`", path.display(), m.format);
+            bail!(
+                "'{}' has format `{}`; this bertpipe reads `{FORMAT}`",
+                path.display(),
+                m.format
+            );
         }
         Ok(m)
     }
@@ -94,20 +101,33 @@ pub struct Journal {
 impl Journal {
     pub fn create(out: &Path, config_sha256: &str) -> Result<Journal> {
         let path = out.join(JOURNAL);
-        let mut file = File::create(&path).with_context(|| format!("could not create '{}'", path.display()))?;
-        writeln!(file, "{}", serde_json::to_string(&JournalLine::Header { config_sha256: config_sha256.into() })?)?;
+        let mut file = File::create(&path)
+            .with_context(|| format!("could not create '{}'", path.display()))?;
+        writeln!(
+            file,
+            "{}",
+            serde_json::to_string(&JournalLine::Header {
+                config_sha256: config_sha256.into()
+            })?
+        )?;
         Ok(Journal { file })
     }
 
     /// Opens an existing journal for appending after a resume.
     pub fn append(out: &Path) -> Result<Journal> {
         let path = out.join(JOURNAL);
-        let file = OpenOptions::new().append(true).open(&path).with_context(|| format!("could not open '{}'", path.display()))?;
+        let file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("could not open '{}'", path.display()))?;
         Ok(Journal { file })
     }
 
     pub fn record(&mut self, folder: &str, shard: &ShardInfo) -> Result<()> {
-        let line = serde_json::to_string(&JournalLine::Shard { folder: folder.into(), shard: shard.clone() })?;
+        let line = serde_json::to_string(&JournalLine::Shard {
+            folder: folder.into(),
+            shard: shard.clone(),
+        })?;
         writeln!(self.file, "{line}")?;
         self.file.flush()?;
         Ok(())
@@ -115,17 +135,25 @@ impl Journal {
 
     /// Shards of an interrupted run that are still intact, per folder, in order. Stops at the
     /// first shard of a folder that is missing or fails its checksum: later ones are rewritten.
-    pub fn verified_shards(out: &Path, config_sha256: &str) -> Result<BTreeMap<String, Vec<ShardInfo>>> {
+    pub fn verified_shards(
+        out: &Path,
+        config_sha256: &str,
+    ) -> Result<BTreeMap<String, Vec<ShardInfo>>> {
         let path = out.join(JOURNAL);
         let file = File::open(&path).with_context(|| {
-            format!("'{}' has no journal of an interrupted run ({JOURNAL}); run without --resume", out.display())
+            format!(
+                "'{}' has no journal of an interrupted run ({JOURNAL}); run without --resume",
+                out.display()
+            )
         })?;
         let mut kept: BTreeMap<String, Vec<ShardInfo>> = BTreeMap::new();
         let mut broken: std::collections::BTreeSet<String> = Default::default();
         for (i, line) in BufReader::new(file).lines().enumerate() {
             let line = line?;
             // A crash can cut the last line short; everything before it is still good.
-            let Ok(entry) = serde_json::from_str::<JournalLine>(&line) else { break };
+            let Ok(entry) = serde_json::from_str::<JournalLine>(&line) else {
+                break;
+            };
             match entry {
                 JournalLine::Header { config_sha256: h } => {
                     if i == 0 && h != config_sha256 {
@@ -140,8 +168,14 @@ impl Journal {
                         continue;
                     }
                     let file = out.join(&shard.file);
-                    let ok = file.is_file() && sha256_file(&file).map(|h| h == shard.sha256).unwrap_or(false);
-                    let expected = format!("{folder}/{}", super::shard::shard_name(kept.get(&folder).map_or(0, Vec::len)));
+                    let ok = file.is_file()
+                        && sha256_file(&file)
+                            .map(|h| h == shard.sha256)
+                            .unwrap_or(false);
+                    let expected = format!(
+                        "{folder}/{}",
+                        super::shard::shard_name(kept.get(&folder).map_or(0, Vec::len))
+                    );
                     if ok && shard.file == expected {
                         kept.entry(folder).or_default().push(shard);
                     } else {
@@ -162,11 +196,21 @@ pub fn stale_files(out: &Path, kept: &BTreeMap<String, Vec<ShardInfo>>) -> Resul
         if !dir.is_dir() {
             continue;
         }
-        let folder = dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
-        let keep: Vec<&str> = kept.get(&folder).map(|v| v.iter().map(|s| s.file.as_str()).collect()).unwrap_or_default();
+        let folder = dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let keep: Vec<&str> = kept
+            .get(&folder)
+            .map(|v| v.iter().map(|s| s.file.as_str()).collect())
+            .unwrap_or_default();
         for f in std::fs::read_dir(&dir)? {
             let f = f?.path();
-            let rel = format!("{folder}/{}", f.file_name().unwrap_or_default().to_string_lossy());
+            let rel = format!(
+                "{folder}/{}",
+                f.file_name().unwrap_or_default().to_string_lossy()
+            );
             if !keep.contains(&rel.as_str()) {
                 stale.push(f);
             }

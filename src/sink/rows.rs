@@ -34,7 +34,11 @@ impl DocRows {
             Field::new("rating", DataType::Int8, true),
         ];
         if scored {
-            fields.extend(NoiseComponents::COLUMNS.iter().map(|c| Field::new(*c, DataType::Float32, false)));
+            fields.extend(
+                NoiseComponents::COLUMNS
+                    .iter()
+                    .map(|c| Field::new(*c, DataType::Float32, false)),
+            );
         }
         if keep_text {
             fields.push(Field::new("text", DataType::Utf8, false));
@@ -46,7 +50,9 @@ impl DocRows {
             id: StringBuilder::new(),
             label: Int64Builder::new(),
             rating: Int8Builder::new(),
-            noise: (0..NoiseComponents::COLUMNS.len()).map(|_| Float32Builder::new()).collect(),
+            noise: (0..NoiseComponents::COLUMNS.len())
+                .map(|_| Float32Builder::new())
+                .collect(),
             text: StringBuilder::new(),
             len: 0,
         }
@@ -81,9 +87,17 @@ impl DocRows {
     }
 
     pub fn finish(&mut self) -> RecordBatch {
-        let mut cols: Vec<ArrayRef> = vec![Arc::new(self.id.finish()), Arc::new(self.label.finish()), Arc::new(self.rating.finish())];
+        let mut cols: Vec<ArrayRef> = vec![
+            Arc::new(self.id.finish()),
+            Arc::new(self.label.finish()),
+            Arc::new(self.rating.finish()),
+        ];
         if self.scored {
-            cols.extend(self.noise.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+            cols.extend(
+                self.noise
+                    .iter_mut()
+                    .map(|b| Arc::new(b.finish()) as ArrayRef),
+            );
         }
         if self.keep_text {
             cols.push(Arc::new(self.text.finish()));
@@ -102,9 +116,15 @@ pub struct RejectRows {
 
 impl Default for RejectRows {
     fn default() -> Self {
-        let fields: Vec<Field> =
-            ["id", "split", "step", "reason", "origin", "text"].iter().map(|n| Field::new(*n, DataType::Utf8, false)).collect();
-        RejectRows { schema: Arc::new(Schema::new(fields)), cols: Default::default(), len: 0 }
+        let fields: Vec<Field> = ["id", "split", "step", "reason", "origin", "text"]
+            .iter()
+            .map(|n| Field::new(*n, DataType::Utf8, false))
+            .collect();
+        RejectRows {
+            schema: Arc::new(Schema::new(fields)),
+            cols: Default::default(),
+            len: 0,
+        }
     }
 }
 
@@ -122,14 +142,22 @@ impl RejectRows {
     }
 
     pub fn push(&mut self, r: &Rejected) {
-        for (b, v) in self.cols.iter_mut().zip([&r.id, &r.split, &r.step, &r.reason, &r.origin, &r.text]) {
+        for (b, v) in self
+            .cols
+            .iter_mut()
+            .zip([&r.id, &r.split, &r.step, &r.reason, &r.origin, &r.text])
+        {
             b.append_value(v);
         }
         self.len += 1;
     }
 
     pub fn finish(&mut self) -> RecordBatch {
-        let cols: Vec<ArrayRef> = self.cols.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef).collect();
+        let cols: Vec<ArrayRef> = self
+            .cols
+            .iter_mut()
+            .map(|b| Arc::new(b.finish()) as ArrayRef)
+            .collect();
         self.len = 0;
         RecordBatch::try_new(self.schema.clone(), cols).expect("columns match the schema")
     }

@@ -1,0 +1,184 @@
+//! Helpers for the binary-level tests: run the real `bertpipe`, read shards back.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use arrow_array::{cast::AsArray, Array, RecordBatch};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn bertpipe(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bertpipe"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("run bertpipe")
+}
+
+pub fn bertpipe_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bertpipe"));
+    c.args(args).current_dir(root());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run bertpipe")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[track_caller]
+pub fn assert_ok(o: &Output) {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        stderr(o)
+    );
+}
+
+pub fn manifest(out: &Path) -> serde_json::Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(out.join("manifest.json")).expect("manifest.json"),
+    )
+    .expect("manifest is JSON")
+}
+
+pub fn read_parquet(path: &Path) -> Vec<RecordBatch> {
+    let f = File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    ParquetRecordBatchReaderBuilder::try_new(f)
+        .unwrap()
+        .build()
+        .unwrap()
+        .map(|b| b.unwrap())
+        .collect()
+}
+
+/// All values of a string column across the shards of a folder, in order.
+pub fn strings(out: &Path, folder: &str, column: &str) -> Vec<String> {
+    let mut values = Vec::new();
+    for shard in shard_files(&out.join(folder)) {
+        for batch in read_parquet(&shard) {
+            let col = batch
+                .column_by_name(column)
+                .unwrap_or_else(|| panic!("no column {column}"));
+            let s = col.as_string::<i32>();
+            values.extend((0..s.len()).map(|i| s.value(i).to_string()));
+        }
+    }
+    values
+}
+
+pub fn shard_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// Every file under `dir` (relative path → bytes), for byte-for-byte comparisons.
+pub fn tree_bytes(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    fn walk(base: &Path, dir: &Path, out: &mut std::collections::BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(base, &p, out);
+            } else {
+                out.insert(
+                    p.strip_prefix(base).unwrap().display().to_string(),
+                    std::fs::read(&p).unwrap(),
+                );
+            }
+        }
+    }
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// Asserts `docs_in = docs_out + rejected` per split and that the rejects hold exactly the
+/// rejected documents, each with a step and a reason.
+#[track_caller]
+pub fn assert_reconciles(out: &Path) {
+    let m = manifest(out);
+    let mut rejected_total = 0;
+    for (split, s) in m["splits"].as_object().unwrap() {
+        let docs_in = s["docs_in"].as_u64().unwrap();
+        let docs_out = s["docs_out"].as_u64().unwrap();
+        let rejected: u64 = s["rejected"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(docs_in, docs_out + rejected, "split {split}: {s}");
+        assert_eq!(s["rows"].as_u64().unwrap(), docs_out, "split {split}");
+        let shard_rows: u64 = s["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["rows"].as_u64().unwrap())
+            .sum();
+        assert_eq!(shard_rows, docs_out);
+        let read: usize = shard_files(&out.join(split))
+            .iter()
+            .flat_map(|f| read_parquet(f))
+            .map(|b| b.num_rows())
+            .sum();
+        assert_eq!(read as u64, docs_out, "rows on disk for {split}");
+        rejected_total += rejected;
+    }
+    let reasons = strings(out, "_rejects", "reason");
+    let steps = strings(out, "_rejects", "step");
+    assert_eq!(reasons.len() as u64, rejected_total, "reject rows");
+    assert!(reasons.iter().all(|r| !r.is_empty()) && steps.iter().all(|s| !s.is_empty()));
+}
+
+/// Writes a pipeline YAML into `dir` and returns its path.
+pub fn write_pipeline(dir: &Path, name: &str, yaml: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, yaml).unwrap();
+    p
+}
+
+/// Asserts two output folders hold the same bytes: every shard and reject file identical, and
+/// manifests equal apart from the configuration (whose sink path necessarily differs).
+#[track_caller]
+pub fn assert_same_output(a: &Path, b: &Path) {
+    use sha2::Digest;
+    let digest = |dir: &Path| -> std::collections::BTreeMap<String, String> {
+        tree_bytes(dir)
+            .into_iter()
+            .filter(|(k, _)| k != "manifest.json")
+            .map(|(k, v)| (k, hex::encode(sha2::Sha256::digest(&v))))
+            .collect()
+    };
+    let (da, db) = (digest(a), digest(b));
+    assert_eq!(
+        da,
+        db,
+        "files differ between {} and {}",
+        a.display(),
+        b.display()
+    );
+    let strip = |dir: &Path| {
+        let mut m = manifest(dir);
+        let o = m.as_object_mut().unwrap();
+        o.remove("config");
+        o.remove("config_sha256");
+        m
+    };
+    assert_eq!(strip(a), strip(b), "manifests differ");
+}

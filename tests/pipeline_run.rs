@@ -1,0 +1,217 @@
+//! `bertpipe pipeline run` end to end on the bundled sample: counts, schema, determinism,
+//! resume, overwrite protection.
+
+mod common;
+
+use common::*;
+
+fn sample_run(out: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let out_set = format!("sink.path={}", out.display());
+    let mut args = vec![
+        "pipeline",
+        "run",
+        "pipelines/imdb-clean.yaml",
+        "--set",
+        &out_set,
+        "--quiet",
+    ];
+    args.extend_from_slice(extra);
+    bertpipe(&args)
+}
+
+#[test]
+fn sample_produces_reconciled_shards_with_the_contract_schema() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    assert_ok(&sample_run(&out, &[]));
+    assert_reconciles(&out);
+    let m = manifest(&out);
+    assert_eq!(m["format"], "bertpipe-shards/1");
+    assert_eq!(
+        m["splits"]["train"]["docs_in"], 450,
+        "150 neg + 150 pos + 150 unsup"
+    );
+    assert_eq!(m["splits"]["test"]["docs_in"], 300);
+    assert!(m["config_sha256"].as_str().unwrap().len() == 64);
+    // The sample has duplicates and shouting on purpose: both must be caught.
+    let reasons = strings(&out, "_rejects", "reason");
+    assert!(
+        reasons.iter().any(|r| r.starts_with("duplicate_of:train/")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.starts_with("max_noise:")),
+        "{reasons:?}"
+    );
+
+    let batch = &read_parquet(&out.join("train/part-00000.parquet"))[0];
+    let schema = batch.schema();
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "id",
+            "label",
+            "rating",
+            "noise_score",
+            "noise_sent_len_std",
+            "noise_punct_ratio",
+            "noise_caps_ratio",
+            "noise_repeat_ratio",
+            "noise_mojibake_ratio",
+            "text"
+        ]
+    );
+    let texts = strings(&out, "train", "text");
+    assert!(texts.iter().all(|t| !t.contains("<br")
+        && !t.contains("&quot;")
+        && !t.contains('\u{201C}')
+        && !t.contains("!!")));
+    let ids = strings(&out, "train", "id");
+    assert!(
+        ids[0].starts_with("train/neg/"),
+        "input order: neg first, got {}",
+        ids[0]
+    );
+    // Shards verify against the manifest.
+    for shard in m["splits"]["train"]["shards"].as_array().unwrap() {
+        let bytes = std::fs::read(out.join(shard["file"].as_str().unwrap())).unwrap();
+        assert_eq!(bytes.len() as u64, shard["bytes"].as_u64().unwrap());
+        use sha2::Digest;
+        assert_eq!(
+            hex::encode(sha2::Sha256::digest(&bytes)),
+            shard["sha256"].as_str().unwrap()
+        );
+    }
+}
+
+#[test]
+fn output_bytes_do_not_depend_on_thread_count() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut outs = Vec::new();
+    for threads in ["1", "2", "5"] {
+        let out = tmp.path().join(format!("t{threads}"));
+        assert_ok(&sample_run(
+            &out,
+            &["--threads", threads, "--set", "sink.shard_rows=97"],
+        ));
+        outs.push(out);
+    }
+    assert!(tree_bytes(&outs[0]).len() > 6, "several shards expected");
+    assert_same_output(&outs[0], &outs[1]);
+    assert_same_output(&outs[0], &outs[2]);
+}
+
+#[test]
+fn resume_after_a_crash_gives_the_same_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clean = tmp.path().join("clean");
+    assert_ok(&sample_run(&clean, &["--set", "sink.shard_rows=60"]));
+
+    let out = tmp.path().join("crashed");
+    let out_set = format!("sink.path={}", out.display());
+    let args = [
+        "pipeline",
+        "run",
+        "pipelines/imdb-clean.yaml",
+        "--set",
+        &out_set,
+        "--set",
+        "sink.shard_rows=60",
+        "--quiet",
+    ];
+    let crashed = bertpipe_env(&args, &[("BERTPIPE_CRASH_AFTER_SHARDS", "4")]);
+    assert!(
+        !crashed.status.success(),
+        "the crash hook must kill the run"
+    );
+    assert!(
+        !out.join("manifest.json").exists(),
+        "no manifest after a crash"
+    );
+
+    // A rerun without --resume refuses and says how to go on.
+    let again = bertpipe(&args);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(stderr(&again).contains("--resume"), "{}", stderr(&again));
+
+    // Damage one finished shard: resume must rewrite it and everything after it.
+    // Splits are flushed in name order, so the crash hits while `test` shards are written.
+    let second = out.join("test/part-00001.parquet");
+    let first_inode = std::fs::metadata(out.join("test/part-00000.parquet"))
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap();
+    std::fs::write(&second, b"garbage").unwrap();
+
+    let mut resume = args.to_vec();
+    resume.push("--resume");
+    assert_ok(&bertpipe(&resume));
+    assert_reconciles(&out);
+    assert_same_output(&clean, &out);
+    let inode_after = std::fs::metadata(out.join("test/part-00000.parquet"))
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap();
+    assert_eq!(
+        first_inode, inode_after,
+        "a verified shard was rewritten instead of kept"
+    );
+}
+
+#[test]
+fn existing_output_needs_overwrite_and_foreign_folders_are_never_deleted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    assert_ok(&sample_run(&out, &[]));
+    let again = sample_run(&out, &[]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(stderr(&again).contains("--overwrite"), "{}", stderr(&again));
+    assert_ok(&sample_run(&out, &["--overwrite"]));
+
+    let foreign = tmp.path().join("precious");
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(foreign.join("thesis.tex"), "years of work").unwrap();
+    let refused = sample_run(&foreign, &["--overwrite"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(stderr(&refused).contains("does not look like bertpipe output"));
+    assert!(foreign.join("thesis.tex").exists());
+}
+
+#[test]
+fn noise_quantile_filter_drops_the_noisiest_share() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let args = ["--set", "steps[4]={type: filter, max_noise_quantile: 0.9}"];
+    assert_ok(&sample_run(&out, &args));
+    assert_reconciles(&out);
+    let m = manifest(&out);
+    let mut reaching = 0u64;
+    let mut dropped = 0u64;
+    for s in m["splits"].as_object().unwrap().values() {
+        reaching += s["docs_in"].as_u64().unwrap();
+        dropped += s["rejected"]["max_noise_quantile"].as_u64().unwrap_or(0);
+    }
+    // 750 scored documents, q = 0.9: the 10% above the interpolated quantile.
+    assert_eq!(reaching, 750);
+    assert!((74..=75).contains(&dropped), "dropped {dropped}");
+}
+
+#[test]
+fn summary_reports_counts_and_throughput() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let out_set = format!("sink.path={}", out.display());
+    let o = bertpipe(&[
+        "pipeline",
+        "run",
+        "pipelines/imdb-clean.yaml",
+        "--set",
+        &out_set,
+    ]);
+    assert_ok(&o);
+    let err = stderr(&o);
+    assert!(
+        err.contains("750 docs in") && err.contains("docs/s") && err.contains("MB/s"),
+        "{err}"
+    );
+    assert!(err.contains("duplicate_of"), "{err}");
+}
