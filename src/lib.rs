@@ -10,3 +10,4 @@ pub mod document;
 pub mod pipeline;
 pub mod sink;
 pub mod source;
+pub mod synth;

@@ -110,8 +110,8 @@ struct Tag {
 /// `s`. Anything else (a `<` followed by a space, a digit, `=`…) is text.
 fn parse_tag(s: &str) -> Option<Tag> {
     let b = s.as_bytes();
-    if s.starts_with("<!--") {
-        let end = s[4..].find("-->")? + 4 + 3;
+    if let Some(body) = s.strip_prefix("<!--") {
+        let end = body.find("-->")? + 4 + 3;
         return Some(Tag {
             name: String::new(),
             opening: false,

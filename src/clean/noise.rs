@@ -1,7 +1,5 @@
 //! `noise_score`: per-document noise components and a weighted composite.
 
-use std::collections::HashSet;
-
 use serde::{Deserialize, Serialize};
 
 use super::{Step, Verdict};
@@ -89,13 +87,13 @@ impl Step for NoiseScore {
 
 impl NoiseScore {
     pub fn score(&self, text: &str) -> NoiseComponents {
-        let (sent_len_std, caps_ratio) = sentence_length_std_and_caps(text);
+        let m = measure(text);
         let mut c = NoiseComponents {
-            sent_len_std,
-            caps_ratio,
-            punct_ratio: punct_ratio(text),
-            repeat_ratio: repeat_ratio(text),
-            mojibake_ratio: mojibake_ratio(text),
+            sent_len_std: m.sentence_std(),
+            caps_ratio: ratio(m.caps_sentences, m.sentences.len() as u32),
+            punct_ratio: ratio(m.punct, m.visible),
+            repeat_ratio: ratio(m.repeated_trigrams, m.trigrams),
+            mojibake_ratio: ratio(m.bad, m.chars).min(1.0),
             score: 0.0,
         };
         let w = &self.weights;
@@ -109,120 +107,152 @@ impl NoiseScore {
     }
 }
 
+fn ratio(part: u32, whole: u32) -> f32 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f32 / whole as f32
+    }
+}
+
 fn is_sentence_end(c: char) -> bool {
     matches!(c, '.' | '!' | '?' | '\n' | '…')
 }
 
 pub(crate) fn is_punct(c: char) -> bool {
     c.is_ascii_punctuation()
-        || matches!(c as u32, 0x2010..=0x2027 | 0x2030..=0x205E | 0x3000..=0x303F | 0xA1 | 0xA7 | 0xAB | 0xB6 | 0xB7 | 0xBB | 0xBF)
+        || (!c.is_ascii()
+            && matches!(c as u32, 0x2010..=0x2027 | 0x2030..=0x205E | 0x3000..=0x303F | 0xA1 | 0xA7 | 0xAB | 0xB6 | 0xB7 | 0xBB | 0xBF))
 }
 
-/// Population standard deviation of words per sentence, and the share of sentences written
-/// in capitals (at least three letters, none lower-case).
-fn sentence_length_std_and_caps(text: &str) -> (f32, f32) {
-    let mut lengths: Vec<u32> = Vec::new();
-    let mut caps = 0u32;
-    let (mut words, mut in_word, mut upper, mut lower) = (0u32, false, 0u32, 0u32);
-    let mut close = |words: &mut u32, upper: &mut u32, lower: &mut u32| {
-        if *words > 0 {
-            lengths.push(*words);
-            if *upper >= 3 && *lower == 0 {
-                caps += 1;
-            }
+/// Raw counts gathered in one pass over the text.
+#[derive(Default)]
+struct Measure {
+    /// Words per sentence.
+    sentences: Vec<u32>,
+    caps_sentences: u32,
+    punct: u32,
+    visible: u32,
+    chars: u32,
+    /// U+FFFD, control characters, and 2 per mojibake sequence.
+    bad: u32,
+    trigrams: u32,
+    repeated_trigrams: u32,
+}
+
+impl Measure {
+    /// Population standard deviation of words per sentence.
+    fn sentence_std(&self) -> f32 {
+        let n = self.sentences.len();
+        if n == 0 {
+            return 0.0;
         }
-        (*words, *upper, *lower) = (0, 0, 0);
+        let mean = self.sentences.iter().map(|&l| l as f64).sum::<f64>() / n as f64;
+        let var = self
+            .sentences
+            .iter()
+            .map(|&l| (l as f64 - mean).powi(2))
+            .sum::<f64>()
+            / n as f64;
+        var.sqrt() as f32
+    }
+}
+
+/// One pass: sentences (split at `.!?…` and line breaks) with their word counts and whether
+/// they are written in capitals (≥ 3 upper-case letters, no lower-case), punctuation among
+/// visible characters, repeated whitespace-token trigrams, and mojibake.
+fn measure(text: &str) -> Measure {
+    let mut m = Measure::default();
+    let (mut words, mut in_word, mut upper, mut lower) = (0u32, false, 0u32, 0u32);
+    let mut token_hash = FNV_OFFSET;
+    let mut in_token = false;
+    let mut window = [0u64; 3];
+    let mut tokens = 0u32;
+    let mut keys: Vec<u64> = Vec::with_capacity(text.len() / 5);
+    let mut prev = '\0';
+    let mut end_token = |hash: &mut u64| {
+        window = [window[1], window[2], *hash];
+        tokens += 1;
+        if tokens >= 3 {
+            keys.push(window[0].rotate_left(42) ^ window[1].rotate_left(21) ^ window[2]);
+        }
+        *hash = FNV_OFFSET;
     };
     for ch in text.chars() {
+        m.chars += 1;
+        let white = if ch.is_ascii() {
+            matches!(ch, ' ' | '\t'..='\r')
+        } else {
+            ch.is_whitespace()
+        };
+        if white {
+            if in_token {
+                end_token(&mut token_hash);
+                in_token = false;
+            }
+        } else {
+            in_token = true;
+            let mut buf = [0u8; 4];
+            for &b in ch.encode_utf8(&mut buf).as_bytes() {
+                token_hash = (token_hash ^ b as u64).wrapping_mul(FNV_PRIME);
+            }
+        }
         if is_sentence_end(ch) {
-            in_word = false;
-            close(&mut words, &mut upper, &mut lower);
-        } else if ch.is_whitespace() {
+            if words > 0 {
+                m.sentences.push(words);
+                m.caps_sentences += (upper >= 3 && lower == 0) as u32;
+            }
+            (words, upper, lower, in_word) = (0, 0, 0, false);
+            m.visible += !white as u32;
+            m.punct += (ch != '\n') as u32;
+        } else if white {
             in_word = false;
         } else {
-            if !in_word && !is_punct(ch) {
+            m.visible += 1;
+            if is_punct(ch) {
+                m.punct += 1;
+            } else if !in_word {
                 words += 1;
                 in_word = true;
             }
-            if ch.is_uppercase() {
+            if ch.is_ascii() {
+                upper += ch.is_ascii_uppercase() as u32;
+                lower += ch.is_ascii_lowercase() as u32;
+            } else if ch.is_uppercase() {
                 upper += 1;
             } else if ch.is_lowercase() {
                 lower += 1;
             }
         }
-    }
-    close(&mut words, &mut upper, &mut lower);
-    let n = lengths.len();
-    if n == 0 {
-        return (0.0, 0.0);
-    }
-    let mean = lengths.iter().map(|&l| l as f64).sum::<f64>() / n as f64;
-    let var = lengths
-        .iter()
-        .map(|&l| (l as f64 - mean).powi(2))
-        .sum::<f64>()
-        / n as f64;
-    (var.sqrt() as f32, caps as f32 / n as f32)
-}
-
-fn punct_ratio(text: &str) -> f32 {
-    let (mut punct, mut visible) = (0u32, 0u32);
-    for ch in text.chars().filter(|c| !c.is_whitespace()) {
-        visible += 1;
-        punct += is_punct(ch) as u32;
-    }
-    if visible == 0 {
-        0.0
-    } else {
-        punct as f32 / visible as f32
-    }
-}
-
-fn repeat_ratio(text: &str) -> f32 {
-    let hashes: Vec<u64> = text.split_whitespace().map(fnv1a).collect();
-    if hashes.len() < 3 {
-        return 0.0;
-    }
-    let total = hashes.len() - 2;
-    let mut seen = HashSet::with_capacity(total);
-    let mut repeats = 0usize;
-    for w in hashes.windows(3) {
-        let key = w[0].rotate_left(42) ^ w[1].rotate_left(21) ^ w[2];
-        if !seen.insert(key) {
-            repeats += 1;
-        }
-    }
-    repeats as f32 / total as f32
-}
-
-fn fnv1a(word: &str) -> u64 {
-    word.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-    })
-}
-
-fn mojibake_ratio(text: &str) -> f32 {
-    let (mut bad, mut total) = (0u32, 0u32);
-    let mut prev = '\0';
-    for ch in text.chars() {
-        total += 1;
-        let control = ch.is_control() && !matches!(ch, '\n' | '\t' | '\r');
-        // UTF-8 read as Latin-1/cp1252: `Ã` + a continuation-range char, or `â€`.
-        let sequence =
-            (prev == 'Ã' && ('\u{80}'..='\u{BF}').contains(&ch)) || (prev == 'â' && ch == '€');
-        if ch == '\u{FFFD}' || control {
-            bad += 1;
-        } else if sequence {
-            bad += 2;
+        if !ch.is_ascii() || ch.is_ascii_control() {
+            let control = ch.is_control() && !matches!(ch, '\n' | '\t' | '\r');
+            // UTF-8 read as Latin-1/cp1252: `Ã` + a continuation-range char, or `â€`.
+            let sequence =
+                (prev == 'Ã' && ('\u{80}'..='\u{BF}').contains(&ch)) || (prev == 'â' && ch == '€');
+            if ch == '\u{FFFD}' || control {
+                m.bad += 1;
+            } else if sequence {
+                m.bad += 2;
+            }
         }
         prev = ch;
     }
-    if total == 0 {
-        0.0
-    } else {
-        (bad as f32 / total as f32).min(1.0)
+    if in_token {
+        end_token(&mut token_hash);
     }
+    if words > 0 {
+        m.sentences.push(words);
+        m.caps_sentences += (upper >= 3 && lower == 0) as u32;
+    }
+    // Sorting a few hundred keys is cheaper than hashing them into a set.
+    keys.sort_unstable();
+    m.trigrams = keys.len() as u32;
+    m.repeated_trigrams = keys.windows(2).filter(|w| w[0] == w[1]).count() as u32;
+    m
 }
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x100_0000_01b3;
 
 #[cfg(test)]
 mod tests {

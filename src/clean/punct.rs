@@ -47,15 +47,12 @@ impl Step for Punctuation {
 impl Punctuation {
     pub fn standardize(&self, text: &str) -> String {
         let mut out = String::with_capacity(text.len());
-        let mut chars = text.chars().peekable();
-        let mut pending_ws: Option<bool> = None; // Some(saw_newline) while inside a whitespace run
-        while let Some(c) = chars.next() {
-            if self.whitespace && c.is_whitespace() {
-                let nl = matches!(c, '\n' | '\r' | '\u{2028}' | '\u{2029}');
-                pending_ws = Some(pending_ws.unwrap_or(false) || nl);
-                continue;
-            }
-            if let Some(nl) = pending_ws.take() {
+        let b = text.as_bytes();
+        let mut pos = 0;
+        // Some(saw_line_break) while inside a whitespace run that has not been written yet.
+        let mut pending_ws: Option<bool> = None;
+        let flush_ws = |pending: &mut Option<bool>, out: &mut String| {
+            if let Some(nl) = pending.take() {
                 if !out.is_empty() {
                     out.push(if nl && self.keep_line_breaks {
                         '\n'
@@ -64,29 +61,56 @@ impl Punctuation {
                     });
                 }
             }
+        };
+        // Ordinary ASCII is copied in bulk; only characters a rule cares about go one by one.
+        let plain = |x: u8| {
+            x.is_ascii() && !matches!(x, b'!' | b'?' | b'.' | b',') && !x.is_ascii_whitespace()
+        };
+        while pos < b.len() {
+            let run = b[pos..]
+                .iter()
+                .position(|&x| !plain(x))
+                .unwrap_or(b.len() - pos);
+            if run > 0 {
+                flush_ws(&mut pending_ws, &mut out);
+                out.push_str(&text[pos..pos + run]);
+                pos += run;
+                continue;
+            }
+            let c = text[pos..].chars().next().expect("on a char boundary");
+            pos += c.len_utf8();
+            if self.whitespace && c.is_whitespace() {
+                let nl = matches!(c, '\n' | '\r' | '\u{2028}' | '\u{2029}');
+                pending_ws = Some(pending_ws.unwrap_or(false) || nl);
+                continue;
+            }
+            flush_ws(&mut pending_ws, &mut out);
             match c {
                 '!' | '?' if self.collapse_exclamations => {
                     out.push(c);
-                    while matches!(chars.peek(), Some('!' | '?')) {
-                        chars.next();
+                    while pos < b.len() && matches!(b[pos], b'!' | b'?') {
+                        pos += 1;
                     }
                 }
                 '.' | '…' if self.ellipsis => {
-                    let mut n = if c == '…' { 3 } else { 1 };
-                    while let Some(&d) = chars.peek() {
-                        match d {
-                            '.' => n += 1,
-                            '…' => n += 3,
-                            _ => break,
+                    let mut dots = if c == '…' { 3 } else { 1 };
+                    loop {
+                        if b.get(pos) == Some(&b'.') {
+                            dots += 1;
+                            pos += 1;
+                        } else if text[pos..].starts_with('…') {
+                            dots += 3;
+                            pos += '…'.len_utf8();
+                        } else {
+                            break;
                         }
-                        chars.next();
                     }
-                    out.push_str(if n >= 2 { "..." } else { "." });
+                    out.push_str(if dots >= 2 { "..." } else { "." });
                 }
                 ',' if self.collapse_commas => {
                     out.push(',');
-                    while chars.peek() == Some(&',') {
-                        chars.next();
+                    while b.get(pos) == Some(&b',') {
+                        pos += 1;
                     }
                 }
                 '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' if self.ascii_quotes => {

@@ -57,7 +57,38 @@ impl Step for UnicodeNormalize {
 }
 
 impl UnicodeNormalize {
+    /// Normalises only the non-ASCII islands of the text: ASCII is already in every normal
+    /// form, and since an ASCII character never composes with what precedes it, the text can
+    /// be cut before any ASCII character that is followed by ASCII. Each island starts one
+    /// character early so a combining mark meets its ASCII base (`e` + U+0301 → `é`).
     pub fn normalize(&self, text: &str) -> String {
+        let bytes = text.as_bytes();
+        let mut out = String::with_capacity(text.len());
+        let mut done = 0;
+        let mut i = 0;
+        while let Some(off) = bytes[i..].iter().position(|b| !b.is_ascii()) {
+            let first_non_ascii = i + off;
+            // Start at the ASCII character before the island, if there is one.
+            let start = if first_non_ascii > done {
+                first_non_ascii - 1
+            } else {
+                first_non_ascii
+            };
+            let mut end = first_non_ascii;
+            while end < bytes.len() && !bytes[end].is_ascii() {
+                end += 1;
+            }
+            out.push_str(&text[done..start]);
+            out.push_str(&self.normalize_all(&text[start..end]));
+            done = end;
+            i = end;
+        }
+        out.push_str(&text[done..]);
+        out
+    }
+
+    /// The plain definition, applied to a whole string.
+    pub fn normalize_all(&self, text: &str) -> String {
         if self.ascii_fold {
             return text.nfkd().filter(char::is_ascii).collect();
         }
@@ -121,6 +152,30 @@ mod tests {
         ];
         for (step, input, want) in cases {
             assert_eq!(step.normalize(input), *want, "{step:?} on {input:?}");
+            assert_eq!(step.normalize_all(input), *want, "{step:?} on {input:?}");
+        }
+    }
+
+    #[test]
+    fn island_normalisation_equals_whole_text_normalisation() {
+        let texts = [
+            "plain e\u{301}te\u{301} with combining marks after ASCII",
+            "\u{301}leading mark, ﬁnal ligature ﬁ, Ｆｕｌｌ width, ½ and ², Å vs A\u{30A}",
+            "한국어 text 東京 and e\u{308}\u{301} stacked marks…",
+            "ends with non-ascii é",
+            "",
+        ];
+        for form in [Form::Nfc, Form::Nfd, Form::Nfkc, Form::Nfkd] {
+            for (strip, fold) in [(false, false), (true, false), (false, true)] {
+                let step = n(form, strip, fold);
+                for t in texts {
+                    assert_eq!(
+                        step.normalize(t),
+                        step.normalize_all(t),
+                        "{step:?} on {t:?}"
+                    );
+                }
+            }
         }
     }
 

@@ -77,6 +77,10 @@ pub struct ShardWriter {
 /// Called with each shard as soon as it is complete on disk.
 pub type OnShard<'a> = dyn FnMut(&str, &ShardInfo) -> Result<()> + 'a;
 
+/// Rows per row group. The writer holds a whole row group in memory before it flushes, so
+/// this bounds the memory of every open shard (about 3 MB of IMDb text).
+const ROW_GROUP_ROWS: usize = 2048;
+
 pub fn writer_properties(sink: &ParquetSink) -> WriterProperties {
     let compression = match sink.compression {
         Compression::Zstd => {
@@ -91,7 +95,7 @@ pub fn writer_properties(sink: &ParquetSink) -> WriterProperties {
             "bertpipe {} (parquet-rs)",
             env!("CARGO_PKG_VERSION")
         ))
-        .set_max_row_group_row_count(Some(sink.shard_rows.clamp(1, 10_000)))
+        .set_max_row_group_row_count(Some(sink.shard_rows.clamp(1, ROW_GROUP_ROWS)))
         // Free text rarely repeats: a dictionary costs time and is discarded anyway.
         .set_column_dictionary_enabled(ColumnPath::from("text"), false)
         .set_column_dictionary_enabled(ColumnPath::from("id"), false)

@@ -150,57 +150,71 @@ impl AclImdb {
         )
     }
 
-    fn read_folder(&self, out: &mut dyn Emit) -> Result<()> {
-        let root = self.root()?;
-        let mut plan: Vec<(String, LabelDir, u64, String, PathBuf)> = Vec::new();
-        let mut total = 0u64;
+    /// The label folders to read, in order; a missing one is an error, except `test/unsup`.
+    fn label_dirs(&self, root: &Path) -> Result<Vec<(String, LabelDir, PathBuf)>> {
+        let mut dirs = Vec::new();
         for split in &self.splits {
             for &label in &self.labels {
                 let dir = root.join(split).join(label.name());
-                if !dir.is_dir() {
-                    if label == LabelDir::Unsup && split == "test" {
-                        continue; // aclImdb has no test/unsup
-                    }
+                if dir.is_dir() {
+                    dirs.push((split.clone(), label, dir));
+                } else if !(label == LabelDir::Unsup && split == "test") {
                     bail!(
                         "'{}' is missing: not a complete aclImdb folder",
                         dir.display()
                     );
                 }
-                let mut files = Vec::new();
-                for entry in std::fs::read_dir(&dir)
-                    .with_context(|| format!("could not list '{}'", dir.display()))?
-                {
-                    let entry = entry?;
-                    if !entry.file_type()?.is_file() {
-                        continue;
-                    }
-                    let name = entry.file_name().to_string_lossy().into_owned();
-                    let key = parse_file_name(&name).map_or(u64::MAX, |(id, _)| id);
-                    let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
-                    total += size;
-                    files.push((key, name, entry.path(), size));
-                }
-                files.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-                plan.extend(
-                    files
-                        .into_iter()
-                        .map(|(_, name, path, size)| (split.clone(), label, size, name, path)),
-                );
             }
         }
-        out.total_bytes(total);
-        for (split, label, size, name, path) in plan {
-            let (meta, ok) = self.meta(&split, label, &name, path.display().to_string(), size);
-            if !ok {
-                let text = std::fs::read(&path)
-                    .map(|b| String::from_utf8_lossy(&b).into_owned())
-                    .unwrap_or_default();
-                out.emit(meta.reject(format!("bad_file_name:{name}"), text))?;
-                continue;
+        Ok(dirs)
+    }
+
+    /// The files of one label folder, in id order (names without an id last, by name).
+    fn list(dir: &Path) -> Result<Vec<(String, u64)>> {
+        let mut files = Vec::new();
+        for entry in
+            std::fs::read_dir(dir).with_context(|| format!("could not list '{}'", dir.display()))?
+        {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+                files.push((entry.file_name().to_string_lossy().into_owned(), size));
             }
-            let bytes = std::fs::read(&path)
-                .with_context(|| format!("could not read '{}'", path.display()))?;
-            out.emit(meta.into_item(bytes, self.on_invalid_utf8))?;
+        }
+        files.sort_by_cached_key(|(name, _)| {
+            (
+                parse_file_name(name).map_or(u64::MAX, |(id, _)| id),
+                name.clone(),
+            )
+        });
+        Ok(files)
+    }
+
+    fn read_folder(&self, out: &mut dyn Emit) -> Result<()> {
+        let root = self.root()?;
+        let dirs = self.label_dirs(&root)?;
+        // The total size (for progress) takes one listing pass; files are listed again folder by
+        // folder while reading, so memory does not hold every name of a large corpus at once.
+        let mut total = 0u64;
+        for (_, _, dir) in &dirs {
+            total += Self::list(dir)?.iter().map(|(_, size)| size).sum::<u64>();
+        }
+        out.total_bytes(total);
+        for (split, label, dir) in dirs {
+            for (name, size) in Self::list(&dir)? {
+                let path = dir.join(&name);
+                let (meta, ok) = self.meta(&split, label, &name, path.display().to_string(), size);
+                if !ok {
+                    let text = std::fs::read(&path)
+                        .map(|b| String::from_utf8_lossy(&b).into_owned())
+                        .unwrap_or_default();
+                    out.emit(meta.reject(format!("bad_file_name:{name}"), text))?;
+                    continue;
+                }
+                let bytes = std::fs::read(&path)
+                    .with_context(|| format!("could not read '{}'", path.display()))?;
+                out.emit(meta.into_item(bytes, self.on_invalid_utf8))?;
+            }
         }
         Ok(())
     }

@@ -146,7 +146,7 @@ impl Csv {
                         continue;
                     }
                 }
-                let whole = || String::from_utf8_lossy(&record.as_slice().to_vec()).into_owned();
+                let whole = || String::from_utf8_lossy(record.as_slice()).into_owned();
                 if let Some(id) = id_idx.and_then(|i| record.get(i)) {
                     meta.id = String::from_utf8_lossy(id).into_owned();
                 }
