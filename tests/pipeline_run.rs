@@ -215,3 +215,60 @@ fn summary_reports_counts_and_throughput() {
     );
     assert!(err.contains("duplicate_of"), "{err}");
 }
+
+#[test]
+fn shard_bytes_splits_output_by_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    // The size is checked every 128 rows: 434 train rows of ~1 KB cross 30 kB several times.
+    assert_ok(&sample_run(
+        &out,
+        &[
+            "--set",
+            "sink.shard_bytes=30000",
+            "--set",
+            "sink.compression=none",
+        ],
+    ));
+    assert_reconciles(&out);
+    let shards = manifest(&out)["splits"]["train"]["shards"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(shards.len() >= 2, "{shards:?}");
+}
+
+#[test]
+fn progress_and_summary_stay_plain_when_stderr_is_not_a_terminal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let out_set = format!("sink.path={}", out.display());
+    let o = bertpipe(&[
+        "pipeline",
+        "run",
+        "pipelines/imdb-clean.yaml",
+        "--set",
+        &out_set,
+    ]);
+    assert_ok(&o);
+    assert!(
+        !stderr(&o).contains('\x1b'),
+        "no terminal control codes in a pipe: {:?}",
+        stderr(&o)
+    );
+    let quiet = bertpipe(&[
+        "pipeline",
+        "run",
+        "pipelines/imdb-clean.yaml",
+        "--set",
+        &out_set,
+        "--overwrite",
+        "--quiet",
+    ]);
+    assert_ok(&quiet);
+    assert!(
+        quiet.stderr.is_empty(),
+        "--quiet prints nothing: {}",
+        stderr(&quiet)
+    );
+}

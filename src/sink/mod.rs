@@ -45,7 +45,8 @@ pub struct ParquetSink {
     /// Most rows per shard.
     #[serde(default = "default_shard_rows")]
     pub shard_rows: usize,
-    /// Close a shard once its size reaches about this many bytes (checked every 1,024 rows).
+    /// Close a shard once its size (written bytes plus the estimated size of buffered rows)
+    /// reaches this many bytes; checked every 128 rows.
     #[serde(default)]
     pub shard_bytes: Option<u64>,
     /// `zstd` (default), `snappy` or `none`.

@@ -77,6 +77,9 @@ pub struct ShardWriter {
 /// Called with each shard as soon as it is complete on disk.
 pub type OnShard<'a> = dyn FnMut(&str, &ShardInfo) -> Result<()> + 'a;
 
+/// With `shard_bytes`, the shard's size is checked after every this many rows.
+const SIZE_CHECK_ROWS: usize = 128;
+
 /// Rows per row group. The writer holds a whole row group in memory before it flushes, so
 /// this bounds the memory of every open shard (about 3 MB of IMDb text).
 const ROW_GROUP_ROWS: usize = 2048;
@@ -148,7 +151,13 @@ impl ShardWriter {
                 self.open = Some(self.start()?);
             }
             let open = self.open.as_mut().expect("just opened");
-            let take = (self.shard_rows - open.rows).min(n - offset);
+            // With a byte limit, write in small slices so the size is checked often.
+            let step = if self.shard_bytes.is_some() {
+                SIZE_CHECK_ROWS
+            } else {
+                usize::MAX
+            };
+            let take = (self.shard_rows - open.rows).min(n - offset).min(step);
             open.writer
                 .write(&batch.slice(offset, take))
                 .with_context(|| format!("could not write to '{}'", open.tmp.display()))?;
