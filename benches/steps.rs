@@ -5,17 +5,12 @@
 
 use std::time::Instant;
 
-use bertpipe::clean::{
-    Dedup, Filter, HtmlStrip, Lowercase, NoiseScore, PipelineStep, Punctuation, UnicodeNormalize,
-};
+use bertpipe::clean::{Dedup, Filter, HtmlStrip, Lowercase, NoiseScore, PipelineStep, Punctuation, UnicodeNormalize};
 use bertpipe::document::Document;
 use bertpipe::synth::{review, Rng};
 
 fn main() {
-    let n: usize = std::env::var("BENCH_REVIEWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(50_000);
+    let n: usize = std::env::var("BENCH_REVIEWS").ok().and_then(|v| v.parse().ok()).unwrap_or(50_000);
     let mut rng = Rng(7);
     let raw: Vec<String> = (0..n).map(|i| review(&mut rng, Some(i % 2 == 0))).collect();
     let bytes: usize = raw.iter().map(String::len).sum();
@@ -27,21 +22,11 @@ fn main() {
         PipelineStep::Punctuation(Punctuation::default()),
         PipelineStep::Lowercase(Lowercase {}),
         PipelineStep::NoiseScore(NoiseScore::default()),
-        PipelineStep::Filter(Filter {
-            min_words: Some(3),
-            max_noise: Some(15.0),
-            ..Default::default()
-        }),
+        PipelineStep::Filter(Filter { min_words: Some(3), max_noise: Some(15.0), ..Default::default() }),
         PipelineStep::Dedup(Dedup::default()),
     ];
-    let mut docs: Vec<Document> = raw
-        .into_iter()
-        .map(|text| Document {
-            text,
-            split: "train".into(),
-            ..Default::default()
-        })
-        .collect();
+    let mut docs: Vec<Document> =
+        raw.into_iter().map(|text| Document { text, split: "train".into(), ..Default::default() }).collect();
     println!("{:<20} {:>10} {:>10}", "step", "median s", "MB/s");
     for step in &steps {
         let input_bytes: usize = docs.iter().map(|d| d.text.len()).sum();
@@ -58,12 +43,7 @@ fn main() {
         }
         times.sort_by(f64::total_cmp);
         let median = times[2];
-        println!(
-            "{:<20} {:>10.4} {:>10.1}",
-            step.type_name(),
-            median,
-            input_bytes as f64 / 1e6 / median
-        );
+        println!("{:<20} {:>10.4} {:>10.1}", step.type_name(), median, input_bytes as f64 / 1e6 / median);
         docs = last;
     }
 }

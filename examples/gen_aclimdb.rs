@@ -19,13 +19,7 @@ struct Args {
 }
 
 fn parse_args() -> Args {
-    let mut a = Args {
-        out: "data/aclImdb-sample".into(),
-        per_label: 150,
-        unsup: 150,
-        seed: 1,
-        tar: false,
-    };
+    let mut a = Args { out: "data/aclImdb-sample".into(), per_label: 150, unsup: 150, seed: 1, tar: false };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut val = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
@@ -35,9 +29,7 @@ fn parse_args() -> Args {
             "--unsup" => a.unsup = val().parse().expect("--unsup N"),
             "--seed" => a.seed = val().parse().expect("--seed N"),
             "--tar" => a.tar = true,
-            other => panic!(
-                "unknown flag {other}; flags: --out DIR --per-label N --unsup N --seed N --tar"
-            ),
+            other => panic!("unknown flag {other}; flags: --out DIR --per-label N --unsup N --seed N --tar"),
         }
     }
     a
@@ -65,11 +57,7 @@ fn write_tree(out: &Path, files: &[(String, Vec<u8>)]) -> std::io::Result<()> {
 }
 
 fn write_tar(out: &Path, files: &[(String, Vec<u8>)]) -> std::io::Result<()> {
-    let path = if out.extension().is_some() {
-        out.to_path_buf()
-    } else {
-        out.join("aclImdb_v1.tar.gz")
-    };
+    let path = if out.extension().is_some() { out.to_path_buf() } else { out.join("aclImdb_v1.tar.gz") };
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir)?;
     }

@@ -5,12 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "bertpipe",
-    version,
-    about = "Get text into BERT and BERT back out again",
-    propagate_version = true
-)]
+#[command(name = "bertpipe", version, about = "Get text into BERT and BERT back out again", propagate_version = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -54,13 +49,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
     /// Worker threads (default: all cores). Output bytes do not depend on it.
-    #[arg(
-        long,
-        short = 'j',
-        value_name = "N",
-        default_value_t = 0,
-        hide_default_value = true
-    )]
+    #[arg(long, short = 'j', value_name = "N", default_value_t = 0, hide_default_value = true)]
     pub threads: usize,
     /// Finish an interrupted run: keep the shards whose checksums verify, write the rest.
     #[arg(long, conflicts_with = "overwrite")]

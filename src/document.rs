@@ -20,6 +20,14 @@ pub struct Document {
     pub dedup_key: Option<DedupKey>,
     /// Bytes of input this record accounts for (progress reporting).
     pub input_bytes: u64,
+    /// Set by `tokenize`: WordPiece ids, without special tokens.
+    pub tokens: Vec<u32>,
+    /// How many of `tokens` are [UNK].
+    pub unk_tokens: u32,
+    /// Set by `classify_sequences`: model inputs with [CLS]/[SEP], one per output row.
+    pub sequences: Vec<Vec<u32>>,
+    /// Tokens truncation removed (windows drop none).
+    pub dropped_tokens: u32,
 }
 
 /// A 128-bit fingerprint of a document's text (and split, when deduplicating per split).

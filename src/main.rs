@@ -31,12 +31,8 @@ fn main() -> ExitCode {
                 Ok(p) => p,
                 Err(e) => return config_failure(&e),
             };
-            let opts = RunOptions {
-                threads: args.threads,
-                resume: args.resume,
-                overwrite: args.overwrite,
-                quiet: args.quiet,
-            };
+            let opts =
+                RunOptions { threads: args.threads, resume: args.resume, overwrite: args.overwrite, quiet: args.quiet };
             match pipeline::run(&p, &opts) {
                 Ok(summary) => {
                     if !args.quiet {
@@ -56,9 +52,6 @@ fn main() -> ExitCode {
 fn config_failure(e: &ConfigErrors) -> ExitCode {
     eprintln!("{e}");
     let n = e.0.len();
-    eprintln!(
-        "error: {n} configuration problem{}",
-        if n == 1 { "" } else { "s" }
-    );
+    eprintln!("error: {n} configuration problem{}", if n == 1 { "" } else { "s" });
     ExitCode::from(EXIT_CONFIG)
 }

@@ -25,10 +25,7 @@ sink:
 ";
 
 fn with_sample_path(yaml: &str) -> String {
-    yaml.replace(
-        "data/aclImdb-sample",
-        &root().join("data/aclImdb-sample").display().to_string(),
-    )
+    yaml.replace("data/aclImdb-sample", &root().join("data/aclImdb-sample").display().to_string())
 }
 
 #[test]
@@ -39,31 +36,29 @@ fn the_sample_pipeline_validates() {
 
 #[test]
 fn unknown_key_gets_a_suggestion_and_a_location() {
-    let (code, err) = validate(&with_sample_path(
-        &BASE.replace("max_noise: 15", "max_nosie: 15"),
-    ));
+    let (code, err) = validate(&with_sample_path(&BASE.replace("max_noise: 15", "max_nosie: 15")));
     assert_eq!(code, Some(78));
-    assert!(err.contains("bad.yaml:8:5: unknown field `max_nosie` in steps[1] (filter), did you mean `max_noise`?"), "{err}");
+    assert!(
+        err.contains("bad.yaml:8:5: unknown field `max_nosie` in steps[1] (filter), did you mean `max_noise`?"),
+        "{err}"
+    );
 }
 
 #[test]
 fn wrong_type_is_located() {
-    let (code, err) = validate(&with_sample_path(
-        &BASE.replace("max_noise: 15", "max_noise: loud"),
-    ));
+    let (code, err) = validate(&with_sample_path(&BASE.replace("max_noise: 15", "max_noise: loud")));
     assert_eq!(code, Some(78));
-    assert!(err.contains("bad.yaml:8:16: steps[1] (filter).max_noise: invalid type: string \"loud\", expected f32"), "{err}");
+    assert!(
+        err.contains("bad.yaml:8:16: steps[1] (filter).max_noise: invalid type: string \"loud\", expected f32"),
+        "{err}"
+    );
 }
 
 #[test]
 fn missing_source_is_located() {
     let (code, err) = validate(&BASE.replace("data/aclImdb-sample", "no/such/corpus"));
     assert_eq!(code, Some(78));
-    assert!(
-        err.contains("bad.yaml:4:9: source.path: '")
-            && err.contains("no/such/corpus' does not exist"),
-        "{err}"
-    );
+    assert!(err.contains("bad.yaml:4:9: source.path: '") && err.contains("no/such/corpus' does not exist"), "{err}");
 }
 
 #[test]
@@ -80,13 +75,7 @@ fn every_problem_is_reported_at_once() {
 
 #[test]
 fn run_with_a_bad_override_exits_78() {
-    let o = bertpipe(&[
-        "pipeline",
-        "run",
-        "pipelines/imdb-clean.yaml",
-        "--set",
-        "steps[4].max_noise=loud",
-    ]);
+    let o = bertpipe(&["pipeline", "run", "pipelines/imdb-clean.yaml", "--set", "steps[4].max_noise=loud"]);
     assert_eq!(o.status.code(), Some(78));
     assert!(stderr(&o).contains("imdb-clean.yaml:"), "{}", stderr(&o));
 }

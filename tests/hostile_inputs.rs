@@ -20,50 +20,21 @@ const CLEAN_STEPS: &str = "steps:
 
 /// An aclImdb tree with every kind of trouble, and the files in reading order.
 fn hostile_tree(root: &Path) -> Vec<(String, Vec<u8>)> {
-    let big: String =
-        "A very long review that goes on and on about the film. ".repeat(5 * 1024 * 1024 / 56);
-    let mut junk: Vec<u8> = (0..4096u32)
-        .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
-        .collect();
+    let big: String = "A very long review that goes on and on about the film. ".repeat(5 * 1024 * 1024 / 56);
+    let mut junk: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
     junk[10] = 0;
     let files: Vec<(String, Vec<u8>)> = vec![
-        (
-            "train/neg/0_1.txt".into(),
-            b"Dreadful.<br /><br />I want my two hours back &amp; my money.".to_vec(),
-        ),
-        (
-            "train/neg/1_2.txt".into(),
-            b"Broken bytes \xff\xfe in the middle of a review.".to_vec(),
-        ),
-        (
-            "train/neg/2_3.txt".into(),
-            b"\xEF\xBB\xBFA review that starts with a byte order mark.".to_vec(),
-        ),
+        ("train/neg/0_1.txt".into(), b"Dreadful.<br /><br />I want my two hours back &amp; my money.".to_vec()),
+        ("train/neg/1_2.txt".into(), b"Broken bytes \xff\xfe in the middle of a review.".to_vec()),
+        ("train/neg/2_3.txt".into(), b"\xEF\xBB\xBFA review that starts with a byte order mark.".to_vec()),
         ("train/neg/3_4.txt".into(), Vec::new()),
-        (
-            "train/neg/4_1.txt".into(),
-            b"Line one of a Windows review.\r\nLine two.\r\n".to_vec(),
-        ),
+        ("train/neg/4_1.txt".into(), b"Line one of a Windows review.\r\nLine two.\r\n".to_vec()),
         ("train/neg/5_2.txt".into(), junk),
-        (
-            "train/neg/6_1.txt".into(),
-            b"Dreadful.<br /><br />I want my two hours back &amp; my money.".to_vec(),
-        ),
-        (
-            "train/neg/notes.txt".into(),
-            b"a file name without a rating".to_vec(),
-        ),
-        (
-            "train/neg/7_9.txt.orig".into(),
-            b"a stray non-txt file".to_vec(),
-        ),
+        ("train/neg/6_1.txt".into(), b"Dreadful.<br /><br />I want my two hours back &amp; my money.".to_vec()),
+        ("train/neg/notes.txt".into(), b"a file name without a rating".to_vec()),
+        ("train/neg/7_9.txt.orig".into(), b"a stray non-txt file".to_vec()),
         ("train/pos/0_10.txt".into(), big.into_bytes()),
-        (
-            "train/pos/1_9.txt".into(),
-            "Sublime \u{201C}Amélie\u{201D}!!! 10/10"
-                .as_bytes()
-                .to_vec(),
-        ),
+        ("train/pos/1_9.txt".into(), "Sublime \u{201C}Amélie\u{201D}!!! 10/10".as_bytes().to_vec()),
         ("test/neg/0_2.txt".into(), b"Not good at all.".to_vec()),
         ("test/pos/0_8.txt".into(), b"Loved it.".to_vec()),
     ];
@@ -73,21 +44,15 @@ fn hostile_tree(root: &Path) -> Vec<(String, Vec<u8>)> {
         std::fs::write(p, bytes).unwrap();
     }
     // The dataset's own non-review files are not documents.
-    std::fs::write(
-        root.join("train/urls_neg.txt"),
-        "http://www.imdb.com/title/tt0000001/usercomments\n",
-    )
-    .unwrap();
+    std::fs::write(root.join("train/urls_neg.txt"), "http://www.imdb.com/title/tt0000001/usercomments\n").unwrap();
     std::fs::write(root.join("train/labeledBow.feat"), "0:1\n").unwrap();
     std::fs::write(root.join("imdb.vocab"), "the\n").unwrap();
     files
 }
 
 fn pipeline_for(dir: &Path, source: &str, out: &Path) -> PathBuf {
-    let yaml = format!(
-        "name: hostile\nsource: {source}\n{CLEAN_STEPS}sink: {{ type: parquet, path: {} }}\n",
-        out.display()
-    );
+    let yaml =
+        format!("name: hostile\nsource: {source}\n{CLEAN_STEPS}sink: {{ type: parquet, path: {} }}\n", out.display());
     write_pipeline(dir, "p.yaml", &yaml)
 }
 
@@ -96,10 +61,7 @@ fn run(p: &Path) -> std::process::Output {
 }
 
 fn rejects_by_id(out: &Path) -> std::collections::BTreeMap<String, String> {
-    strings(out, "_rejects", "id")
-        .into_iter()
-        .zip(strings(out, "_rejects", "reason"))
-        .collect()
+    strings(out, "_rejects", "id").into_iter().zip(strings(out, "_rejects", "reason")).collect()
 }
 
 #[test]
@@ -108,50 +70,28 @@ fn hostile_aclimdb_folder_reconciles_with_reasons() {
     let corpus = tmp.path().join("aclImdb");
     hostile_tree(&corpus);
     let out = tmp.path().join("out");
-    let p = pipeline_for(
-        tmp.path(),
-        &format!("{{ type: aclimdb, path: {} }}", corpus.display()),
-        &out,
-    );
+    let p = pipeline_for(tmp.path(), &format!("{{ type: aclimdb, path: {} }}", corpus.display()), &out);
     assert_ok(&run(&p));
     assert_reconciles(&out);
     let m = manifest(&out);
-    assert_eq!(
-        m["splits"]["train"]["docs_in"], 11,
-        "every file in a label folder is counted"
-    );
+    assert_eq!(m["splits"]["train"]["docs_in"], 11, "every file in a label folder is counted");
     assert_eq!(m["splits"]["test"]["docs_in"], 2);
     assert_eq!(m["splits"]["train"]["utf8_replaced"], 1);
     let rejects = rejects_by_id(&out);
     assert_eq!(rejects["train/neg/3_4"], "empty");
     assert_eq!(rejects["train/neg/5_2"], "binary");
     assert_eq!(rejects["train/neg/notes.txt"], "bad_file_name:notes.txt");
-    assert_eq!(
-        rejects["train/neg/7_9.txt.orig"],
-        "bad_file_name:7_9.txt.orig"
-    );
+    assert_eq!(rejects["train/neg/7_9.txt.orig"], "bad_file_name:7_9.txt.orig");
     assert_eq!(rejects["train/neg/6_1"], "duplicate_of:train/neg/0_1");
     assert_eq!(rejects.len(), 5);
 
     let ids = strings(&out, "train", "id");
     let texts = strings(&out, "train", "text");
     let text = |id: &str| &texts[ids.iter().position(|i| i == id).unwrap()];
-    assert_eq!(
-        text("train/neg/1_2"),
-        "Broken bytes \u{FFFD}\u{FFFD} in the middle of a review."
-    );
-    assert_eq!(
-        text("train/neg/2_3"),
-        "A review that starts with a byte order mark."
-    );
-    assert_eq!(
-        text("train/neg/4_1"),
-        "Line one of a Windows review. Line two."
-    );
-    assert_eq!(
-        text("train/neg/0_1"),
-        "Dreadful. I want my two hours back & my money."
-    );
+    assert_eq!(text("train/neg/1_2"), "Broken bytes \u{FFFD}\u{FFFD} in the middle of a review.");
+    assert_eq!(text("train/neg/2_3"), "A review that starts with a byte order mark.");
+    assert_eq!(text("train/neg/4_1"), "Line one of a Windows review. Line two.");
+    assert_eq!(text("train/neg/0_1"), "Dreadful. I want my two hours back & my money.");
     assert_eq!(text("train/pos/1_9"), "Sublime \"Amélie\"! 10/10");
     assert!(text("train/pos/0_10").len() > 5_000_000);
 }
@@ -164,10 +104,7 @@ fn invalid_utf8_can_be_rejected_instead() {
     let out = tmp.path().join("out");
     let p = pipeline_for(
         tmp.path(),
-        &format!(
-            "{{ type: aclimdb, path: {}, on_invalid_utf8: reject }}",
-            corpus.display()
-        ),
+        &format!("{{ type: aclimdb, path: {}, on_invalid_utf8: reject }}", corpus.display()),
         &out,
     );
     assert_ok(&run(&p));
@@ -183,45 +120,26 @@ fn tarball_reads_as_a_stream_and_matches_the_folder() {
     let files = hostile_tree(&corpus);
     let tarball = tmp.path().join("aclImdb_v1.tar.gz");
     {
-        let gz = flate2::write::GzEncoder::new(
-            std::fs::File::create(&tarball).unwrap(),
-            flate2::Compression::fast(),
-        );
+        let gz = flate2::write::GzEncoder::new(std::fs::File::create(&tarball).unwrap(), flate2::Compression::fast());
         let mut tar = tar::Builder::new(gz);
-        tar.append_dir_all("aclImdb/x", tmp.path().join("nothing-here"))
-            .ok();
+        tar.append_dir_all("aclImdb/x", tmp.path().join("nothing-here")).ok();
         for extra in ["imdb.vocab", "train/urls_neg.txt"] {
-            tar.append_path_with_name(corpus.join(extra), format!("aclImdb/{extra}"))
-                .unwrap();
+            tar.append_path_with_name(corpus.join(extra), format!("aclImdb/{extra}")).unwrap();
         }
         for (name, _) in &files {
-            tar.append_path_with_name(corpus.join(name), format!("aclImdb/{name}"))
-                .unwrap();
+            tar.append_path_with_name(corpus.join(name), format!("aclImdb/{name}")).unwrap();
         }
         tar.into_inner().unwrap().finish().unwrap().flush().unwrap();
     }
     let out_dir = tmp.path().join("from-folder");
     let out_tar = tmp.path().join("from-tar");
-    assert_ok(&run(&pipeline_for(
-        tmp.path(),
-        &format!("{{ type: aclimdb, path: {} }}", corpus.display()),
-        &out_dir,
-    )));
-    assert_ok(&run(&pipeline_for(
-        tmp.path(),
-        &format!("{{ type: aclimdb, path: {} }}", tarball.display()),
-        &out_tar,
-    )));
+    assert_ok(&run(&pipeline_for(tmp.path(), &format!("{{ type: aclimdb, path: {} }}", corpus.display()), &out_dir)));
+    assert_ok(&run(&pipeline_for(tmp.path(), &format!("{{ type: aclimdb, path: {} }}", tarball.display()), &out_tar)));
     assert_reconciles(&out_tar);
     for split in ["train", "test"] {
         for shard in shard_files(&out_dir.join(split)) {
             let twin = out_tar.join(split).join(shard.file_name().unwrap());
-            assert_eq!(
-                std::fs::read(&shard).unwrap(),
-                std::fs::read(&twin).unwrap(),
-                "{}",
-                shard.display()
-            );
+            assert_eq!(std::fs::read(&shard).unwrap(), std::fs::read(&twin).unwrap(), "{}", shard.display());
         }
     }
     let m = manifest(&out_tar);
@@ -238,7 +156,14 @@ fn jsonl_csv_text_and_parquet_sources() {
     )
     .unwrap();
     let out = d.join("o-jsonl");
-    let p = pipeline_for(d, &format!("{{ type: jsonl, path: {}, label_field: label, id_field: id, label_map: {{neg: 0, pos: 1}} }}", d.join("in.jsonl").display()), &out);
+    let p = pipeline_for(
+        d,
+        &format!(
+            "{{ type: jsonl, path: {}, label_field: label, id_field: id, label_map: {{neg: 0, pos: 1}} }}",
+            d.join("in.jsonl").display()
+        ),
+        &out,
+    );
     assert_ok(&run(&p));
     assert_reconciles(&out);
     let r = rejects_by_id(&out);
@@ -246,62 +171,57 @@ fn jsonl_csv_text_and_parquet_sources() {
     assert_eq!(r["in.jsonl:5"], "missing_field:text");
     assert!(r["in.jsonl:6"].starts_with("bad_label:"), "{r:?}");
     assert_eq!(strings(&out, "train", "id"), ["a", "in.jsonl:3"]);
-    assert_eq!(
-        strings(&out, "train", "text"),
-        ["First review, fine.", "Second one."]
-    );
-
-    std::fs::write(d.join("in.csv"), "id,review,sentiment\r\n1,\"Multi-line\nreview, with \"\"quotes\"\"\",1\n2,Short one,0\n3,too,many,fields\n").unwrap();
-    let out = d.join("o-csv");
-    let p = pipeline_for(d, &format!("{{ type: csv, path: {}, text_column: review, label_column: sentiment, id_column: id }}", d.join("in.csv").display()), &out);
-    assert_ok(&run(&p));
-    assert_reconciles(&out);
-    assert_eq!(
-        strings(&out, "train", "text"),
-        ["Multi-line review, with \"quotes\"", "Short one"]
-    );
-    assert!(strings(&out, "_rejects", "reason")[0].starts_with("bad_csv:"));
+    assert_eq!(strings(&out, "train", "text"), ["First review, fine.", "Second one."]);
 
     std::fs::write(
-        d.join("in.txt"),
-        "Para one line one.\nline two.\n\n\nPara two.\n",
+        d.join("in.csv"),
+        "id,review,sentiment\r\n1,\"Multi-line\nreview, with \"\"quotes\"\"\",1\n2,Short one,0\n3,too,many,fields\n",
     )
     .unwrap();
-    let out = d.join("o-text");
+    let out = d.join("o-csv");
     let p = pipeline_for(
         d,
         &format!(
-            "{{ type: text, path: {}, mode: paragraphs, split: unsup }}",
-            d.join("in.txt").display()
+            "{{ type: csv, path: {}, text_column: review, label_column: sentiment, id_column: id }}",
+            d.join("in.csv").display()
         ),
         &out,
     );
     assert_ok(&run(&p));
-    assert_eq!(strings(&out, "unsup", "id"), ["in.txt:1", "in.txt:5"]);
-    assert_eq!(
-        strings(&out, "unsup", "text"),
-        ["Para one line one. line two.", "Para two."]
+    assert_reconciles(&out);
+    assert_eq!(strings(&out, "train", "text"), ["Multi-line review, with \"quotes\"", "Short one"]);
+    assert!(strings(&out, "_rejects", "reason")[0].starts_with("bad_csv:"));
+
+    std::fs::write(d.join("in.txt"), "Para one line one.\nline two.\n\n\nPara two.\n").unwrap();
+    let out = d.join("o-text");
+    let p = pipeline_for(
+        d,
+        &format!("{{ type: text, path: {}, mode: paragraphs, split: unsup }}", d.join("in.txt").display()),
+        &out,
     );
+    assert_ok(&run(&p));
+    assert_eq!(strings(&out, "unsup", "id"), ["in.txt:1", "in.txt:5"]);
+    assert_eq!(strings(&out, "unsup", "text"), ["Para one line one. line two.", "Para two."]);
 
     // Our own shards are a valid Parquet source.
     let shard = d.join("o-csv/train/part-00000.parquet");
     let out = d.join("o-parquet");
-    let p = pipeline_for(d, &format!("{{ type: parquet, path: {}, text_column: text, label_column: label, id_column: id, split: test }}", shard.display()), &out);
+    let p = pipeline_for(
+        d,
+        &format!(
+            "{{ type: parquet, path: {}, text_column: text, label_column: label, id_column: id, split: test }}",
+            shard.display()
+        ),
+        &out,
+    );
     assert_ok(&run(&p));
     assert_eq!(strings(&out, "test", "id"), ["1", "2"]);
     let missing = pipeline_for(
         d,
-        &format!(
-            "{{ type: parquet, path: {}, text_column: body }}",
-            shard.display()
-        ),
+        &format!("{{ type: parquet, path: {}, text_column: body }}", shard.display()),
         &d.join("o-bad"),
     );
     let o = run(&missing);
     assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stderr(&o).contains("has no column `body` (text_column); columns: id, label"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("has no column `body` (text_column); columns: id, label"), "{}", stderr(&o));
 }

@@ -7,14 +7,7 @@ use common::*;
 
 fn sample_run(out: &std::path::Path, extra: &[&str]) -> std::process::Output {
     let out_set = format!("sink.path={}", out.display());
-    let mut args = vec![
-        "pipeline",
-        "run",
-        "pipelines/imdb-clean.yaml",
-        "--set",
-        &out_set,
-        "--quiet",
-    ];
+    let mut args = vec!["pipeline", "run", "pipelines/imdb-clean.yaml", "--set", &out_set, "--quiet"];
     args.extend_from_slice(extra);
     bertpipe(&args)
 }
@@ -27,22 +20,13 @@ fn sample_produces_reconciled_shards_with_the_contract_schema() {
     assert_reconciles(&out);
     let m = manifest(&out);
     assert_eq!(m["format"], "bertpipe-shards/1");
-    assert_eq!(
-        m["splits"]["train"]["docs_in"], 450,
-        "150 neg + 150 pos + 150 unsup"
-    );
+    assert_eq!(m["splits"]["train"]["docs_in"], 450, "150 neg + 150 pos + 150 unsup");
     assert_eq!(m["splits"]["test"]["docs_in"], 300);
     assert!(m["config_sha256"].as_str().unwrap().len() == 64);
     // The sample has duplicates and shouting on purpose: both must be caught.
     let reasons = strings(&out, "_rejects", "reason");
-    assert!(
-        reasons.iter().any(|r| r.starts_with("duplicate_of:train/")),
-        "{reasons:?}"
-    );
-    assert!(
-        reasons.iter().any(|r| r.starts_with("max_noise:")),
-        "{reasons:?}"
-    );
+    assert!(reasons.iter().any(|r| r.starts_with("duplicate_of:train/")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.starts_with("max_noise:")), "{reasons:?}");
 
     let batch = &read_parquet(&out.join("train/part-00000.parquet"))[0];
     let schema = batch.schema();
@@ -63,25 +47,17 @@ fn sample_produces_reconciled_shards_with_the_contract_schema() {
         ]
     );
     let texts = strings(&out, "train", "text");
-    assert!(texts.iter().all(|t| !t.contains("<br")
-        && !t.contains("&quot;")
-        && !t.contains('\u{201C}')
-        && !t.contains("!!")));
+    assert!(texts
+        .iter()
+        .all(|t| !t.contains("<br") && !t.contains("&quot;") && !t.contains('\u{201C}') && !t.contains("!!")));
     let ids = strings(&out, "train", "id");
-    assert!(
-        ids[0].starts_with("train/neg/"),
-        "input order: neg first, got {}",
-        ids[0]
-    );
+    assert!(ids[0].starts_with("train/neg/"), "input order: neg first, got {}", ids[0]);
     // Shards verify against the manifest.
     for shard in m["splits"]["train"]["shards"].as_array().unwrap() {
         let bytes = std::fs::read(out.join(shard["file"].as_str().unwrap())).unwrap();
         assert_eq!(bytes.len() as u64, shard["bytes"].as_u64().unwrap());
         use sha2::Digest;
-        assert_eq!(
-            hex::encode(sha2::Sha256::digest(&bytes)),
-            shard["sha256"].as_str().unwrap()
-        );
+        assert_eq!(hex::encode(sha2::Sha256::digest(&bytes)), shard["sha256"].as_str().unwrap());
     }
 }
 
@@ -91,10 +67,7 @@ fn output_bytes_do_not_depend_on_thread_count() {
     let mut outs = Vec::new();
     for threads in ["1", "2", "5"] {
         let out = tmp.path().join(format!("t{threads}"));
-        assert_ok(&sample_run(
-            &out,
-            &["--threads", threads, "--set", "sink.shard_rows=97"],
-        ));
+        assert_ok(&sample_run(&out, &["--threads", threads, "--set", "sink.shard_rows=97"]));
         outs.push(out);
     }
     assert!(tree_bytes(&outs[0]).len() > 6, "several shards expected");
@@ -110,25 +83,11 @@ fn resume_after_a_crash_gives_the_same_bytes() {
 
     let out = tmp.path().join("crashed");
     let out_set = format!("sink.path={}", out.display());
-    let args = [
-        "pipeline",
-        "run",
-        "pipelines/imdb-clean.yaml",
-        "--set",
-        &out_set,
-        "--set",
-        "sink.shard_rows=60",
-        "--quiet",
-    ];
+    let args =
+        ["pipeline", "run", "pipelines/imdb-clean.yaml", "--set", &out_set, "--set", "sink.shard_rows=60", "--quiet"];
     let crashed = bertpipe_env(&args, &[("BERTPIPE_CRASH_AFTER_SHARDS", "4")]);
-    assert!(
-        !crashed.status.success(),
-        "the crash hook must kill the run"
-    );
-    assert!(
-        !out.join("manifest.json").exists(),
-        "no manifest after a crash"
-    );
+    assert!(!crashed.status.success(), "the crash hook must kill the run");
+    assert!(!out.join("manifest.json").exists(), "no manifest after a crash");
 
     // A rerun without --resume refuses and says how to go on.
     let again = bertpipe(&args);
@@ -151,10 +110,7 @@ fn resume_after_a_crash_gives_the_same_bytes() {
     let inode_after = std::fs::metadata(out.join("test/part-00000.parquet"))
         .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
         .unwrap();
-    assert_eq!(
-        first_inode, inode_after,
-        "a verified shard was rewritten instead of kept"
-    );
+    assert_eq!(first_inode, inode_after, "a verified shard was rewritten instead of kept");
 }
 
 #[test]
@@ -200,19 +156,10 @@ fn summary_reports_counts_and_throughput() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     let out_set = format!("sink.path={}", out.display());
-    let o = bertpipe(&[
-        "pipeline",
-        "run",
-        "pipelines/imdb-clean.yaml",
-        "--set",
-        &out_set,
-    ]);
+    let o = bertpipe(&["pipeline", "run", "pipelines/imdb-clean.yaml", "--set", &out_set]);
     assert_ok(&o);
     let err = stderr(&o);
-    assert!(
-        err.contains("750 docs in") && err.contains("docs/s") && err.contains("MB/s"),
-        "{err}"
-    );
+    assert!(err.contains("750 docs in") && err.contains("docs/s") && err.contains("MB/s"), "{err}");
     assert!(err.contains("duplicate_of"), "{err}");
 }
 
@@ -221,20 +168,9 @@ fn shard_bytes_splits_output_by_size() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     // The size is checked every 128 rows: 434 train rows of ~1 KB cross 30 kB several times.
-    assert_ok(&sample_run(
-        &out,
-        &[
-            "--set",
-            "sink.shard_bytes=30000",
-            "--set",
-            "sink.compression=none",
-        ],
-    ));
+    assert_ok(&sample_run(&out, &["--set", "sink.shard_bytes=30000", "--set", "sink.compression=none"]));
     assert_reconciles(&out);
-    let shards = manifest(&out)["splits"]["train"]["shards"]
-        .as_array()
-        .unwrap()
-        .clone();
+    let shards = manifest(&out)["splits"]["train"]["shards"].as_array().unwrap().clone();
     assert!(shards.len() >= 2, "{shards:?}");
 }
 
@@ -243,32 +179,11 @@ fn progress_and_summary_stay_plain_when_stderr_is_not_a_terminal() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     let out_set = format!("sink.path={}", out.display());
-    let o = bertpipe(&[
-        "pipeline",
-        "run",
-        "pipelines/imdb-clean.yaml",
-        "--set",
-        &out_set,
-    ]);
+    let o = bertpipe(&["pipeline", "run", "pipelines/imdb-clean.yaml", "--set", &out_set]);
     assert_ok(&o);
-    assert!(
-        !stderr(&o).contains('\x1b'),
-        "no terminal control codes in a pipe: {:?}",
-        stderr(&o)
-    );
-    let quiet = bertpipe(&[
-        "pipeline",
-        "run",
-        "pipelines/imdb-clean.yaml",
-        "--set",
-        &out_set,
-        "--overwrite",
-        "--quiet",
-    ]);
+    assert!(!stderr(&o).contains('\x1b'), "no terminal control codes in a pipe: {:?}", stderr(&o));
+    let quiet =
+        bertpipe(&["pipeline", "run", "pipelines/imdb-clean.yaml", "--set", &out_set, "--overwrite", "--quiet"]);
     assert_ok(&quiet);
-    assert!(
-        quiet.stderr.is_empty(),
-        "--quiet prints nothing: {}",
-        stderr(&quiet)
-    );
+    assert!(quiet.stderr.is_empty(), "--quiet prints nothing: {}", stderr(&quiet));
 }

@@ -66,10 +66,7 @@ impl DedupIndex {
                 Some(&self.ids[start..self.ends[i]])
             }
             Entry::Vacant(e) => {
-                e.insert(
-                    u32::try_from(self.ends.len())
-                        .expect("fewer than 4 billion distinct documents"),
-                );
+                e.insert(u32::try_from(self.ends.len()).expect("fewer than 4 billion distinct documents"));
                 self.ids.push_str(id);
                 self.ends.push(self.ids.len());
                 None
@@ -99,11 +96,7 @@ mod tests {
     use super::*;
 
     fn key(d: &Dedup, split: &str, text: &str) -> DedupKey {
-        let mut doc = Document {
-            split: split.into(),
-            text: text.into(),
-            ..Default::default()
-        };
+        let mut doc = Document { split: split.into(), text: text.into(), ..Default::default() };
         d.apply(&mut doc);
         doc.dedup_key.unwrap()
     }
@@ -119,12 +112,8 @@ mod tests {
 
     #[test]
     fn scope_controls_cross_split_matches() {
-        let split = Dedup {
-            scope: DedupScope::Split,
-        };
-        let global = Dedup {
-            scope: DedupScope::Global,
-        };
+        let split = Dedup { scope: DedupScope::Split };
+        let global = Dedup { scope: DedupScope::Global };
         assert_ne!(key(&split, "train", "t"), key(&split, "test", "t"));
         assert_eq!(key(&global, "train", "t"), key(&global, "test", "t"));
     }

@@ -114,10 +114,7 @@ mod tests {
     fn doc(text: &str, noise: Option<f32>) -> Document {
         Document {
             text: text.into(),
-            noise: noise.map(|score| NoiseComponents {
-                score,
-                ..Default::default()
-            }),
+            noise: noise.map(|score| NoiseComponents { score, ..Default::default() }),
             ..Default::default()
         }
     }
@@ -134,22 +131,10 @@ mod tests {
         };
         let cases: &[(&str, Option<f32>, Option<&str>)] = &[
             ("too short", None, Some("min_words:2<3")),
-            (
-                "one two three four five six seven",
-                None,
-                Some("max_words:7>6"),
-            ),
+            ("one two three four five six seven", None, Some("max_words:7>6")),
             ("a b c d", None, Some("min_chars:7<10")),
-            (
-                "abcdefghij abcdefghij abcdefghij abcdefghij",
-                None,
-                Some("max_chars:43>40"),
-            ),
-            (
-                "a fine review here",
-                Some(16.5),
-                Some("max_noise:16.500>15"),
-            ),
+            ("abcdefghij abcdefghij abcdefghij abcdefghij", None, Some("max_chars:43>40")),
+            ("a fine review here", Some(16.5), Some("max_noise:16.500>15")),
             ("a fine review here", Some(15.0), None),
             ("a fine review here", None, None),
         ];
@@ -194,11 +179,7 @@ mod tests {
 
     #[test]
     fn resolved_quantile_threshold_rejects_above() {
-        let f = Filter {
-            max_noise_quantile: Some(0.9),
-            resolved_quantile_threshold: Some(3.0),
-            ..Default::default()
-        };
+        let f = Filter { max_noise_quantile: Some(0.9), resolved_quantile_threshold: Some(3.0), ..Default::default() };
         assert!(
             matches!(f.apply(&mut doc("x", Some(3.5))), Verdict::Reject(r) if r.starts_with("max_noise_quantile:"))
         );

@@ -112,25 +112,13 @@ fn parse_tag(s: &str) -> Option<Tag> {
     let b = s.as_bytes();
     if let Some(body) = s.strip_prefix("<!--") {
         let end = body.find("-->")? + 4 + 3;
-        return Some(Tag {
-            name: String::new(),
-            opening: false,
-            len: end,
-        });
+        return Some(Tag { name: String::new(), opening: false, len: end });
     }
     if b.len() > 2 && (b[1] == b'!' || b[1] == b'?') && b[2].is_ascii_alphabetic() {
         let end = s.find('>')? + 1;
-        return Some(Tag {
-            name: String::new(),
-            opening: false,
-            len: end,
-        });
+        return Some(Tag { name: String::new(), opening: false, len: end });
     }
-    let (closing, name_start) = if b.get(1) == Some(&b'/') {
-        (true, 2)
-    } else {
-        (false, 1)
-    };
+    let (closing, name_start) = if b.get(1) == Some(&b'/') { (true, 2) } else { (false, 1) };
     if !b.get(name_start)?.is_ascii_alphabetic() {
         return None;
     }
@@ -143,20 +131,8 @@ fn parse_tag(s: &str) -> Option<Tag> {
     // of a runaway (> 1 KiB) "tag".
     let rest = &b[j..];
     match rest.first() {
-        Some(b'>') => {
-            return Some(Tag {
-                name,
-                opening: !closing,
-                len: j + 1,
-            })
-        }
-        Some(b'/') if rest.get(1) == Some(&b'>') => {
-            return Some(Tag {
-                name,
-                opening: false,
-                len: j + 2,
-            })
-        }
+        Some(b'>') => return Some(Tag { name, opening: !closing, len: j + 1 }),
+        Some(b'/') if rest.get(1) == Some(&b'>') => return Some(Tag { name, opening: false, len: j + 2 }),
         Some(c) if c.is_ascii_whitespace() => {}
         _ => return None,
     }
@@ -168,13 +144,7 @@ fn parse_tag(s: &str) -> Option<Tag> {
             Some(q) if c == q => quote = None,
             Some(_) => {}
             None if c == b'"' || c == b'\'' => quote = Some(c),
-            None if c == b'>' => {
-                return Some(Tag {
-                    name,
-                    opening: !closing,
-                    len: k + 1,
-                })
-            }
+            None if c == b'>' => return Some(Tag { name, opening: !closing, len: k + 1 }),
             None if c == b'<' => return None,
             None => {}
         }
@@ -185,9 +155,7 @@ fn parse_tag(s: &str) -> Option<Tag> {
 
 fn find_ascii_ci(hay: &str, needle: &str) -> Option<usize> {
     let n = needle.len();
-    hay.as_bytes()
-        .windows(n)
-        .position(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+    hay.as_bytes().windows(n).position(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
 }
 
 #[cfg(test)]
@@ -201,10 +169,7 @@ mod tests {
             ("Great film.<br /><br />Loved it", "Great film.\n\nLoved it"),
             ("if a < b and c > d then", "if a < b and c > d then"),
             ("3<5 and 7>2", "3<5 and 7>2"),
-            (
-                "<i>Amélie</i> is &quot;great&quot; &amp; fun",
-                "Amélie is \"great\" & fun",
-            ),
+            ("<i>Amélie</i> is &quot;great&quot; &amp; fun", "Amélie is \"great\" & fun"),
             ("caf&eacute; &#233; &#xE9; &hellip;", "café é é …"),
             ("&lt;br&gt; stays text", "<br> stays text"),
             ("a<!-- hidden -->b", "ab"),
@@ -223,9 +188,7 @@ mod tests {
 
     #[test]
     fn no_block_breaks_removes_tags_only() {
-        let h = HtmlStrip {
-            block_breaks: false,
-        };
+        let h = HtmlStrip { block_breaks: false };
         assert_eq!(h.strip("a<br />b"), "ab");
     }
 }

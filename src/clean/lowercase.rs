@@ -27,15 +27,9 @@ mod tests {
 
     #[test]
     fn lowercases_ascii_and_unicode() {
-        for (input, want) in [
-            ("Hello WORLD", "hello world"),
-            ("ÉCOLE Straße ΣΑΣ", "école straße σας"),
-            ("", ""),
-        ] {
-            let mut d = Document {
-                text: input.into(),
-                ..Default::default()
-            };
+        for (input, want) in [("Hello WORLD", "hello world"), ("ÉCOLE Straße ΣΑΣ", "école straße σας"), ("", "")]
+        {
+            let mut d = Document { text: input.into(), ..Default::default() };
             Lowercase {}.apply(&mut d);
             assert_eq!(d.text, want);
         }

@@ -43,6 +43,8 @@ tagged_enum! {
         "noise_score" => NoiseScore(NoiseScore),
         "filter" => Filter(Filter),
         "dedup" => Dedup(Dedup),
+        "tokenize" => Tokenize(crate::tokenize::Tokenize),
+        "classify_sequences" => ClassifySequences(crate::sequence::ClassifySequences),
     }
 }
 
@@ -56,6 +58,25 @@ impl PipelineStep {
             PipelineStep::NoiseScore(s) => s,
             PipelineStep::Filter(s) => s,
             PipelineStep::Dedup(s) => s,
+            PipelineStep::Tokenize(s) => s,
+            PipelineStep::ClassifySequences(s) => s,
+        }
+    }
+
+    /// Paths in the step's options (resolved against the pipeline file's folder).
+    pub fn paths_mut(&mut self) -> Vec<(&'static str, &mut std::path::PathBuf)> {
+        match self {
+            PipelineStep::Tokenize(t) => {
+                let mut v = Vec::new();
+                if let Some(p) = t.vocab.as_mut() {
+                    v.push(("vocab", p));
+                }
+                if let Some(p) = t.tokenizer.as_mut() {
+                    v.push(("tokenizer", p));
+                }
+                v
+            }
+            _ => Vec::new(),
         }
     }
 }

@@ -34,13 +34,7 @@ pub struct NoiseWeights {
 
 impl Default for NoiseWeights {
     fn default() -> Self {
-        NoiseWeights {
-            sent_len_std: 0.4,
-            punct_ratio: 0.3,
-            caps_ratio: 0.3,
-            repeat_ratio: 0.0,
-            mojibake_ratio: 0.0,
-        }
+        NoiseWeights { sent_len_std: 0.4, punct_ratio: 0.3, caps_ratio: 0.3, repeat_ratio: 0.0, mojibake_ratio: 0.0 }
     }
 }
 
@@ -67,14 +61,7 @@ impl NoiseComponents {
     ];
 
     pub fn values(&self) -> [f32; 6] {
-        [
-            self.score,
-            self.sent_len_std,
-            self.punct_ratio,
-            self.caps_ratio,
-            self.repeat_ratio,
-            self.mojibake_ratio,
-        ]
+        [self.score, self.sent_len_std, self.punct_ratio, self.caps_ratio, self.repeat_ratio, self.mojibake_ratio]
     }
 }
 
@@ -148,12 +135,7 @@ impl Measure {
             return 0.0;
         }
         let mean = self.sentences.iter().map(|&l| l as f64).sum::<f64>() / n as f64;
-        let var = self
-            .sentences
-            .iter()
-            .map(|&l| (l as f64 - mean).powi(2))
-            .sum::<f64>()
-            / n as f64;
+        let var = self.sentences.iter().map(|&l| (l as f64 - mean).powi(2)).sum::<f64>() / n as f64;
         var.sqrt() as f32
     }
 }
@@ -180,11 +162,7 @@ fn measure(text: &str) -> Measure {
     };
     for ch in text.chars() {
         m.chars += 1;
-        let white = if ch.is_ascii() {
-            matches!(ch, ' ' | '\t'..='\r')
-        } else {
-            ch.is_whitespace()
-        };
+        let white = if ch.is_ascii() { matches!(ch, ' ' | '\t'..='\r') } else { ch.is_whitespace() };
         if white {
             if in_token {
                 end_token(&mut token_hash);
@@ -227,8 +205,7 @@ fn measure(text: &str) -> Measure {
         if !ch.is_ascii() || ch.is_ascii_control() {
             let control = ch.is_control() && !matches!(ch, '\n' | '\t' | '\r');
             // UTF-8 read as Latin-1/cp1252: `Ã` + a continuation-range char, or `â€`.
-            let sequence =
-                (prev == 'Ã' && ('\u{80}'..='\u{BF}').contains(&ch)) || (prev == 'â' && ch == '€');
+            let sequence = (prev == 'Ã' && ('\u{80}'..='\u{BF}').contains(&ch)) || (prev == 'â' && ch == '€');
             if ch == '\u{FFFD}' || control {
                 m.bad += 1;
             } else if sequence {
@@ -279,10 +256,7 @@ mod tests {
         let calm = score("This was a fine film. The acting was good. I would watch it again.");
         let loud = score("THIS WAS THE WORST FILM EVER! I HATED IT! NEVER AGAIN!");
         assert_eq!(loud.caps_ratio, 1.0);
-        assert!(
-            loud.score > 15.0 && calm.score < 10.0,
-            "calm {calm:?} loud {loud:?}"
-        );
+        assert!(loud.score > 15.0 && calm.score < 10.0, "calm {calm:?} loud {loud:?}");
     }
 
     #[test]

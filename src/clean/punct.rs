@@ -54,23 +54,14 @@ impl Punctuation {
         let flush_ws = |pending: &mut Option<bool>, out: &mut String| {
             if let Some(nl) = pending.take() {
                 if !out.is_empty() {
-                    out.push(if nl && self.keep_line_breaks {
-                        '\n'
-                    } else {
-                        ' '
-                    });
+                    out.push(if nl && self.keep_line_breaks { '\n' } else { ' ' });
                 }
             }
         };
         // Ordinary ASCII is copied in bulk; only characters a rule cares about go one by one.
-        let plain = |x: u8| {
-            x.is_ascii() && !matches!(x, b'!' | b'?' | b'.' | b',') && !x.is_ascii_whitespace()
-        };
+        let plain = |x: u8| x.is_ascii() && !matches!(x, b'!' | b'?' | b'.' | b',') && !x.is_ascii_whitespace();
         while pos < b.len() {
-            let run = b[pos..]
-                .iter()
-                .position(|&x| !plain(x))
-                .unwrap_or(b.len() - pos);
+            let run = b[pos..].iter().position(|&x| !plain(x)).unwrap_or(b.len() - pos);
             if run > 0 {
                 flush_ws(&mut pending_ws, &mut out);
                 out.push_str(&text[pos..pos + run]);
@@ -113,12 +104,8 @@ impl Punctuation {
                         pos += 1;
                     }
                 }
-                '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' if self.ascii_quotes => {
-                    out.push('\'')
-                }
-                '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' if self.ascii_quotes => {
-                    out.push('"')
-                }
+                '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' if self.ascii_quotes => out.push('\''),
+                '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' if self.ascii_quotes => out.push('"'),
                 _ => out.push(c),
             }
         }
@@ -138,10 +125,7 @@ mod tests {
             ("Well.... maybe… or.. not", "Well... maybe... or... not"),
             ("end. Start", "end. Start"),
             ("a,, b,,, c", "a, b, c"),
-            (
-                "\u{201C}Great\u{201D} isn\u{2019}t \u{2018}it\u{2019}",
-                "\"Great\" isn't 'it'",
-            ),
+            ("\u{201C}Great\u{201D} isn\u{2019}t \u{2018}it\u{2019}", "\"Great\" isn't 'it'"),
             ("  lots   of\t\tspace \n\n here  ", "lots of space here"),
             ("", ""),
             ("…", "..."),
@@ -153,22 +137,11 @@ mod tests {
 
     #[test]
     fn rules_switch_off_independently() {
-        let p = Punctuation {
-            collapse_exclamations: false,
-            whitespace: false,
-            ..Default::default()
-        };
+        let p = Punctuation { collapse_exclamations: false, whitespace: false, ..Default::default() };
         assert_eq!(p.standardize("Hi!!!  there"), "Hi!!!  there");
-        let p = Punctuation {
-            keep_line_breaks: true,
-            ..Default::default()
-        };
+        let p = Punctuation { keep_line_breaks: true, ..Default::default() };
         assert_eq!(p.standardize("one.\n\n two.  three"), "one.\ntwo. three");
-        let p = Punctuation {
-            ascii_quotes: false,
-            ellipsis: false,
-            ..Default::default()
-        };
+        let p = Punctuation { ascii_quotes: false, ellipsis: false, ..Default::default() };
         assert_eq!(p.standardize("\u{201C}a\u{201D}…"), "\u{201C}a\u{201D}…");
     }
 }

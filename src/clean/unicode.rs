@@ -38,11 +38,7 @@ fn default_form() -> Form {
 
 impl Default for UnicodeNormalize {
     fn default() -> Self {
-        UnicodeNormalize {
-            form: default_form(),
-            strip_accents: false,
-            ascii_fold: false,
-        }
+        UnicodeNormalize { form: default_form(), strip_accents: false, ascii_fold: false }
     }
 }
 
@@ -69,11 +65,7 @@ impl UnicodeNormalize {
         while let Some(off) = bytes[i..].iter().position(|b| !b.is_ascii()) {
             let first_non_ascii = i + off;
             // Start at the ASCII character before the island, if there is one.
-            let start = if first_non_ascii > done {
-                first_non_ascii - 1
-            } else {
-                first_non_ascii
-            };
+            let start = if first_non_ascii > done { first_non_ascii - 1 } else { first_non_ascii };
             let mut end = first_non_ascii;
             while end < bytes.len() && !bytes[end].is_ascii() {
                 end += 1;
@@ -119,11 +111,7 @@ mod tests {
     use super::*;
 
     fn n(form: Form, strip_accents: bool, ascii_fold: bool) -> UnicodeNormalize {
-        UnicodeNormalize {
-            form,
-            strip_accents,
-            ascii_fold,
-        }
+        UnicodeNormalize { form, strip_accents, ascii_fold }
     }
 
     #[test]
@@ -131,22 +119,10 @@ mod tests {
         let cases: &[(UnicodeNormalize, &str, &str)] = &[
             (n(Form::Nfc, false, false), "cafe\u{301}", "café"),
             (n(Form::Nfd, false, false), "café", "cafe\u{301}"),
-            (
-                n(Form::Nfkc, false, false),
-                "ﬁne … Ｆｕｌｌ",
-                "fine ... Full",
-            ),
-            (
-                n(Form::Nfkd, true, false),
-                "Amélie naïve Zoë",
-                "Amelie naive Zoe",
-            ),
+            (n(Form::Nfkc, false, false), "ﬁne … Ｆｕｌｌ", "fine ... Full"),
+            (n(Form::Nfkd, true, false), "Amélie naïve Zoë", "Amelie naive Zoe"),
             (n(Form::Nfc, true, false), "Crème brûlée", "Creme brulee"),
-            (
-                n(Form::Nfkd, false, true),
-                "Café “quoted” 😀 東京 ok",
-                "Cafe quoted   ok",
-            ),
+            (n(Form::Nfkd, false, true), "Café “quoted” 😀 東京 ok", "Cafe quoted   ok"),
             (n(Form::Nfkc, false, false), "plain ascii", "plain ascii"),
             (n(Form::Nfkc, true, false), "", ""),
         ];
@@ -169,11 +145,7 @@ mod tests {
             for (strip, fold) in [(false, false), (true, false), (false, true)] {
                 let step = n(form, strip, fold);
                 for t in texts {
-                    assert_eq!(
-                        step.normalize(t),
-                        step.normalize_all(t),
-                        "{step:?} on {t:?}"
-                    );
+                    assert_eq!(step.normalize(t), step.normalize_all(t), "{step:?} on {t:?}");
                 }
             }
         }

@@ -79,11 +79,7 @@ struct Checker<'a> {
 
 impl Checker<'_> {
     fn at(&mut self, pos: Pos, message: String) {
-        self.errors.push(ConfigError {
-            file: self.file.clone(),
-            pos: Some(pos),
-            message,
-        });
+        self.errors.push(ConfigError { file: self.file.clone(), pos: Some(pos), message });
     }
 
     fn at_path(&mut self, path: &[PathSeg], message: String) {
@@ -103,20 +99,11 @@ impl Checker<'_> {
         let node = self.node(&path)?;
         let label = display_path(&path);
         let Node::Map(..) = node else {
-            self.at(
-                node.pos(),
-                format!("{label} must be a mapping with a `type` key"),
-            );
+            self.at(node.pos(), format!("{label} must be a mapping with a `type` key"));
             return None;
         };
         let Some(type_node) = node.get("type") else {
-            self.at(
-                node.pos(),
-                format!(
-                    "{label} has no `type`; expected one of: {}",
-                    types.join(", ")
-                ),
-            );
+            self.at(node.pos(), format!("{label} has no `type`; expected one of: {}", types.join(", ")));
             return None;
         };
         let type_pos = type_node.pos();
@@ -128,15 +115,10 @@ impl Checker<'_> {
         options.as_object_mut().map(|o| o.remove("type"));
         match build(type_name, options) {
             None => {
-                let hint = suggest(type_name, types)
-                    .map(|s| format!(", did you mean `{s}`?"))
-                    .unwrap_or_default();
+                let hint = suggest(type_name, types).map(|s| format!(", did you mean `{s}`?")).unwrap_or_default();
                 self.at(
                     type_pos,
-                    format!(
-                        "unknown {what} type `{type_name}` in {label}{hint} (valid: {})",
-                        types.join(", ")
-                    ),
+                    format!("unknown {what} type `{type_name}` in {label}{hint} (valid: {})", types.join(", ")),
                 );
                 None
             }
@@ -148,11 +130,7 @@ impl Checker<'_> {
         }
     }
 
-    fn plain<T: serde::de::DeserializeOwned>(
-        &mut self,
-        path: Vec<PathSeg>,
-        label: &str,
-    ) -> Option<T> {
+    fn plain<T: serde::de::DeserializeOwned>(&mut self, path: Vec<PathSeg>, label: &str) -> Option<T> {
         let node = self.node(&path)?;
         match serde_path_to_error::deserialize(node.to_value()) {
             Ok(v) => Some(v),
@@ -175,12 +153,7 @@ impl Checker<'_> {
         Some(node)
     }
 
-    fn serde_error(
-        &mut self,
-        base: &[PathSeg],
-        label: &str,
-        e: serde_path_to_error::Error<serde_json::Error>,
-    ) {
+    fn serde_error(&mut self, base: &[PathSeg], label: &str, e: serde_path_to_error::Error<serde_json::Error>) {
         let mut path = base.to_vec();
         for seg in e.path().iter() {
             match seg {
@@ -197,15 +170,9 @@ impl Checker<'_> {
             }
         }
         let field_path = display_path(&path[base.len()..]);
-        let within = if field_path.is_empty() {
-            label.to_string()
-        } else {
-            format!("{label}.{field_path}")
-        };
+        let within = if field_path.is_empty() { label.to_string() } else { format!("{label}.{field_path}") };
         if let Some((field, expected)) = unknown {
-            let hint = suggest(&field, &expected)
-                .map(|s| format!(", did you mean `{s}`?"))
-                .unwrap_or_default();
+            let hint = suggest(&field, &expected).map(|s| format!(", did you mean `{s}`?")).unwrap_or_default();
             let valid = if hint.is_empty() && !expected.is_empty() {
                 format!(" (valid: {})", expected.join(", "))
             } else {
@@ -213,20 +180,12 @@ impl Checker<'_> {
             };
             let parent = self.node(&path).and_then(|n| n.key_pos(&field));
             let pos = parent.unwrap_or_else(|| self.root.locate(&path));
-            self.at(
-                pos,
-                format!("unknown field `{field}` in {within}{hint}{valid}"),
-            );
+            self.at(pos, format!("unknown field `{field}` in {within}{hint}{valid}"));
         } else if let Some((variant, expected)) = parse_unknown(&inner, "unknown variant") {
-            let hint = suggest(&variant, &expected)
-                .map(|s| format!(", did you mean `{s}`?"))
-                .unwrap_or_default();
+            let hint = suggest(&variant, &expected).map(|s| format!(", did you mean `{s}`?")).unwrap_or_default();
             self.at_path(
                 &path,
-                format!(
-                    "invalid value `{variant}` for {within}{hint} (valid: {})",
-                    expected.join(", ")
-                ),
+                format!("invalid value `{variant}` for {within}{hint} (valid: {})", expected.join(", ")),
             );
         } else {
             self.at_path(&path, format!("{within}: {inner}"));
@@ -285,54 +244,26 @@ impl Pipeline {
     }
 
     /// As [`Pipeline::load`], from YAML text; relative paths resolve against `base`.
-    pub fn from_yaml(
-        text: &str,
-        file: &str,
-        base: &Path,
-        overrides: &[String],
-    ) -> Result<Pipeline, ConfigErrors> {
+    pub fn from_yaml(text: &str, file: &str, base: &Path, overrides: &[String]) -> Result<Pipeline, ConfigErrors> {
         let one = |pos: Option<Pos>, file: &str, message: String| {
-            ConfigErrors(vec![ConfigError {
-                file: file.to_string(),
-                pos,
-                message,
-            }])
+            ConfigErrors(vec![ConfigError { file: file.to_string(), pos, message }])
         };
         let mut root = yaml::parse(text).map_err(|e| one(Some(e.pos), file, e.message))?;
         let mut errors = Vec::new();
         for o in overrides {
             if let Err(message) = apply_override(&mut root, o) {
-                errors.push(ConfigError {
-                    file: format!("--set {o}"),
-                    pos: None,
-                    message,
-                });
+                errors.push(ConfigError { file: format!("--set {o}"), pos: None, message });
             }
         }
-        let mut c = Checker {
-            file: file.to_string(),
-            root: &root,
-            errors,
-        };
+        let mut c = Checker { file: file.to_string(), root: &root, errors };
         let Node::Map(entries, _) = &root else {
-            c.at(
-                root.pos(),
-                "a pipeline must be a mapping with name, source, steps and sink".into(),
-            );
+            c.at(root.pos(), "a pipeline must be a mapping with name, source, steps and sink".into());
             return Err(ConfigErrors(c.errors));
         };
         for (key, pos, _) in entries {
             if !TOP_LEVEL_KEYS.contains(&key.as_str()) {
-                let hint = suggest(key, TOP_LEVEL_KEYS)
-                    .map(|s| format!(", did you mean `{s}`?"))
-                    .unwrap_or_default();
-                c.at(
-                    *pos,
-                    format!(
-                        "unknown top-level key `{key}`{hint} (valid: {})",
-                        TOP_LEVEL_KEYS.join(", ")
-                    ),
-                );
+                let hint = suggest(key, TOP_LEVEL_KEYS).map(|s| format!(", did you mean `{s}`?")).unwrap_or_default();
+                c.at(*pos, format!("unknown top-level key `{key}`{hint} (valid: {})", TOP_LEVEL_KEYS.join(", ")));
             }
         }
         let key = |k: &str| vec![PathSeg::Key(k.into())];
@@ -344,23 +275,10 @@ impl Pipeline {
                 true
             }
         };
-        let name = if require(&mut c, "name") {
-            c.plain::<String>(key("name"), "name")
-        } else {
-            None
-        };
-        let seed = if root.get("seed").is_some() {
-            c.plain::<u64>(key("seed"), "seed")
-        } else {
-            Some(default_seed())
-        };
+        let name = if require(&mut c, "name") { c.plain::<String>(key("name"), "name") } else { None };
+        let seed = if root.get("seed").is_some() { c.plain::<u64>(key("seed"), "seed") } else { Some(default_seed()) };
         let source = if require(&mut c, "source") {
-            c.tagged(
-                key("source"),
-                "source",
-                Source::TYPES,
-                Source::from_type_and_value,
-            )
+            c.tagged(key("source"), "source", Source::TYPES, Source::from_type_and_value)
         } else {
             None
         };
@@ -376,12 +294,7 @@ impl Pipeline {
             Some(Node::Seq(items, _)) => {
                 for i in 0..items.len() {
                     let path = vec![PathSeg::Key("steps".into()), PathSeg::Index(i)];
-                    match c.tagged(
-                        path,
-                        "step",
-                        PipelineStep::TYPES,
-                        PipelineStep::from_type_and_value,
-                    ) {
+                    match c.tagged(path, "step", PipelineStep::TYPES, PipelineStep::from_type_and_value) {
                         Some(s) => steps.push(s),
                         None => steps_ok = false,
                     }
@@ -395,12 +308,23 @@ impl Pipeline {
         if steps_ok {
             check_steps(&mut c, &steps);
         }
-        let (Some(name), Some(seed), Some(mut source), Some(mut sink)) = (name, seed, source, sink)
-        else {
+        let (Some(name), Some(seed), Some(mut source), Some(mut sink)) = (name, seed, source, sink) else {
             return Err(ConfigErrors(c.errors));
         };
         resolve(source.path_mut(), base);
         resolve(sink.path_mut(), base);
+        for (i, step) in steps.iter_mut().enumerate() {
+            for (field, path) in step.paths_mut() {
+                resolve(path, base);
+                if !path.exists() {
+                    let here = [PathSeg::Key("steps".into()), PathSeg::Index(i), PathSeg::Key(field.into())];
+                    c.at_path(
+                        &here,
+                        format!("steps[{i}] ({}).{field}: '{}' does not exist", "tokenize", path.display()),
+                    );
+                }
+            }
+        }
         for (field, message) in source.check() {
             c.at_path(
                 &[PathSeg::Key("source".into()), PathSeg::Key(field.into())],
@@ -408,21 +332,12 @@ impl Pipeline {
             );
         }
         for (field, message) in sink.check() {
-            c.at_path(
-                &[PathSeg::Key("sink".into()), PathSeg::Key(field.into())],
-                format!("sink.{field}: {message}"),
-            );
+            c.at_path(&[PathSeg::Key("sink".into()), PathSeg::Key(field.into())], format!("sink.{field}: {message}"));
         }
         if !c.errors.is_empty() || !steps_ok {
             return Err(ConfigErrors(c.errors));
         }
-        Ok(Pipeline {
-            name,
-            seed,
-            source,
-            steps,
-            sink,
-        })
+        Ok(Pipeline { name, seed, source, steps, sink })
     }
 
     /// The resolved configuration as canonical JSON (for the manifest and its checksum).
@@ -436,35 +351,23 @@ fn check_steps(c: &mut Checker, steps: &[PipelineStep]) {
     let mut scored = false;
     let mut dedups = 0;
     for (i, step) in steps.iter().enumerate() {
-        let here = |field: &str| {
-            vec![
-                PathSeg::Key("steps".into()),
-                PathSeg::Index(i),
-                PathSeg::Key(field.into()),
-            ]
-        };
+        let here = |field: &str| vec![PathSeg::Key("steps".into()), PathSeg::Index(i), PathSeg::Key(field.into())];
         match step {
             PipelineStep::NoiseScore(_) => scored = true,
             PipelineStep::Dedup(_) => {
                 dedups += 1;
                 if dedups > 1 {
-                    c.at_path(
-                        &here("type"),
-                        format!("steps[{i}]: only one dedup step is allowed"),
-                    );
+                    c.at_path(&here("type"), format!("steps[{i}]: only one dedup step is allowed"));
                 }
             }
             PipelineStep::Filter(f) => {
-                for (field, set) in [
-                    ("max_noise", f.max_noise.is_some()),
-                    ("max_noise_quantile", f.max_noise_quantile.is_some()),
-                ] {
+                for (field, set) in
+                    [("max_noise", f.max_noise.is_some()), ("max_noise_quantile", f.max_noise_quantile.is_some())]
+                {
                     if set && !scored {
                         c.at_path(
                             &here(field),
-                            format!(
-                                "steps[{i}] (filter).{field} needs a noise_score step before it"
-                            ),
+                            format!("steps[{i}] (filter).{field} needs a noise_score step before it"),
                         );
                     }
                 }
@@ -472,9 +375,7 @@ fn check_steps(c: &mut Checker, steps: &[PipelineStep]) {
                     if !(q > 0.0 && q <= 1.0) {
                         c.at_path(
                             &here("max_noise_quantile"),
-                            format!(
-                                "steps[{i}] (filter).max_noise_quantile must be in (0, 1], got {q}"
-                            ),
+                            format!("steps[{i}] (filter).max_noise_quantile must be in (0, 1], got {q}"),
                         );
                     }
                 }
@@ -484,12 +385,7 @@ fn check_steps(c: &mut Checker, steps: &[PipelineStep]) {
                 ] {
                     if let (Some(a), Some(b)) = (a, b) {
                         if a > b {
-                            c.at_path(
-                                &here(lo),
-                                format!(
-                                    "steps[{i}] (filter): {lo} ({a}) is greater than {hi} ({b})"
-                                ),
-                            );
+                            c.at_path(&here(lo), format!("steps[{i}] (filter): {lo} ({a}) is greater than {hi} ({b})"));
                         }
                     }
                 }
@@ -501,11 +397,7 @@ fn check_steps(c: &mut Checker, steps: &[PipelineStep]) {
 
 /// Relative paths are relative to the pipeline file; the result is absolute and free of `..`.
 fn resolve(path: &mut PathBuf, base: &Path) {
-    let joined = if path.is_relative() {
-        base.join(&*path)
-    } else {
-        path.clone()
-    };
+    let joined = if path.is_relative() { base.join(&*path) } else { path.clone() };
     let absolute = std::path::absolute(&joined).unwrap_or(joined);
     let mut clean = PathBuf::new();
     for part in absolute.components() {
@@ -522,12 +414,9 @@ fn resolve(path: &mut PathBuf, base: &Path) {
 
 /// Applies one `key.path[2].field=value` override; the value is parsed as YAML.
 fn apply_override(root: &mut Node, spec: &str) -> Result<(), String> {
-    let (key, value) = spec
-        .split_once('=')
-        .ok_or("expected key=value, e.g. steps[3].max_noise=12")?;
+    let (key, value) = spec.split_once('=').ok_or("expected key=value, e.g. steps[3].max_noise=12")?;
     let path = yaml::parse_path(key.trim())?;
-    let value =
-        yaml::parse(value).map_err(|e| format!("value is not valid YAML: {}", e.message))?;
+    let value = yaml::parse(value).map_err(|e| format!("value is not valid YAML: {}", e.message))?;
     let value = match value {
         Node::Map(entries, _) if entries.is_empty() => Node::Scalar(Value::Null, Pos::default()),
         v => v,
@@ -561,7 +450,10 @@ mod tests {
         let text = GOOD.replace("max_noise: 15", "max_nosie: 15");
         let e = load(&text, &[]).unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("p.yaml:7:5: unknown field `max_nosie` in steps[2] (filter), did you mean `max_noise`?"), "{msg}");
+        assert!(
+            msg.contains("p.yaml:7:5: unknown field `max_nosie` in steps[2] (filter), did you mean `max_noise`?"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -569,15 +461,12 @@ mod tests {
         let text = "name: t\nsourc: {}\nsource: { type: jsonl, path: missing.jsonl }\nsteps:\n  - type: html_strp\n  - type: filter\n    min_words: lots\nsink: { type: parquet, path: out, compresion: zstd }\n";
         let e = load(text, &[]).unwrap_err();
         let msg = e.to_string();
+        assert!(msg.contains("p.yaml:2:1: unknown top-level key `sourc`, did you mean `source`?"), "{msg}");
         assert!(
-            msg.contains("p.yaml:2:1: unknown top-level key `sourc`, did you mean `source`?"),
+            msg.contains("p.yaml:5:11: unknown step type `html_strp` in steps[0], did you mean `html_strip`?"),
             "{msg}"
         );
-        assert!(msg.contains("p.yaml:5:11: unknown step type `html_strp` in steps[0], did you mean `html_strip`?"), "{msg}");
-        assert!(
-            msg.contains("p.yaml:7:16: steps[1] (filter).min_words: invalid type: string \"lots\""),
-            "{msg}"
-        );
+        assert!(msg.contains("p.yaml:7:16: steps[1] (filter).min_words: invalid type: string \"lots\""), "{msg}");
         assert!(msg.contains("did you mean `compression`?"), "{msg}");
         assert_eq!(e.0.len(), 4, "{msg}");
     }
@@ -586,11 +475,7 @@ mod tests {
     fn missing_file_is_reported_at_its_key() {
         let text = GOOD.replace("in.jsonl", "nope.jsonl");
         let msg = load(&text, &[]).unwrap_err().to_string();
-        assert!(
-            msg.contains("p.yaml:2:30: source.path: '")
-                && msg.contains("nope.jsonl' does not exist"),
-            "{msg}"
-        );
+        assert!(msg.contains("p.yaml:2:30: source.path: '") && msg.contains("nope.jsonl' does not exist"), "{msg}");
     }
 
     #[test]
@@ -602,11 +487,7 @@ mod tests {
             s => panic!("{s:?}"),
         }
         let e = load(GOOD, &["steps[9].max_noise=1"]).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("--set steps[9].max_noise=1: index [9] is out of range"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("--set steps[9].max_noise=1: index [9] is out of range"), "{e}");
         let e = load(GOOD, &["steps[2].max_noise=loud"]).unwrap_err();
         assert!(e.to_string().contains("max_noise: invalid type"), "{e}");
     }
@@ -620,23 +501,14 @@ mod tests {
 
     #[test]
     fn bad_enum_value_suggests() {
-        let text = GOOD.replace(
-            "  - type: html_strip\n",
-            "  - type: unicode_normalize\n    form: nfkz\n",
-        );
+        let text = GOOD.replace("  - type: html_strip\n", "  - type: unicode_normalize\n    form: nfkz\n");
         let msg = load(&text, &[]).unwrap_err().to_string();
-        assert!(
-            msg.contains("invalid value `nfkz`") && msg.contains("(valid: nfc, nfd, nfkc, nfkd)"),
-            "{msg}"
-        );
+        assert!(msg.contains("invalid value `nfkz`") && msg.contains("(valid: nfc, nfd, nfkc, nfkd)"), "{msg}");
     }
 
     #[test]
     fn suggestions_only_for_close_names() {
-        assert_eq!(
-            suggest("max_nosie", &["max_noise", "min_words"]).as_deref(),
-            Some("max_noise")
-        );
+        assert_eq!(suggest("max_nosie", &["max_noise", "min_words"]).as_deref(), Some("max_noise"));
         assert_eq!(suggest("banana", &["max_noise", "min_words"]), None);
     }
 }

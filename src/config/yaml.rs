@@ -57,10 +57,7 @@ impl Node {
     /// Position of `key` itself inside this mapping.
     pub fn key_pos(&self, key: &str) -> Option<Pos> {
         match self {
-            Node::Map(entries, _) => entries
-                .iter()
-                .find(|(k, _, _)| k == key)
-                .map(|(_, p, _)| *p),
+            Node::Map(entries, _) => entries.iter().find(|(k, _, _)| k == key).map(|(_, p, _)| *p),
             _ => None,
         }
     }
@@ -72,19 +69,13 @@ impl Node {
         let mut pos = self.pos();
         for seg in path {
             match (seg, node) {
-                (PathSeg::Key(k), Node::Map(entries, _)) => {
-                    match entries.iter().find(|(key, _, _)| key == k) {
-                        Some((_, kp, v)) => {
-                            pos = if matches!(v, Node::Scalar(..)) {
-                                v.pos()
-                            } else {
-                                *kp
-                            };
-                            node = v;
-                        }
-                        None => return pos,
+                (PathSeg::Key(k), Node::Map(entries, _)) => match entries.iter().find(|(key, _, _)| key == k) {
+                    Some((_, kp, v)) => {
+                        pos = if matches!(v, Node::Scalar(..)) { v.pos() } else { *kp };
+                        node = v;
                     }
-                }
+                    None => return pos,
+                },
                 (PathSeg::Index(i), Node::Seq(items, _)) => match items.get(*i) {
                     Some(v) => {
                         pos = v.pos();
@@ -118,9 +109,7 @@ impl Node {
                 let len = items.len();
                 match items.get_mut(*i) {
                     Some(v) => v.set(rest, value),
-                    None => Err(format!(
-                        "index [{i}] is out of range: the list has {len} items"
-                    )),
+                    None => Err(format!("index [{i}] is out of range: the list has {len} items")),
                 }
             }
             (PathSeg::Key(k), _) => Err(format!("cannot set `{k}`: the parent is not a mapping")),
@@ -150,9 +139,7 @@ pub fn parse_path(s: &str) -> Result<Vec<PathSeg>, String> {
             return Err(format!("empty key in `{s}`"));
         }
         while !rest.is_empty() {
-            let close = rest
-                .find(']')
-                .ok_or_else(|| format!("missing `]` in `{s}`"))?;
+            let close = rest.find(']').ok_or_else(|| format!("missing `]` in `{s}`"))?;
             let idx = rest[1..close]
                 .parse::<usize>()
                 .map_err(|_| format!("`{}` is not a list index in `{s}`", &rest[1..close]))?;
@@ -178,42 +165,26 @@ pub fn parse(src: &str) -> Result<Node, YamlError> {
             Some(Ok(ev)) => ev,
             Some(Err(e)) => {
                 return Err(YamlError {
-                    pos: Pos {
-                        line: e.marker().line(),
-                        col: e.marker().col() + 1,
-                    },
+                    pos: Pos { line: e.marker().line(), col: e.marker().col() + 1 },
                     message: e.info().to_string(),
                 })
             }
         };
-        let pos = Pos {
-            line: span.start.line(),
-            col: span.start.col() + 1,
-        };
+        let pos = Pos { line: span.start.line(), col: span.start.col() + 1 };
         let done: Option<(Node, usize)> = match event {
             Event::StreamEnd => break,
             Event::DocumentStart(_) => {
                 if root.is_some() {
-                    return Err(YamlError {
-                        pos,
-                        message: "only one YAML document is allowed".into(),
-                    });
+                    return Err(YamlError { pos, message: "only one YAML document is allowed".into() });
                 }
                 None
             }
             Event::Nothing | Event::StreamStart | Event::DocumentEnd => None,
             Event::Alias(id) => match anchors.get(&id) {
                 Some(n) => Some((n.clone(), 0)),
-                None => {
-                    return Err(YamlError {
-                        pos,
-                        message: "unknown alias".into(),
-                    })
-                }
+                None => return Err(YamlError { pos, message: "unknown alias".into() }),
             },
-            Event::Scalar(text, style, anchor, _tag) => {
-                Some((Node::Scalar(resolve_scalar(&text, style), pos), anchor))
-            }
+            Event::Scalar(text, style, anchor, _tag) => Some((Node::Scalar(resolve_scalar(&text, style), pos), anchor)),
             Event::SequenceStart(anchor, _) => {
                 stack.push(Frame::Seq(Vec::new(), pos, anchor));
                 None
@@ -224,21 +195,11 @@ pub fn parse(src: &str) -> Result<Node, YamlError> {
             }
             Event::SequenceEnd => match stack.pop() {
                 Some(Frame::Seq(items, p, anchor)) => Some((Node::Seq(items, p), anchor)),
-                _ => {
-                    return Err(YamlError {
-                        pos,
-                        message: "unbalanced sequence".into(),
-                    })
-                }
+                _ => return Err(YamlError { pos, message: "unbalanced sequence".into() }),
             },
             Event::MappingEnd => match stack.pop() {
                 Some(Frame::Map(entries, _, p, anchor)) => Some((Node::Map(entries, p), anchor)),
-                _ => {
-                    return Err(YamlError {
-                        pos,
-                        message: "unbalanced mapping".into(),
-                    })
-                }
+                _ => return Err(YamlError { pos, message: "unbalanced mapping".into() }),
             },
         };
         let Some((node, anchor)) = done else { continue };
@@ -253,18 +214,10 @@ pub fn parse(src: &str) -> Result<Node, YamlError> {
                     let key = match &node {
                         Node::Scalar(Value::String(s), _) => s.clone(),
                         Node::Scalar(v, _) => v.to_string(),
-                        _ => {
-                            return Err(YamlError {
-                                pos: node.pos(),
-                                message: "mapping keys must be scalars".into(),
-                            })
-                        }
+                        _ => return Err(YamlError { pos: node.pos(), message: "mapping keys must be scalars".into() }),
                     };
                     if entries.iter().any(|(k, _, _)| *k == key) {
-                        return Err(YamlError {
-                            pos: node.pos(),
-                            message: format!("duplicate key `{key}`"),
-                        });
+                        return Err(YamlError { pos: node.pos(), message: format!("duplicate key `{key}`") });
                     }
                     *pending = Some((key, node.pos()));
                 }
@@ -300,13 +253,8 @@ fn resolve_scalar(text: &str, style: ScalarStyle) -> Value {
             return Value::Number(u.into());
         }
     }
-    let looks_float = digits
-        .bytes()
-        .next()
-        .is_some_and(|b| b.is_ascii_digit() || b == b'.')
-        && digits
-            .bytes()
-            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'-' | b'+'));
+    let looks_float = digits.bytes().next().is_some_and(|b| b.is_ascii_digit() || b == b'.')
+        && digits.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'-' | b'+'));
     if looks_float {
         if let Some(n) = text.parse::<f64>().ok().and_then(Number::from_f64) {
             return Value::Number(n);
@@ -348,29 +296,19 @@ mod tests {
     #[test]
     fn set_overrides_and_creates_keys() {
         let mut n = parse("steps:\n  - type: filter\n    max_noise: 15\n").unwrap();
-        n.set(
-            &parse_path("steps[0].max_noise").unwrap(),
-            parse("12").unwrap(),
-        )
-        .unwrap();
-        n.set(&parse_path("sink.path").unwrap(), parse("out/x").unwrap())
-            .unwrap();
+        n.set(&parse_path("steps[0].max_noise").unwrap(), parse("12").unwrap()).unwrap();
+        n.set(&parse_path("sink.path").unwrap(), parse("out/x").unwrap()).unwrap();
         let v = n.to_value();
         assert_eq!(v["steps"][0]["max_noise"], 12);
         assert_eq!(v["sink"]["path"], "out/x");
-        assert!(n
-            .set(&parse_path("steps[5].x").unwrap(), parse("1").unwrap())
-            .is_err());
+        assert!(n.set(&parse_path("steps[5].x").unwrap(), parse("1").unwrap()).is_err());
     }
 
     #[test]
     fn syntax_errors_carry_a_position() {
         let e = parse("a: [1, 2\nb: 3\n").unwrap_err();
         assert!(e.pos.line >= 1, "{e:?}");
-        assert!(parse("a: 1\na: 2\n")
-            .unwrap_err()
-            .message
-            .contains("duplicate key"));
+        assert!(parse("a: 1\na: 2\n").unwrap_err().message.contains("duplicate key"));
     }
 
     #[test]
@@ -379,11 +317,7 @@ mod tests {
         assert!(parse_path("steps[1").is_err());
         assert_eq!(
             parse_path("steps[3].max_noise").unwrap(),
-            vec![
-                PathSeg::Key("steps".into()),
-                PathSeg::Index(3),
-                PathSeg::Key("max_noise".into())
-            ]
+            vec![PathSeg::Key("steps".into()), PathSeg::Index(3), PathSeg::Key("max_noise".into())]
         );
     }
 }

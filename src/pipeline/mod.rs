@@ -12,10 +12,12 @@ use sha2::{Digest, Sha256};
 
 use crate::clean::PipelineStep;
 use crate::config::Pipeline;
+use crate::sequence::Truncation;
 use crate::sink::manifest::{self, Journal, Manifest, RejectsInfo, SplitStats, REJECTS};
-use crate::sink::rows::{DocRows, RejectRows, BATCH_ROWS};
+use crate::sink::rows::{DocRows, RejectRows, RowLayout, BATCH_ROWS};
 use crate::sink::shard::{ShardInfo, ShardWriter};
 use crate::sink::{ParquetSink, Sink};
+use crate::tokenize::TokenizerInfo;
 use parallel::Outcome;
 use progress::Progress;
 
@@ -59,19 +61,24 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
 
     let kept = prepare_output(&out, opts, &config_sha256)?;
     let kept_shards = kept.values().map(Vec::len).sum();
-    let mut journal = if opts.resume {
-        Journal::append(&out)?
-    } else {
-        Journal::create(&out, &config_sha256)?
-    };
+    let mut journal = if opts.resume { Journal::append(&out)? } else { Journal::create(&out, &config_sha256)? };
 
     let mut steps = pipeline.steps.clone();
+    let tokenizer = prepare_steps(&mut steps)?;
     resolve_noise_quantiles(pipeline, &mut steps, threads, opts.quiet)?;
 
-    let progress = Progress::new(opts.quiet, "clean");
-    let scored = steps
-        .iter()
-        .any(|s| matches!(s, PipelineStep::NoiseScore(_)));
+    let progress = Progress::new(opts.quiet, "run");
+    let sequencer = steps.iter().find_map(|s| match s {
+        PipelineStep::ClassifySequences(c) => Some(c.clone()),
+        _ => None,
+    });
+    let layout = RowLayout {
+        scored: steps.iter().any(|s| matches!(s, PipelineStep::NoiseScore(_))),
+        keep_text: sink.keep_text,
+        sequences: sequencer.is_some(),
+        windows: sequencer.as_ref().is_some_and(|c| c.truncation == Truncation::Window),
+    };
+    let tokenized = tokenizer.is_some();
     let crash_after: Option<usize> = std::env::var(CRASH_ENV).ok().and_then(|v| v.parse().ok());
     let mut shards_done = 0usize;
     let mut on_shard = |folder: &str, info: &ShardInfo| -> Result<()> {
@@ -85,13 +92,8 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
 
     let mut splits: BTreeMap<String, SplitOutput> = BTreeMap::new();
     let mut rejects = RejectRows::default();
-    let mut reject_writer = ShardWriter::new(
-        &out,
-        REJECTS,
-        rejects.schema(),
-        sink,
-        kept.get(REJECTS).cloned().unwrap_or_default(),
-    );
+    let mut reject_writer =
+        ShardWriter::new(&out, REJECTS, rejects.schema(), sink, kept.get(REJECTS).cloned().unwrap_or_default());
     let set_total = |b: u64| progress.set_total(b);
     parallel::process(&pipeline.source, &steps, threads, &set_total, |outcome| {
         progress.advance(outcome.input_bytes(), 1);
@@ -99,11 +101,22 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
             Outcome::Kept(doc) => {
                 let split = splits
                     .entry(doc.split.clone())
-                    .or_insert_with(|| SplitOutput::new(&out, &doc.split, scored, sink, &kept));
+                    .or_insert_with(|| SplitOutput::new(&out, &doc.split, layout, sink, &kept));
                 split.stats.docs_in += 1;
                 split.stats.docs_out += 1;
                 split.stats.utf8_replaced += doc.utf8_replaced as u64;
-                split.rows.push(&doc);
+                let rows = split.rows.push(&doc) as u64;
+                if tokenized {
+                    let t = split.stats.tokenization.get_or_insert_with(Default::default);
+                    t.document_tokens += doc.tokens.len() as u64;
+                    t.unk_tokens += doc.unk_tokens as u64;
+                    t.tokens_dropped += doc.dropped_tokens as u64;
+                    t.rows_per_doc_max = t.rows_per_doc_max.max(rows);
+                    if let Some(c) = &sequencer {
+                        t.docs_over_max_len += (doc.tokens.len() > c.content_len()) as u64;
+                        split.row_tokens += doc.sequences.iter().map(|s| s.len() as u64).sum::<u64>();
+                    }
+                }
                 if split.rows.len() >= BATCH_ROWS {
                     split.writer.write(&split.rows.finish(), &mut on_shard)?;
                 }
@@ -111,13 +124,9 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
             Outcome::Rejected(r) => {
                 let split = splits
                     .entry(r.split.clone())
-                    .or_insert_with(|| SplitOutput::new(&out, &r.split, scored, sink, &kept));
+                    .or_insert_with(|| SplitOutput::new(&out, &r.split, layout, sink, &kept));
                 split.stats.docs_in += 1;
-                *split
-                    .stats
-                    .rejected
-                    .entry(r.reason_key().to_string())
-                    .or_default() += 1;
+                *split.stats.rejected.entry(r.reason_key().to_string()).or_default() += 1;
                 rejects.push(&r);
                 if rejects.len() >= BATCH_ROWS {
                     reject_writer.write(&rejects.finish(), &mut on_shard)?;
@@ -143,24 +152,35 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         let mut stats = split.stats;
         stats.rows = split.writer.rows_written();
         stats.shards = split.writer.shards;
+        if let Some(t) = stats.tokenization.as_mut() {
+            t.unk_rate = t.unk_tokens as f64 / t.document_tokens.max(1) as f64;
+            t.rows_per_doc_mean = stats.rows as f64 / stats.docs_out.max(1) as f64;
+        }
+        if layout.sequences {
+            stats.tokens = Some(split.row_tokens);
+        }
         debug_assert_eq!(stats.docs_in, stats.docs_out + stats.rejected_total());
         split_stats.insert(name, stats);
     }
     let manifest = Manifest {
         format: manifest::FORMAT.into(),
         created_by: format!("bertpipe {}", env!("CARGO_PKG_VERSION")),
-        task: "clean".into(),
+        task: if layout.sequences {
+            "classify"
+        } else if tokenized {
+            "tokenize"
+        } else {
+            "clean"
+        }
+        .into(),
         name: pipeline.name.clone(),
         config: serde_json::from_str(&config_json)?,
         config_sha256,
-        tokenizer: None,
-        max_len: None,
+        tokenizer: tokenizer.map(|t| serde_json::to_value(t).expect("tokenizer info serialises")),
+        max_len: sequencer.as_ref().map(|c| c.max_len as u32),
         seed: pipeline.seed,
         splits: split_stats,
-        rejects: RejectsInfo {
-            rows: reject_writer.rows_written(),
-            shards: reject_writer.shards,
-        },
+        rejects: RejectsInfo { rows: reject_writer.rows_written(), shards: reject_writer.shards },
     };
     manifest.write(&out)?;
     std::fs::remove_file(out.join(manifest::JOURNAL)).ok();
@@ -177,58 +197,56 @@ struct SplitOutput {
     rows: DocRows,
     writer: ShardWriter,
     stats: SplitStats,
+    /// Tokens in the written rows, specials included.
+    row_tokens: u64,
 }
 
 impl SplitOutput {
     fn new(
         out: &Path,
         split: &str,
-        scored: bool,
+        layout: RowLayout,
         sink: &ParquetSink,
         kept: &BTreeMap<String, Vec<ShardInfo>>,
     ) -> Self {
-        let rows = DocRows::new(scored, sink.keep_text);
-        let writer = ShardWriter::new(
-            out,
-            split,
-            rows.schema(),
-            sink,
-            kept.get(split).cloned().unwrap_or_default(),
-        );
-        SplitOutput {
-            rows,
-            writer,
-            stats: SplitStats::default(),
+        let rows = DocRows::new(layout);
+        let writer = ShardWriter::new(out, split, rows.schema(), sink, kept.get(split).cloned().unwrap_or_default());
+        SplitOutput { rows, writer, stats: SplitStats::default(), row_tokens: 0 }
+    }
+}
+
+/// Loads what steps need before the first document (the vocabulary) and hands the tokenizer's
+/// special ids to the sequence step. Returns the tokenizer's description for the manifest.
+pub fn prepare_steps(steps: &mut [PipelineStep]) -> Result<Option<TokenizerInfo>> {
+    let mut info: Option<TokenizerInfo> = None;
+    for step in steps.iter_mut() {
+        match step {
+            PipelineStep::Tokenize(t) => info = Some(t.prepare()?),
+            PipelineStep::ClassifySequences(c) => {
+                c.specials =
+                    Some(info.as_ref().context("classify_sequences needs a tokenize step before it")?.special_ids);
+            }
+            _ => {}
         }
     }
+    Ok(info)
 }
 
 /// Makes the output folder ready: fresh, overwritten, or — with `--resume` — cleaned of
 /// everything but the shards an interrupted run finished and that still verify.
-fn prepare_output(
-    out: &Path,
-    opts: &RunOptions,
-    config_sha256: &str,
-) -> Result<BTreeMap<String, Vec<ShardInfo>>> {
+fn prepare_output(out: &Path, opts: &RunOptions, config_sha256: &str) -> Result<BTreeMap<String, Vec<ShardInfo>>> {
     let exists_nonempty = out.is_dir() && std::fs::read_dir(out)?.next().is_some();
     let ours = out.join(manifest::MANIFEST).exists() || out.join(manifest::JOURNAL).exists();
     if opts.resume {
         if out.join(manifest::MANIFEST).exists() {
-            bail!(
-                "'{}' is already complete (manifest.json exists); nothing to resume",
-                out.display()
-            );
+            bail!("'{}' is already complete (manifest.json exists); nothing to resume", out.display());
         }
         if !exists_nonempty {
-            bail!(
-                "'{}' holds no interrupted run to resume; run without --resume",
-                out.display()
-            );
+            bail!("'{}' holds no interrupted run to resume; run without --resume", out.display());
         }
         let kept = Journal::verified_shards(out, config_sha256)?;
         for stale in manifest::stale_files(out, &kept)? {
-            std::fs::remove_file(&stale)
-                .with_context(|| format!("could not remove '{}'", stale.display()))?;
+            std::fs::remove_file(&stale).with_context(|| format!("could not remove '{}'", stale.display()))?;
         }
         return Ok(kept);
     }
@@ -237,32 +255,21 @@ fn prepare_output(
             bail!(
                 "output '{}' is not empty; pass --overwrite to replace it{}",
                 out.display(),
-                if out.join(manifest::JOURNAL).exists() {
-                    ", or --resume to finish the interrupted run"
-                } else {
-                    ""
-                }
+                if out.join(manifest::JOURNAL).exists() { ", or --resume to finish the interrupted run" } else { "" }
             );
         }
         if !ours {
             bail!("refusing to overwrite '{}': it has no manifest.json or journal, so it does not look like bertpipe output", out.display());
         }
-        std::fs::remove_dir_all(out)
-            .with_context(|| format!("could not clear '{}'", out.display()))?;
+        std::fs::remove_dir_all(out).with_context(|| format!("could not clear '{}'", out.display()))?;
     }
-    std::fs::create_dir_all(out)
-        .with_context(|| format!("could not create '{}'", out.display()))?;
+    std::fs::create_dir_all(out).with_context(|| format!("could not create '{}'", out.display()))?;
     Ok(BTreeMap::new())
 }
 
 /// Resolves each filter's `max_noise_quantile` to a score with a first pass over the corpus,
 /// through the steps before that filter.
-fn resolve_noise_quantiles(
-    pipeline: &Pipeline,
-    steps: &mut [PipelineStep],
-    threads: usize,
-    quiet: bool,
-) -> Result<()> {
+fn resolve_noise_quantiles(pipeline: &Pipeline, steps: &mut [PipelineStep], threads: usize, quiet: bool) -> Result<()> {
     for i in 0..steps.len() {
         let PipelineStep::Filter(f) = &steps[i] else {
             continue;
@@ -273,26 +280,17 @@ fn resolve_noise_quantiles(
         let progress = Progress::new(quiet, "noise quantile pass");
         let mut scores: Vec<f32> = Vec::new();
         let set_total = |b: u64| progress.set_total(b);
-        parallel::process(
-            &pipeline.source,
-            &steps[..i],
-            threads,
-            &set_total,
-            |outcome| {
-                progress.advance(outcome.input_bytes(), 1);
-                if let Outcome::Kept(doc) = outcome {
-                    scores.push(doc.noise.map_or(0.0, |n| n.score));
-                }
-                Ok(())
-            },
-        )?;
+        parallel::process(&pipeline.source, &steps[..i], threads, &set_total, |outcome| {
+            progress.advance(outcome.input_bytes(), 1);
+            if let Outcome::Kept(doc) = outcome {
+                scores.push(doc.noise.map_or(0.0, |n| n.score));
+            }
+            Ok(())
+        })?;
         progress.finish();
         scores.sort_by(f32::total_cmp);
-        let threshold = if scores.is_empty() {
-            f32::INFINITY
-        } else {
-            crate::clean::filter::quantile_linear(&scores, q)
-        };
+        let threshold =
+            if scores.is_empty() { f32::INFINITY } else { crate::clean::filter::quantile_linear(&scores, q) };
         if let PipelineStep::Filter(f) = &mut steps[i] {
             f.resolved_quantile_threshold = Some(threshold);
         }
@@ -317,18 +315,19 @@ pub fn format_summary(s: &RunSummary) -> String {
             st.shards.len()
         );
         if !st.rejected.is_empty() {
-            let reasons: Vec<String> = st
-                .rejected
-                .iter()
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect();
+            let reasons: Vec<String> = st.rejected.iter().map(|(k, v)| format!("{k} {v}")).collect();
             line.push_str(&format!("  ({})", reasons.join(", ")));
         }
-        if st.utf8_replaced > 0 {
+        if let (Some(tokens), Some(t)) = (st.tokens, &st.tokenization) {
             line.push_str(&format!(
-                "  [{} with invalid UTF-8 replaced]",
-                st.utf8_replaced
+                "  {} rows, {tokens} tokens, {} docs over max_len, [UNK] {:.3}%",
+                st.rows,
+                t.docs_over_max_len,
+                100.0 * t.unk_rate
             ));
+        }
+        if st.utf8_replaced > 0 {
+            line.push_str(&format!("  [{} with invalid UTF-8 replaced]", st.utf8_replaced));
         }
         lines.push(line);
     }
@@ -346,10 +345,7 @@ pub fn format_summary(s: &RunSummary) -> String {
     }
     head.push(')');
     if s.kept_shards > 0 {
-        head.push_str(&format!(
-            "; resumed, {} verified shards kept",
-            s.kept_shards
-        ));
+        head.push_str(&format!("; resumed, {} verified shards kept", s.kept_shards));
     }
     lines.insert(0, head);
     if m.rejects.rows > 0 {

@@ -42,13 +42,7 @@ struct Processed {
 fn run_steps(steps: &[PipelineStep], item: SourceItem) -> Processed {
     let mut doc = match item {
         SourceItem::Doc(d) => d,
-        SourceItem::Reject(r) => {
-            return Processed {
-                outcome: Outcome::Rejected(r),
-                dedup_key: None,
-                original: None,
-            }
-        }
+        SourceItem::Reject(r) => return Processed { outcome: Outcome::Rejected(r), dedup_key: None, original: None },
     };
     let original = doc.text.clone();
     for step in steps {
@@ -62,19 +56,11 @@ fn run_steps(steps: &[PipelineStep], item: SourceItem) -> Processed {
                 text: original,
                 input_bytes: doc.input_bytes,
             };
-            return Processed {
-                outcome: Outcome::Rejected(rejected),
-                dedup_key: doc.dedup_key,
-                original: None,
-            };
+            return Processed { outcome: Outcome::Rejected(rejected), dedup_key: doc.dedup_key, original: None };
         }
     }
     let keep_original = doc.dedup_key.is_some();
-    Processed {
-        dedup_key: doc.dedup_key,
-        outcome: Outcome::Kept(doc),
-        original: keep_original.then_some(original),
-    }
+    Processed { dedup_key: doc.dedup_key, outcome: Outcome::Kept(doc), original: keep_original.then_some(original) }
 }
 
 /// Collects source items into batches and hands them to the workers, waiting for a free slot
@@ -95,9 +81,7 @@ impl Batcher<'_> {
         }
         self.slots.recv().map_err(|_| anyhow!("pipeline stopped"))?;
         let batch = std::mem::take(&mut self.batch);
-        self.work
-            .send((self.seq, batch))
-            .map_err(|_| anyhow!("pipeline stopped"))?;
+        self.work.send((self.seq, batch)).map_err(|_| anyhow!("pipeline stopped"))?;
         self.seq += 1;
         self.bytes = 0;
         Ok(())
@@ -143,14 +127,7 @@ pub fn process(
     let mut dedup = DedupIndex::default();
     std::thread::scope(|scope| -> Result<()> {
         let reader = scope.spawn(move || -> Result<()> {
-            let mut b = Batcher {
-                batch: Vec::new(),
-                bytes: 0,
-                seq: 0,
-                work: &work_tx,
-                slots: &slot_rx,
-                on_total,
-            };
+            let mut b = Batcher { batch: Vec::new(), bytes: 0, seq: 0, work: &work_tx, slots: &slot_rx, on_total };
             source.read(&mut b)?;
             b.send()
         });
@@ -158,10 +135,7 @@ pub fn process(
             let (work_rx, done_tx) = (work_rx.clone(), done_tx.clone());
             scope.spawn(move || {
                 for (seq, batch) in work_rx {
-                    let out: Vec<Processed> = batch
-                        .into_iter()
-                        .map(|item| run_steps(steps, item))
-                        .collect();
+                    let out: Vec<Processed> = batch.into_iter().map(|item| run_steps(steps, item)).collect();
                     if done_tx.send((seq, out)).is_err() {
                         return;
                     }
@@ -188,9 +162,7 @@ pub fn process(
         // On a consumer error, closing our ends lets the reader and workers wind down.
         drop(done_rx);
         drop(slot_tx);
-        let read = reader
-            .join()
-            .map_err(|_| anyhow!("the source reader panicked"))?;
+        let read = reader.join().map_err(|_| anyhow!("the source reader panicked"))?;
         consumed?;
         read
     })
@@ -219,10 +191,6 @@ fn resolve_dedup(index: &mut DedupIndex, p: Processed) -> Outcome {
             input_bytes: d.input_bytes,
         }),
         // Rejected by a later step, but a duplicate first: dedup ran before that step.
-        Outcome::Rejected(r) => Outcome::Rejected(Rejected {
-            step: "dedup".into(),
-            reason,
-            ..r
-        }),
+        Outcome::Rejected(r) => Outcome::Rejected(Rejected { step: "dedup".into(), reason, ..r }),
     }
 }

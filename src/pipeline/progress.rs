@@ -14,11 +14,7 @@ pub struct Progress {
 
 impl Progress {
     pub fn new(quiet: bool, what: &str) -> Progress {
-        let target = if quiet {
-            ProgressDrawTarget::hidden()
-        } else {
-            ProgressDrawTarget::stderr_with_hz(5)
-        };
+        let target = if quiet { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr_with_hz(5) };
         let bar = ProgressBar::with_draw_target(None, target);
         bar.set_style(
             ProgressStyle::with_template(
@@ -29,11 +25,7 @@ impl Progress {
         );
         bar.set_prefix(what.to_string());
         bar.enable_steady_tick(Duration::from_millis(200));
-        Progress {
-            bar,
-            started: Instant::now(),
-            docs: AtomicU64::new(0),
-        }
+        Progress { bar, started: Instant::now(), docs: AtomicU64::new(0) }
     }
 
     pub fn set_total(&self, bytes: u64) {

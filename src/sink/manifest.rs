@@ -43,7 +43,27 @@ pub struct SplitStats {
     pub tokens: Option<u64>,
     /// Documents whose invalid UTF-8 was replaced with U+FFFD.
     pub utf8_replaced: u64,
+    /// Tokenisation and truncation figures, when the pipeline tokenizes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenization: Option<TokenStats>,
     pub shards: Vec<ShardInfo>,
+}
+
+/// Tokens before and after sequence building, for the documents written.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct TokenStats {
+    /// WordPiece tokens of the written documents, before truncation, without specials.
+    pub document_tokens: u64,
+    pub unk_tokens: u64,
+    /// `unk_tokens / document_tokens`.
+    pub unk_rate: f64,
+    /// Documents longer than `max_len − 2` (cut, or split into several windows).
+    pub docs_over_max_len: u64,
+    /// Tokens removed by truncation (0 with windows).
+    pub tokens_dropped: u64,
+    /// Rows per written document: mean and maximum (1 unless windows).
+    pub rows_per_doc_mean: f64,
+    pub rows_per_doc_max: u64,
 }
 
 impl SplitStats {
@@ -63,24 +83,18 @@ impl Manifest {
         let tmp = out.join(".manifest.json.tmp");
         let mut text = serde_json::to_string_pretty(self)?;
         text.push('\n');
-        std::fs::write(&tmp, text)
-            .with_context(|| format!("could not write '{}'", tmp.display()))?;
+        std::fs::write(&tmp, text).with_context(|| format!("could not write '{}'", tmp.display()))?;
         std::fs::rename(&tmp, out.join(MANIFEST))?;
         Ok(())
     }
 
     pub fn read(out: &Path) -> Result<Manifest> {
         let path = out.join(MANIFEST);
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("could not read '{}'", path.display()))?;
-        let m: Manifest = serde_json::from_str(&text)
-            .with_context(|| format!("'{}' is not a bertpipe manifest", path.display()))?;
+        let text = std::fs::read_to_string(&path).with_context(|| format!("could not read '{}'", path.display()))?;
+        let m: Manifest =
+            serde_json::from_str(&text).with_context(|| format!("'{}' is not a bertpipe manifest", path.display()))?;
         if m.format != FORMAT {
-            bail!(
-                "'{}' has format `{}`; this bertpipe reads `{FORMAT}`",
-                path.display(),
-                m.format
-            );
+            bail!("'{}' has format `{}`; this bertpipe reads `{FORMAT}`", path.display(), m.format);
         }
         Ok(m)
     }
@@ -101,15 +115,8 @@ pub struct Journal {
 impl Journal {
     pub fn create(out: &Path, config_sha256: &str) -> Result<Journal> {
         let path = out.join(JOURNAL);
-        let mut file = File::create(&path)
-            .with_context(|| format!("could not create '{}'", path.display()))?;
-        writeln!(
-            file,
-            "{}",
-            serde_json::to_string(&JournalLine::Header {
-                config_sha256: config_sha256.into()
-            })?
-        )?;
+        let mut file = File::create(&path).with_context(|| format!("could not create '{}'", path.display()))?;
+        writeln!(file, "{}", serde_json::to_string(&JournalLine::Header { config_sha256: config_sha256.into() })?)?;
         Ok(Journal { file })
     }
 
@@ -124,10 +131,7 @@ impl Journal {
     }
 
     pub fn record(&mut self, folder: &str, shard: &ShardInfo) -> Result<()> {
-        let line = serde_json::to_string(&JournalLine::Shard {
-            folder: folder.into(),
-            shard: shard.clone(),
-        })?;
+        let line = serde_json::to_string(&JournalLine::Shard { folder: folder.into(), shard: shard.clone() })?;
         writeln!(self.file, "{line}")?;
         self.file.flush()?;
         Ok(())
@@ -135,16 +139,10 @@ impl Journal {
 
     /// Shards of an interrupted run that are still intact, per folder, in order. Stops at the
     /// first shard of a folder that is missing or fails its checksum: later ones are rewritten.
-    pub fn verified_shards(
-        out: &Path,
-        config_sha256: &str,
-    ) -> Result<BTreeMap<String, Vec<ShardInfo>>> {
+    pub fn verified_shards(out: &Path, config_sha256: &str) -> Result<BTreeMap<String, Vec<ShardInfo>>> {
         let path = out.join(JOURNAL);
         let file = File::open(&path).with_context(|| {
-            format!(
-                "'{}' has no journal of an interrupted run ({JOURNAL}); run without --resume",
-                out.display()
-            )
+            format!("'{}' has no journal of an interrupted run ({JOURNAL}); run without --resume", out.display())
         })?;
         let mut kept: BTreeMap<String, Vec<ShardInfo>> = BTreeMap::new();
         let mut broken: std::collections::BTreeSet<String> = Default::default();
@@ -168,14 +166,9 @@ impl Journal {
                         continue;
                     }
                     let file = out.join(&shard.file);
-                    let ok = file.is_file()
-                        && sha256_file(&file)
-                            .map(|h| h == shard.sha256)
-                            .unwrap_or(false);
-                    let expected = format!(
-                        "{folder}/{}",
-                        super::shard::shard_name(kept.get(&folder).map_or(0, Vec::len))
-                    );
+                    let ok = file.is_file() && sha256_file(&file).map(|h| h == shard.sha256).unwrap_or(false);
+                    let expected =
+                        format!("{folder}/{}", super::shard::shard_name(kept.get(&folder).map_or(0, Vec::len)));
                     if ok && shard.file == expected {
                         kept.entry(folder).or_default().push(shard);
                     } else {
@@ -196,21 +189,12 @@ pub fn stale_files(out: &Path, kept: &BTreeMap<String, Vec<ShardInfo>>) -> Resul
         if !dir.is_dir() {
             continue;
         }
-        let folder = dir
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
-        let keep: Vec<&str> = kept
-            .get(&folder)
-            .map(|v| v.iter().map(|s| s.file.as_str()).collect())
-            .unwrap_or_default();
+        let folder = dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let keep: Vec<&str> =
+            kept.get(&folder).map(|v| v.iter().map(|s| s.file.as_str()).collect()).unwrap_or_default();
         for f in std::fs::read_dir(&dir)? {
             let f = f?.path();
-            let rel = format!(
-                "{folder}/{}",
-                f.file_name().unwrap_or_default().to_string_lossy()
-            );
+            let rel = format!("{folder}/{}", f.file_name().unwrap_or_default().to_string_lossy());
             if !keep.contains(&rel.as_str()) {
                 stale.push(f);
             }

@@ -91,10 +91,7 @@ impl ParquetSink {
             problems.push(("shard_bytes", "must be at least 1".into()));
         }
         if !(1..=22).contains(&self.zstd_level) {
-            problems.push((
-                "zstd_level",
-                format!("must be 1–22, got {}", self.zstd_level),
-            ));
+            problems.push(("zstd_level", format!("must be 1–22, got {}", self.zstd_level)));
         }
         if self.path.as_os_str().is_empty() {
             problems.push(("path", "must not be empty".into()));

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{Float32Builder, Int64Builder, Int8Builder, StringBuilder};
+use arrow_array::builder::{Float32Builder, Int32Builder, Int64Builder, Int8Builder, ListBuilder, StringBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
@@ -12,47 +12,91 @@ use crate::document::{Document, Rejected};
 /// Rows are handed to the shard writer in batches of this many.
 pub const BATCH_ROWS: usize = 1024;
 
-/// Builds the classification-shard columns for cleaned documents:
-/// `id`, `label`, `rating`, the noise columns (when scored) and `text` (when kept).
+/// Which columns a run writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RowLayout {
+    /// The noise columns (a `noise_score` step ran).
+    pub scored: bool,
+    /// The cleaned `text` column.
+    pub keep_text: bool,
+    /// `input_ids`, `token_type_ids`, `length` (a `classify_sequences` step ran).
+    pub sequences: bool,
+    /// `doc_id`, `chunk`, `num_chunks` (window truncation: several rows per document).
+    pub windows: bool,
+}
+
+/// Builds the shard columns for documents: `id`, `label`, `rating`, then per the layout
+/// `input_ids`, `token_type_ids`, `length`, `doc_id`, `chunk`, `num_chunks`, the noise columns
+/// and `text`. With sequences, each of a document's sequences is one row.
 pub struct DocRows {
     schema: SchemaRef,
-    scored: bool,
-    keep_text: bool,
+    layout: RowLayout,
     id: StringBuilder,
     label: Int64Builder,
     rating: Int8Builder,
+    input_ids: ListBuilder<Int32Builder>,
+    token_type_ids: ListBuilder<Int8Builder>,
+    length: Int32Builder,
+    doc_id: StringBuilder,
+    chunk: Int32Builder,
+    num_chunks: Int32Builder,
     noise: Vec<Float32Builder>,
     text: StringBuilder,
     len: usize,
 }
 
 impl DocRows {
-    pub fn new(scored: bool, keep_text: bool) -> Self {
+    pub fn new(layout: RowLayout) -> Self {
         let mut fields = vec![
             Field::new("id", DataType::Utf8, false),
             Field::new("label", DataType::Int64, true),
             Field::new("rating", DataType::Int8, true),
         ];
-        if scored {
-            fields.extend(
-                NoiseComponents::COLUMNS
-                    .iter()
-                    .map(|c| Field::new(*c, DataType::Float32, false)),
-            );
+        if layout.sequences {
+            fields.push(Field::new(
+                "input_ids",
+                DataType::List(Arc::new(Field::new("item", DataType::Int32, true))),
+                false,
+            ));
+            fields.push(Field::new(
+                "token_type_ids",
+                DataType::List(Arc::new(Field::new("item", DataType::Int8, true))),
+                false,
+            ));
+            fields.push(Field::new("length", DataType::Int32, false));
         }
-        if keep_text {
+        if layout.windows {
+            fields.push(Field::new("doc_id", DataType::Utf8, false));
+            fields.push(Field::new("chunk", DataType::Int32, false));
+            fields.push(Field::new("num_chunks", DataType::Int32, false));
+        }
+        if layout.scored {
+            fields.extend(NoiseComponents::COLUMNS.iter().map(|c| Field::new(*c, DataType::Float32, false)));
+        }
+        if layout.keep_text {
             fields.push(Field::new("text", DataType::Utf8, false));
         }
         DocRows {
             schema: Arc::new(Schema::new(fields)),
-            scored,
-            keep_text,
+            layout,
             id: StringBuilder::new(),
             label: Int64Builder::new(),
             rating: Int8Builder::new(),
-            noise: (0..NoiseComponents::COLUMNS.len())
-                .map(|_| Float32Builder::new())
-                .collect(),
+            input_ids: ListBuilder::new(Int32Builder::new()).with_field(Arc::new(Field::new(
+                "item",
+                DataType::Int32,
+                true,
+            ))),
+            token_type_ids: ListBuilder::new(Int8Builder::new()).with_field(Arc::new(Field::new(
+                "item",
+                DataType::Int8,
+                true,
+            ))),
+            length: Int32Builder::new(),
+            doc_id: StringBuilder::new(),
+            chunk: Int32Builder::new(),
+            num_chunks: Int32Builder::new(),
+            noise: (0..NoiseComponents::COLUMNS.len()).map(|_| Float32Builder::new()).collect(),
             text: StringBuilder::new(),
             len: 0,
         }
@@ -62,6 +106,7 @@ impl DocRows {
         self.schema.clone()
     }
 
+    /// Rows buffered.
     pub fn len(&self) -> usize {
         self.len
     }
@@ -70,41 +115,76 @@ impl DocRows {
         self.len == 0
     }
 
-    pub fn push(&mut self, doc: &Document) {
-        self.id.append_value(&doc.id);
+    /// Adds the document's rows (one per sequence, or one); returns how many.
+    pub fn push(&mut self, doc: &Document) -> usize {
+        if !self.layout.sequences {
+            self.push_row(doc, None, 0, 1);
+            return 1;
+        }
+        let n = doc.sequences.len();
+        for (k, seq) in doc.sequences.iter().enumerate() {
+            self.push_row(doc, Some(seq), k, n);
+        }
+        n
+    }
+
+    fn push_row(&mut self, doc: &Document, seq: Option<&Vec<u32>>, chunk: usize, num_chunks: usize) {
+        if self.layout.windows {
+            self.id.append_value(format!("{}#{chunk}", doc.id));
+            self.doc_id.append_value(&doc.id);
+            self.chunk.append_value(chunk as i32);
+            self.num_chunks.append_value(num_chunks as i32);
+        } else {
+            self.id.append_value(&doc.id);
+        }
         self.label.append_option(doc.label);
         self.rating.append_option(doc.rating);
-        if self.scored {
+        if let Some(seq) = seq {
+            self.input_ids.values().append_slice(&ids_i32(seq));
+            self.input_ids.append(true);
+            self.token_type_ids.values().append_value_n(0, seq.len());
+            self.token_type_ids.append(true);
+            self.length.append_value(seq.len() as i32);
+        }
+        if self.layout.scored {
             let values = doc.noise.unwrap_or_default().values();
             for (b, v) in self.noise.iter_mut().zip(values) {
                 b.append_value(v);
             }
         }
-        if self.keep_text {
+        if self.layout.keep_text {
             self.text.append_value(&doc.text);
         }
         self.len += 1;
     }
 
     pub fn finish(&mut self) -> RecordBatch {
-        let mut cols: Vec<ArrayRef> = vec![
-            Arc::new(self.id.finish()),
-            Arc::new(self.label.finish()),
-            Arc::new(self.rating.finish()),
-        ];
-        if self.scored {
-            cols.extend(
-                self.noise
-                    .iter_mut()
-                    .map(|b| Arc::new(b.finish()) as ArrayRef),
-            );
+        let mut cols: Vec<ArrayRef> =
+            vec![Arc::new(self.id.finish()), Arc::new(self.label.finish()), Arc::new(self.rating.finish())];
+        if self.layout.sequences {
+            cols.push(Arc::new(self.input_ids.finish()));
+            cols.push(Arc::new(self.token_type_ids.finish()));
+            cols.push(Arc::new(self.length.finish()));
         }
-        if self.keep_text {
+        if self.layout.windows {
+            cols.push(Arc::new(self.doc_id.finish()));
+            cols.push(Arc::new(self.chunk.finish()));
+            cols.push(Arc::new(self.num_chunks.finish()));
+        }
+        if self.layout.scored {
+            cols.extend(self.noise.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        }
+        if self.layout.keep_text {
             cols.push(Arc::new(self.text.finish()));
         }
         self.len = 0;
         RecordBatch::try_new(self.schema.clone(), cols).expect("columns match the schema")
     }
+}
+
+/// Token ids are below 2^31 in every vocabulary; the shard contract stores them as int32.
+fn ids_i32(ids: &[u32]) -> Vec<i32> {
+    ids.iter().map(|&i| i as i32).collect()
 }
 
 /// Builds `_rejects` rows: `id`, `split`, `step`, `reason`, `origin`, `text` (as read).
@@ -120,11 +200,7 @@ impl Default for RejectRows {
             .iter()
             .map(|n| Field::new(*n, DataType::Utf8, false))
             .collect();
-        RejectRows {
-            schema: Arc::new(Schema::new(fields)),
-            cols: Default::default(),
-            len: 0,
-        }
+        RejectRows { schema: Arc::new(Schema::new(fields)), cols: Default::default(), len: 0 }
     }
 }
 
@@ -142,22 +218,14 @@ impl RejectRows {
     }
 
     pub fn push(&mut self, r: &Rejected) {
-        for (b, v) in self
-            .cols
-            .iter_mut()
-            .zip([&r.id, &r.split, &r.step, &r.reason, &r.origin, &r.text])
-        {
+        for (b, v) in self.cols.iter_mut().zip([&r.id, &r.split, &r.step, &r.reason, &r.origin, &r.text]) {
             b.append_value(v);
         }
         self.len += 1;
     }
 
     pub fn finish(&mut self) -> RecordBatch {
-        let cols: Vec<ArrayRef> = self
-            .cols
-            .iter_mut()
-            .map(|b| Arc::new(b.finish()) as ArrayRef)
-            .collect();
+        let cols: Vec<ArrayRef> = self.cols.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef).collect();
         self.len = 0;
         RecordBatch::try_new(self.schema.clone(), cols).expect("columns match the schema")
     }

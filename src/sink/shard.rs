@@ -86,18 +86,13 @@ const ROW_GROUP_ROWS: usize = 2048;
 
 pub fn writer_properties(sink: &ParquetSink) -> WriterProperties {
     let compression = match sink.compression {
-        Compression::Zstd => {
-            PqCompression::ZSTD(ZstdLevel::try_new(sink.zstd_level).unwrap_or_default())
-        }
+        Compression::Zstd => PqCompression::ZSTD(ZstdLevel::try_new(sink.zstd_level).unwrap_or_default()),
         Compression::Snappy => PqCompression::SNAPPY,
         Compression::None => PqCompression::UNCOMPRESSED,
     };
     WriterProperties::builder()
         .set_compression(compression)
-        .set_created_by(format!(
-            "bertpipe {} (parquet-rs)",
-            env!("CARGO_PKG_VERSION")
-        ))
+        .set_created_by(format!("bertpipe {} (parquet-rs)", env!("CARGO_PKG_VERSION")))
         .set_max_row_group_row_count(Some(sink.shard_rows.clamp(1, ROW_GROUP_ROWS)))
         // Free text rarely repeats: a dictionary costs time and is discarded anyway.
         .set_column_dictionary_enabled(ColumnPath::from("text"), false)
@@ -106,13 +101,7 @@ pub fn writer_properties(sink: &ParquetSink) -> WriterProperties {
 }
 
 impl ShardWriter {
-    pub fn new(
-        out_root: &Path,
-        folder: &str,
-        schema: SchemaRef,
-        sink: &ParquetSink,
-        kept: Vec<ShardInfo>,
-    ) -> Self {
+    pub fn new(out_root: &Path, folder: &str, schema: SchemaRef, sink: &ParquetSink, kept: Vec<ShardInfo>) -> Self {
         ShardWriter {
             out_root: out_root.to_path_buf(),
             folder: folder.to_string(),
@@ -152,11 +141,7 @@ impl ShardWriter {
             }
             let open = self.open.as_mut().expect("just opened");
             // With a byte limit, write in small slices so the size is checked often.
-            let step = if self.shard_bytes.is_some() {
-                SIZE_CHECK_ROWS
-            } else {
-                usize::MAX
-            };
+            let step = if self.shard_bytes.is_some() { SIZE_CHECK_ROWS } else { usize::MAX };
             let take = (self.shard_rows - open.rows).min(n - offset).min(step);
             open.writer
                 .write(&batch.slice(offset, take))
@@ -165,8 +150,7 @@ impl ShardWriter {
             offset += take;
             let full = open.rows >= self.shard_rows
                 || self.shard_bytes.is_some_and(|max| {
-                    open.writer.bytes_written() as u64 + open.writer.in_progress_size() as u64
-                        >= max
+                    open.writer.bytes_written() as u64 + open.writer.in_progress_size() as u64 >= max
                 });
             if full {
                 self.close(on_shard)?;
@@ -185,35 +169,20 @@ impl ShardWriter {
 
     fn start(&self) -> Result<OpenShard> {
         let dir = self.out_root.join(&self.folder);
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("could not create '{}'", dir.display()))?;
+        std::fs::create_dir_all(&dir).with_context(|| format!("could not create '{}'", dir.display()))?;
         let tmp = dir.join(format!(".{}.tmp", shard_name(self.shards.len())));
-        let file =
-            File::create(&tmp).with_context(|| format!("could not create '{}'", tmp.display()))?;
-        let sink = HashingWriter {
-            inner: BufWriter::with_capacity(1 << 20, file),
-            hasher: Sha256::new(),
-            bytes: 0,
-        };
+        let file = File::create(&tmp).with_context(|| format!("could not create '{}'", tmp.display()))?;
+        let sink = HashingWriter { inner: BufWriter::with_capacity(1 << 20, file), hasher: Sha256::new(), bytes: 0 };
         let writer = ArrowWriter::try_new(sink, self.schema.clone(), Some(self.props.clone()))?;
-        Ok(OpenShard {
-            writer,
-            tmp,
-            rows: 0,
-        })
+        Ok(OpenShard { writer, tmp, rows: 0 })
     }
 
     fn close(&mut self, on_shard: &mut OnShard) -> Result<()> {
         let open = self.open.take().expect("a shard is open");
-        let mut sink = open
-            .writer
-            .into_inner()
-            .with_context(|| format!("could not finish '{}'", open.tmp.display()))?;
+        let mut sink =
+            open.writer.into_inner().with_context(|| format!("could not finish '{}'", open.tmp.display()))?;
         sink.flush()?;
-        sink.inner
-            .get_ref()
-            .sync_all()
-            .with_context(|| format!("could not sync '{}'", open.tmp.display()))?;
+        sink.inner.get_ref().sync_all().with_context(|| format!("could not sync '{}'", open.tmp.display()))?;
         let name = shard_name(self.shards.len());
         let final_path = self.out_root.join(&self.folder).join(&name);
         std::fs::rename(&open.tmp, &final_path)

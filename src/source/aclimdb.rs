@@ -58,9 +58,7 @@ impl LabelDir {
     }
 
     fn parse(s: &str) -> Option<Self> {
-        [LabelDir::Neg, LabelDir::Pos, LabelDir::Unsup]
-            .into_iter()
-            .find(|l| l.name() == s)
+        [LabelDir::Neg, LabelDir::Pos, LabelDir::Unsup].into_iter().find(|l| l.name() == s)
     }
 }
 
@@ -89,10 +87,7 @@ impl AclImdb {
         let mut problems = Vec::new();
         for s in &self.splits {
             if s != "train" && s != "test" {
-                problems.push((
-                    "splits",
-                    format!("unknown split `{s}`: aclImdb has `train` and `test`"),
-                ));
+                problems.push(("splits", format!("unknown split `{s}`: aclImdb has `train` and `test`")));
             }
         }
         if self.splits.is_empty() {
@@ -112,14 +107,7 @@ impl AclImdb {
         }
     }
 
-    fn meta(
-        &self,
-        split: &str,
-        label: LabelDir,
-        name: &str,
-        origin: String,
-        input_bytes: u64,
-    ) -> (RecordMeta, bool) {
+    fn meta(&self, split: &str, label: LabelDir, name: &str, origin: String, input_bytes: u64) -> (RecordMeta, bool) {
         let parsed = parse_file_name(name);
         let id = match parsed {
             Some(_) => format!("{split}/{}/{}", label.name(), name.trim_end_matches(".txt")),
@@ -159,10 +147,7 @@ impl AclImdb {
                 if dir.is_dir() {
                     dirs.push((split.clone(), label, dir));
                 } else if !(label == LabelDir::Unsup && split == "test") {
-                    bail!(
-                        "'{}' is missing: not a complete aclImdb folder",
-                        dir.display()
-                    );
+                    bail!("'{}' is missing: not a complete aclImdb folder", dir.display());
                 }
             }
         }
@@ -172,21 +157,14 @@ impl AclImdb {
     /// The files of one label folder, in id order (names without an id last, by name).
     fn list(dir: &Path) -> Result<Vec<(String, u64)>> {
         let mut files = Vec::new();
-        for entry in
-            std::fs::read_dir(dir).with_context(|| format!("could not list '{}'", dir.display()))?
-        {
+        for entry in std::fs::read_dir(dir).with_context(|| format!("could not list '{}'", dir.display()))? {
             let entry = entry?;
             if entry.file_type()?.is_file() {
                 let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
                 files.push((entry.file_name().to_string_lossy().into_owned(), size));
             }
         }
-        files.sort_by_cached_key(|(name, _)| {
-            (
-                parse_file_name(name).map_or(u64::MAX, |(id, _)| id),
-                name.clone(),
-            )
-        });
+        files.sort_by_cached_key(|(name, _)| (parse_file_name(name).map_or(u64::MAX, |(id, _)| id), name.clone()));
         Ok(files)
     }
 
@@ -205,14 +183,12 @@ impl AclImdb {
                 let path = dir.join(&name);
                 let (meta, ok) = self.meta(&split, label, &name, path.display().to_string(), size);
                 if !ok {
-                    let text = std::fs::read(&path)
-                        .map(|b| String::from_utf8_lossy(&b).into_owned())
-                        .unwrap_or_default();
+                    let text =
+                        std::fs::read(&path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
                     out.emit(meta.reject(format!("bad_file_name:{name}"), text))?;
                     continue;
                 }
-                let bytes = std::fs::read(&path)
-                    .with_context(|| format!("could not read '{}'", path.display()))?;
+                let bytes = std::fs::read(&path).with_context(|| format!("could not read '{}'", path.display()))?;
                 out.emit(meta.into_item(bytes, self.on_invalid_utf8))?;
             }
         }
@@ -220,22 +196,16 @@ impl AclImdb {
     }
 
     fn read_tarball(&self, out: &mut dyn Emit) -> Result<()> {
-        let file = File::open(&self.path)
-            .with_context(|| format!("could not open '{}'", self.path.display()))?;
+        let file = File::open(&self.path).with_context(|| format!("could not open '{}'", self.path.display()))?;
         out.total_bytes(file.metadata().map(|m| m.len()).unwrap_or(0));
         let consumed = Arc::new(AtomicU64::new(0));
-        let counting = CountingReader {
-            inner: BufReader::with_capacity(1 << 20, file),
-            count: consumed.clone(),
-        };
+        let counting = CountingReader { inner: BufReader::with_capacity(1 << 20, file), count: consumed.clone() };
         let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(counting));
         let mut reported = 0u64;
-        let entries = archive
-            .entries()
-            .with_context(|| format!("'{}' is not a readable tar.gz", self.path.display()))?;
+        let entries =
+            archive.entries().with_context(|| format!("'{}' is not a readable tar.gz", self.path.display()))?;
         for entry in entries {
-            let mut entry =
-                entry.with_context(|| format!("corrupt archive '{}'", self.path.display()))?;
+            let mut entry = entry.with_context(|| format!("corrupt archive '{}'", self.path.display()))?;
             if !entry.header().entry_type().is_file() {
                 continue;
             }
@@ -256,22 +226,15 @@ impl AclImdb {
                 continue;
             }
             let mut bytes = Vec::with_capacity(entry.size() as usize);
-            entry.read_to_end(&mut bytes).with_context(|| {
-                format!(
-                    "could not read '{}' in '{}'",
-                    path.display(),
-                    self.path.display()
-                )
-            })?;
+            entry
+                .read_to_end(&mut bytes)
+                .with_context(|| format!("could not read '{}' in '{}'", path.display(), self.path.display()))?;
             let now = consumed.load(Ordering::Relaxed);
             let origin = format!("{}:{}", self.path.display(), path.display());
             let (meta, ok) = self.meta(split, label, name, origin, now - reported);
             reported = now;
             if !ok {
-                out.emit(meta.reject(
-                    format!("bad_file_name:{name}"),
-                    String::from_utf8_lossy(&bytes).into_owned(),
-                ))?;
+                out.emit(meta.reject(format!("bad_file_name:{name}"), String::from_utf8_lossy(&bytes).into_owned()))?;
                 continue;
             }
             out.emit(meta.into_item(bytes, self.on_invalid_utf8))?;

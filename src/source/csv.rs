@@ -51,52 +51,30 @@ fn default_delimiter() -> char {
 impl Csv {
     pub fn read(&self, out: &mut dyn Emit) -> Result<()> {
         if !self.delimiter.is_ascii() {
-            bail!(
-                "csv delimiter `{}` must be one ASCII character",
-                self.delimiter
-            );
+            bail!("csv delimiter `{}` must be one ASCII character", self.delimiter);
         }
         let files = input_files(&self.path, &["csv", "tsv"])?;
         out.total_bytes(files.iter().map(|f| file_size(f)).sum());
         for file in files {
-            let name = file
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
+            let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let mut raw = BufReader::with_capacity(
                 1 << 20,
-                File::open(&file)
-                    .with_context(|| format!("could not open '{}'", file.display()))?,
+                File::open(&file).with_context(|| format!("could not open '{}'", file.display()))?,
             );
             // Drop a UTF-8 BOM so the first header is not "\u{feff}text".
             let mut head = [0u8; 3];
             let got = read_up_to(&mut raw, &mut head)?;
-            let prefix: Vec<u8> = if head[..got] == *b"\xEF\xBB\xBF" {
-                Vec::new()
-            } else {
-                head[..got].to_vec()
-            };
+            let prefix: Vec<u8> = if head[..got] == *b"\xEF\xBB\xBF" { Vec::new() } else { head[..got].to_vec() };
             let reader = std::io::Cursor::new(prefix).chain(raw);
-            let mut csv = ::csv::ReaderBuilder::new()
-                .delimiter(self.delimiter as u8)
-                .has_headers(true)
-                .from_reader(reader);
+            let mut csv =
+                ::csv::ReaderBuilder::new().delimiter(self.delimiter as u8).has_headers(true).from_reader(reader);
             let headers = csv
                 .byte_headers()
                 .with_context(|| format!("could not read the header of '{}'", file.display()))?
                 .clone();
-            let col = |want: &str| {
-                headers
-                    .iter()
-                    .position(|h| String::from_utf8_lossy(h).trim() == want)
-            };
-            let available = || {
-                headers
-                    .iter()
-                    .map(|h| String::from_utf8_lossy(h).into_owned())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
+            let col = |want: &str| headers.iter().position(|h| String::from_utf8_lossy(h).trim() == want);
+            let available =
+                || headers.iter().map(|h| String::from_utf8_lossy(h).into_owned()).collect::<Vec<_>>().join(", ");
             let text_idx = col(&self.text_column).with_context(|| {
                 format!(
                     "'{}' has no column `{}` (text_column); columns: {}",
@@ -109,11 +87,7 @@ impl Csv {
                 match name {
                     None => Ok(None),
                     Some(n) => col(n).map(Some).with_context(|| {
-                        format!(
-                            "'{}' has no column `{n}` ({what}); columns: {}",
-                            file.display(),
-                            available()
-                        )
+                        format!("'{}' has no column `{n}` ({what}); columns: {}", file.display(), available())
                     }),
                 }
             };
@@ -138,8 +112,7 @@ impl Csv {
                     Ok(false) => break,
                     Ok(true) => {}
                     Err(e) if e.is_io_error() => {
-                        return Err(e)
-                            .with_context(|| format!("could not read '{}'", file.display()))
+                        return Err(e).with_context(|| format!("could not read '{}'", file.display()))
                     }
                     Err(e) => {
                         out.emit(meta.reject(format!("bad_csv:{e}"), String::new()))?;
@@ -151,8 +124,7 @@ impl Csv {
                     meta.id = String::from_utf8_lossy(id).into_owned();
                 }
                 if let Some(i) = label_idx {
-                    let cell =
-                        String::from_utf8_lossy(record.get(i).unwrap_or_default()).into_owned();
+                    let cell = String::from_utf8_lossy(record.get(i).unwrap_or_default()).into_owned();
                     match parse_label(&serde_json::Value::String(cell), self.label_map.as_ref()) {
                         Ok(l) => meta.label = l,
                         Err(e) => {

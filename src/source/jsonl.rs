@@ -46,14 +46,10 @@ impl Jsonl {
         let files = input_files(&self.path, &["jsonl", "json", "ndjson"])?;
         out.total_bytes(files.iter().map(|f| file_size(f)).sum());
         for file in files {
-            let name = file
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
+            let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let mut reader = BufReader::with_capacity(
                 1 << 20,
-                File::open(&file)
-                    .with_context(|| format!("could not open '{}'", file.display()))?,
+                File::open(&file).with_context(|| format!("could not open '{}'", file.display()))?,
             );
             let mut buf = Vec::new();
             let mut line_no = 0u64;
@@ -100,10 +96,7 @@ impl Jsonl {
             meta.id = id.as_str().map_or_else(|| id.to_string(), str::to_string);
         }
         if let Some(field) = &self.label_field {
-            match parse_label(
-                obj.get(field).unwrap_or(&serde_json::Value::Null),
-                self.label_map.as_ref(),
-            ) {
+            match parse_label(obj.get(field).unwrap_or(&serde_json::Value::Null), self.label_map.as_ref()) {
                 Ok(l) => meta.label = l,
                 Err(e) => return meta.reject(format!("bad_label:{e}"), raw),
             }
@@ -117,10 +110,7 @@ impl Jsonl {
                 }
                 item
             }
-            Some(_) => meta.reject(
-                format!("bad_field:`{}` is not a string", self.text_field),
-                raw,
-            ),
+            Some(_) => meta.reject(format!("bad_field:`{}` is not a string", self.text_field), raw),
             None => meta.reject(format!("missing_field:{}", self.text_field), raw),
         }
     }

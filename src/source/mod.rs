@@ -82,10 +82,7 @@ impl Source {
     pub fn check(&self) -> Vec<(&'static str, String)> {
         let mut problems = Vec::new();
         if !self.path().exists() {
-            problems.push((
-                "path",
-                format!("'{}' does not exist", self.path().display()),
-            ));
+            problems.push(("path", format!("'{}' does not exist", self.path().display())));
         }
         if let Source::AclImdb(s) = self {
             problems.extend(s.check());
@@ -162,10 +159,7 @@ impl RecordMeta {
                 input_bytes: self.input_bytes,
                 ..Default::default()
             }),
-            Err((reason, bytes)) => self.reject(
-                reason.to_string(),
-                String::from_utf8_lossy(&bytes).into_owned(),
-            ),
+            Err((reason, bytes)) => self.reject(reason.to_string(), String::from_utf8_lossy(&bytes).into_owned()),
         }
     }
 
@@ -192,25 +186,18 @@ pub fn parse_label(
     match value {
         Value::Null => Ok(None),
         Value::Bool(b) => Ok(Some(*b as i64)),
-        Value::Number(n) => n
-            .as_i64()
-            .map(Some)
-            .ok_or_else(|| format!("label {n} is not an integer")),
+        Value::Number(n) => n.as_i64().map(Some).ok_or_else(|| format!("label {n} is not an integer")),
         Value::String(s) if s.trim().is_empty() => Ok(None),
         Value::String(s) => {
             if let Some(id) = label_map.and_then(|m| m.get(s.trim())) {
                 return Ok(Some(*id));
             }
-            s.trim()
-                .parse::<i64>()
-                .map(Some)
-                .map_err(|_| match label_map {
-                    Some(m) => format!(
-                        "label `{s}` is not in label_map ({})",
-                        m.keys().cloned().collect::<Vec<_>>().join(", ")
-                    ),
-                    None => format!("label `{s}` is not an integer; add a label_map"),
-                })
+            s.trim().parse::<i64>().map(Some).map_err(|_| match label_map {
+                Some(m) => {
+                    format!("label `{s}` is not in label_map ({})", m.keys().cloned().collect::<Vec<_>>().join(", "))
+                }
+                None => format!("label `{s}` is not an integer; add a label_map"),
+            })
         }
         other => Err(format!("label {other} is not a number or string")),
     }
@@ -222,14 +209,10 @@ pub fn input_files(path: &Path, exts: &[&str]) -> Result<Vec<PathBuf>> {
         return Ok(vec![path.to_path_buf()]);
     }
     let mut files = Vec::new();
-    for entry in
-        std::fs::read_dir(path).with_context(|| format!("could not list '{}'", path.display()))?
-    {
+    for entry in std::fs::read_dir(path).with_context(|| format!("could not list '{}'", path.display()))? {
         let p = entry?.path();
-        let ext_ok = p
-            .extension()
-            .and_then(|e| e.to_str())
-            .is_some_and(|e| exts.iter().any(|x| x.eq_ignore_ascii_case(e)));
+        let ext_ok =
+            p.extension().and_then(|e| e.to_str()).is_some_and(|e| exts.iter().any(|x| x.eq_ignore_ascii_case(e)));
         if p.is_file() && ext_ok {
             files.push(p);
         }
@@ -257,22 +240,10 @@ mod tests {
     fn decode_table() {
         let r = InvalidUtf8::Replace;
         let decode_text = |b: Vec<u8>, p| decode_text(b, p).map_err(|e| e.0);
-        assert_eq!(
-            decode_text(b"\xEF\xBB\xBFhello".to_vec(), r),
-            Ok(("hello".into(), false))
-        );
-        assert_eq!(
-            decode_text(b"a\r\nb\rc".to_vec(), r),
-            Ok(("a\nb\nc".into(), false))
-        );
-        assert_eq!(
-            decode_text(b"caf\xE9 ok".to_vec(), r),
-            Ok(("caf\u{FFFD} ok".into(), true))
-        );
-        assert_eq!(
-            decode_text(b"caf\xE9".to_vec(), InvalidUtf8::Reject),
-            Err("invalid_utf8")
-        );
+        assert_eq!(decode_text(b"\xEF\xBB\xBFhello".to_vec(), r), Ok(("hello".into(), false)));
+        assert_eq!(decode_text(b"a\r\nb\rc".to_vec(), r), Ok(("a\nb\nc".into(), false)));
+        assert_eq!(decode_text(b"caf\xE9 ok".to_vec(), r), Ok(("caf\u{FFFD} ok".into(), true)));
+        assert_eq!(decode_text(b"caf\xE9".to_vec(), InvalidUtf8::Reject), Err("invalid_utf8"));
         assert_eq!(decode_text(b"\x00\x01\x02junk".to_vec(), r), Err("binary"));
         assert_eq!(decode_text(b"  \n ".to_vec(), r), Err("empty"));
         assert_eq!(decode_text(Vec::new(), r), Err("empty"));
@@ -287,9 +258,7 @@ mod tests {
         assert_eq!(parse_label(&json!("0"), None), Ok(Some(0)));
         assert_eq!(parse_label(&json!("pos"), Some(&map)), Ok(Some(1)));
         assert_eq!(parse_label(&json!(null), None), Ok(None));
-        assert!(parse_label(&json!("meh"), Some(&map))
-            .unwrap_err()
-            .contains("label_map"));
+        assert!(parse_label(&json!("meh"), Some(&map)).unwrap_err().contains("label_map"));
         assert!(parse_label(&json!(1.5), None).is_err());
     }
 }

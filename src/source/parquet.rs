@@ -81,39 +81,22 @@ impl ParquetSource {
         let files = input_files(&self.path, &["parquet"])?;
         out.total_bytes(files.iter().map(|f| file_size(f)).sum());
         for file in files {
-            let name = file
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
+            let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let size = file_size(&file);
-            let f = File::open(&file)
-                .with_context(|| format!("could not open '{}'", file.display()))?;
+            let f = File::open(&file).with_context(|| format!("could not open '{}'", file.display()))?;
             let builder = ParquetRecordBatchReaderBuilder::try_new(f)
                 .with_context(|| format!("'{}' is not a readable Parquet file", file.display()))?;
             let schema = builder.schema().clone();
             let total_rows = builder.metadata().file_metadata().num_rows().max(1) as u64;
-            let available = || {
-                schema
-                    .fields()
-                    .iter()
-                    .map(|f| f.name().as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
+            let available = || schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ");
             let index = |col: &str, what: &str| -> Result<usize> {
                 schema.index_of(col).map_err(|_| {
-                    anyhow::anyhow!(
-                        "'{}' has no column `{col}` ({what}); columns: {}",
-                        file.display(),
-                        available()
-                    )
+                    anyhow::anyhow!("'{}' has no column `{col}` ({what}); columns: {}", file.display(), available())
                 })
             };
             let text_idx = index(&self.text_column, "text_column")?;
-            if !matches!(
-                schema.field(text_idx).data_type(),
-                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-            ) {
+            if !matches!(schema.field(text_idx).data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+            {
                 anyhow::bail!(
                     "column `{}` of '{}' is {}, not a string column",
                     self.text_column,
@@ -121,20 +104,11 @@ impl ParquetSource {
                     schema.field(text_idx).data_type()
                 );
             }
-            let label_idx = self
-                .label_column
-                .as_deref()
-                .map(|c| index(c, "label_column"))
-                .transpose()?;
-            let id_idx = self
-                .id_column
-                .as_deref()
-                .map(|c| index(c, "id_column"))
-                .transpose()?;
+            let label_idx = self.label_column.as_deref().map(|c| index(c, "label_column")).transpose()?;
+            let id_idx = self.id_column.as_deref().map(|c| index(c, "id_column")).transpose()?;
             let mut row = 0u64;
             for batch in builder.build()? {
-                let batch: RecordBatch =
-                    batch.with_context(|| format!("could not decode '{}'", file.display()))?;
+                let batch: RecordBatch = batch.with_context(|| format!("could not decode '{}'", file.display()))?;
                 let text = batch.column(text_idx);
                 for i in 0..batch.num_rows() {
                     row += 1;
@@ -153,10 +127,7 @@ impl ParquetSource {
                     }
                     let body = string_at(text.as_ref(), i).unwrap_or("").to_string();
                     if let Some(c) = label_idx {
-                        match parse_label(
-                            &cell_json(batch.column(c).as_ref(), i),
-                            self.label_map.as_ref(),
-                        ) {
+                        match parse_label(&cell_json(batch.column(c).as_ref(), i), self.label_map.as_ref()) {
                             Ok(l) => meta.label = l,
                             Err(e) => {
                                 out.emit(meta.reject(format!("bad_label:{e}"), body))?;

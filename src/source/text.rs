@@ -40,23 +40,15 @@ impl TextSource {
         let files = input_files(&self.path, &["txt", "text"])?;
         out.total_bytes(files.iter().map(|f| file_size(f)).sum());
         for file in files {
-            let name = file
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
+            let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let mut reader = BufReader::with_capacity(
                 1 << 20,
-                File::open(&file)
-                    .with_context(|| format!("could not open '{}'", file.display()))?,
+                File::open(&file).with_context(|| format!("could not open '{}'", file.display()))?,
             );
             let (mut line_no, mut start_line, mut pending_bytes) = (0u64, 0u64, 0u64);
             let mut doc: Vec<u8> = Vec::new();
             let mut line = Vec::new();
-            let flush = |doc: &mut Vec<u8>,
-                         start: u64,
-                         bytes: &mut u64,
-                         out: &mut dyn Emit|
-             -> Result<()> {
+            let flush = |doc: &mut Vec<u8>, start: u64, bytes: &mut u64, out: &mut dyn Emit| -> Result<()> {
                 while matches!(doc.last(), Some(b'\n' | b'\r')) {
                     doc.pop();
                 }
@@ -90,9 +82,7 @@ impl TextSource {
                         flush(&mut doc, line_no, &mut pending_bytes, out)?;
                     }
                     TextMode::Lines => {}
-                    TextMode::Paragraphs if blank => {
-                        flush(&mut doc, start_line, &mut pending_bytes, out)?
-                    }
+                    TextMode::Paragraphs if blank => flush(&mut doc, start_line, &mut pending_bytes, out)?,
                     TextMode::Paragraphs => {
                         if doc.is_empty() {
                             start_line = line_no;

@@ -13,11 +13,7 @@ pub fn root() -> PathBuf {
 }
 
 pub fn bertpipe(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bertpipe"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .expect("run bertpipe")
+    Command::new(env!("CARGO_BIN_EXE_bertpipe")).args(args).current_dir(root()).output().expect("run bertpipe")
 }
 
 pub fn bertpipe_env(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -45,20 +41,13 @@ pub fn assert_ok(o: &Output) {
 }
 
 pub fn manifest(out: &Path) -> serde_json::Value {
-    serde_json::from_str(
-        &std::fs::read_to_string(out.join("manifest.json")).expect("manifest.json"),
-    )
-    .expect("manifest is JSON")
+    serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).expect("manifest.json"))
+        .expect("manifest is JSON")
 }
 
 pub fn read_parquet(path: &Path) -> Vec<RecordBatch> {
     let f = File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    ParquetRecordBatchReaderBuilder::try_new(f)
-        .unwrap()
-        .build()
-        .unwrap()
-        .map(|b| b.unwrap())
-        .collect()
+    ParquetRecordBatchReaderBuilder::try_new(f).unwrap().build().unwrap().map(|b| b.unwrap()).collect()
 }
 
 /// All values of a string column across the shards of a folder, in order.
@@ -66,9 +55,7 @@ pub fn strings(out: &Path, folder: &str, column: &str) -> Vec<String> {
     let mut values = Vec::new();
     for shard in shard_files(&out.join(folder)) {
         for batch in read_parquet(&shard) {
-            let col = batch
-                .column_by_name(column)
-                .unwrap_or_else(|| panic!("no column {column}"));
+            let col = batch.column_by_name(column).unwrap_or_else(|| panic!("no column {column}"));
             let s = col.as_string::<i32>();
             values.extend((0..s.len()).map(|i| s.value(i).to_string()));
         }
@@ -78,11 +65,7 @@ pub fn strings(out: &Path, folder: &str, column: &str) -> Vec<String> {
 
 pub fn shard_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.map(|e| e.unwrap().path())
-                .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
-                .collect()
-        })
+        .map(|rd| rd.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "parquet")).collect())
         .unwrap_or_default();
     files.sort();
     files
@@ -97,10 +80,7 @@ pub fn tree_bytes(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
             if p.is_dir() {
                 walk(base, &p, out);
             } else {
-                out.insert(
-                    p.strip_prefix(base).unwrap().display().to_string(),
-                    std::fs::read(&p).unwrap(),
-                );
+                out.insert(p.strip_prefix(base).unwrap().display().to_string(), std::fs::read(&p).unwrap());
             }
         }
     }
@@ -117,26 +97,13 @@ pub fn assert_reconciles(out: &Path) {
     for (split, s) in m["splits"].as_object().unwrap() {
         let docs_in = s["docs_in"].as_u64().unwrap();
         let docs_out = s["docs_out"].as_u64().unwrap();
-        let rejected: u64 = s["rejected"]
-            .as_object()
-            .unwrap()
-            .values()
-            .map(|v| v.as_u64().unwrap())
-            .sum();
+        let rejected: u64 = s["rejected"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
         assert_eq!(docs_in, docs_out + rejected, "split {split}: {s}");
         assert_eq!(s["rows"].as_u64().unwrap(), docs_out, "split {split}");
-        let shard_rows: u64 = s["shards"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x["rows"].as_u64().unwrap())
-            .sum();
+        let shard_rows: u64 = s["shards"].as_array().unwrap().iter().map(|x| x["rows"].as_u64().unwrap()).sum();
         assert_eq!(shard_rows, docs_out);
-        let read: usize = shard_files(&out.join(split))
-            .iter()
-            .flat_map(|f| read_parquet(f))
-            .map(|b| b.num_rows())
-            .sum();
+        let read: usize =
+            shard_files(&out.join(split)).iter().flat_map(|f| read_parquet(f)).map(|b| b.num_rows()).sum();
         assert_eq!(read as u64, docs_out, "rows on disk for {split}");
         rejected_total += rejected;
     }
@@ -166,13 +133,7 @@ pub fn assert_same_output(a: &Path, b: &Path) {
             .collect()
     };
     let (da, db) = (digest(a), digest(b));
-    assert_eq!(
-        da,
-        db,
-        "files differ between {} and {}",
-        a.display(),
-        b.display()
-    );
+    assert_eq!(da, db, "files differ between {} and {}", a.display(), b.display());
     let strip = |dir: &Path| {
         let mut m = manifest(dir);
         let o = m.as_object_mut().unwrap();

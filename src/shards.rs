@@ -1,0 +1,161 @@
+//! Reading shards back: open an output folder, verify it against its manifest (missing shard,
+//! wrong size or checksum, another vocabulary → an error that says which), iterate rows.
+//!
+//! ```no_run
+//! let shards = bertpipe::shards::ShardSet::open("out/imdb".as_ref())?;
+//! shards.verify()?;
+//! for row in shards.rows("train")? {
+//!     let row = row?;
+//!     println!("{} {:?} {} tokens", row.id, row.label, row.input_ids.len());
+//! }
+//! # anyhow::Ok(())
+//! ```
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type, Int8Type};
+use arrow_array::{Array, RecordBatch};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use crate::sink::manifest::Manifest;
+use crate::sink::shard::sha256_file;
+
+/// A verified-on-open shard folder.
+pub struct ShardSet {
+    root: PathBuf,
+    pub manifest: Manifest,
+}
+
+/// One row of a classification shard.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassifyRow {
+    pub id: String,
+    pub label: Option<i64>,
+    pub input_ids: Vec<i32>,
+    pub token_type_ids: Vec<i8>,
+    /// With window truncation: the document and this row's place among its windows.
+    pub doc_id: Option<String>,
+    pub chunk: Option<i32>,
+    pub num_chunks: Option<i32>,
+}
+
+impl ShardSet {
+    /// Reads the manifest and checks that every shard it lists exists with the recorded size.
+    pub fn open(root: &Path) -> Result<ShardSet> {
+        let manifest = Manifest::read(root)?;
+        for (split, stats) in &manifest.splits {
+            for shard in &stats.shards {
+                let path = root.join(&shard.file);
+                let meta = std::fs::metadata(&path).with_context(|| {
+                    format!("shard '{}' of split `{split}`, listed in the manifest, is missing", path.display())
+                })?;
+                if meta.len() != shard.bytes {
+                    bail!(
+                        "shard '{}' has {} bytes, the manifest says {}: it is truncated or was replaced",
+                        path.display(),
+                        meta.len(),
+                        shard.bytes
+                    );
+                }
+            }
+        }
+        Ok(ShardSet { root: root.to_path_buf(), manifest })
+    }
+
+    /// Checks every shard's SHA-256 against the manifest.
+    pub fn verify(&self) -> Result<()> {
+        for stats in self.manifest.splits.values() {
+            for shard in &stats.shards {
+                let path = self.root.join(&shard.file);
+                let got = sha256_file(&path)?;
+                if got != shard.sha256 {
+                    bail!(
+                        "checksum mismatch for '{}': the manifest says {}, the file hashes to {got}",
+                        path.display(),
+                        shard.sha256
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses shards tokenized with a different vocabulary than `vocab_sha256`.
+    pub fn expect_vocab(&self, vocab_sha256: &str) -> Result<()> {
+        let Some(tok) = &self.manifest.tokenizer else {
+            bail!(
+                "'{}' holds untokenized shards (task `{}`); run a pipeline with a tokenize step",
+                self.root.display(),
+                self.manifest.task
+            );
+        };
+        let theirs = tok["vocab_sha256"].as_str().unwrap_or_default();
+        if theirs != vocab_sha256 {
+            bail!(
+                "vocab mismatch: the shards in '{}' were tokenized with vocab sha256 {theirs}, not {vocab_sha256}",
+                self.root.display()
+            );
+        }
+        Ok(())
+    }
+
+    pub fn splits(&self) -> impl Iterator<Item = &str> {
+        self.manifest.splits.keys().map(String::as_str)
+    }
+
+    /// Record batches of one split, shard by shard, in order.
+    pub fn batches(&self, split: &str) -> Result<impl Iterator<Item = Result<RecordBatch>> + '_> {
+        let stats = self.manifest.splits.get(split).with_context(|| {
+            format!(
+                "no split `{split}` in '{}'; it has: {}",
+                self.root.display(),
+                self.splits().collect::<Vec<_>>().join(", ")
+            )
+        })?;
+        Ok(stats.shards.iter().flat_map(move |shard| {
+            let path = self.root.join(&shard.file);
+            let open = || -> Result<_> {
+                let f = File::open(&path).with_context(|| format!("could not open '{}'", path.display()))?;
+                Ok(ParquetRecordBatchReaderBuilder::try_new(f)?.build()?)
+            };
+            let batches: Box<dyn Iterator<Item = Result<RecordBatch>>> = match open() {
+                Ok(reader) => Box::new(reader.map(move |b| b.map_err(anyhow::Error::from))),
+                Err(e) => Box::new(std::iter::once(Err(e))),
+            };
+            batches
+        }))
+    }
+
+    /// Classification rows of one split, in order.
+    pub fn rows(&self, split: &str) -> Result<impl Iterator<Item = Result<ClassifyRow>> + '_> {
+        Ok(self.batches(split)?.flat_map(|batch| match batch.and_then(|b| classify_rows(&b)) {
+            Ok(rows) => rows.into_iter().map(Ok).collect::<Vec<_>>(),
+            Err(e) => vec![Err(e)],
+        }))
+    }
+}
+
+fn classify_rows(batch: &RecordBatch) -> Result<Vec<ClassifyRow>> {
+    let col = |name: &str| batch.column_by_name(name).with_context(|| format!("shard has no `{name}` column"));
+    let ids = col("id")?.as_string::<i32>();
+    let labels = col("label")?.as_primitive::<Int64Type>();
+    let input_ids = col("input_ids")?.as_list::<i32>();
+    let types = col("token_type_ids")?.as_list::<i32>();
+    let doc_id = batch.column_by_name("doc_id").map(|c| c.as_string::<i32>().clone());
+    let chunk = batch.column_by_name("chunk").map(|c| c.as_primitive::<Int32Type>().clone());
+    let num_chunks = batch.column_by_name("num_chunks").map(|c| c.as_primitive::<Int32Type>().clone());
+    Ok((0..batch.num_rows())
+        .map(|i| ClassifyRow {
+            id: ids.value(i).to_string(),
+            label: (!labels.is_null(i)).then(|| labels.value(i)),
+            input_ids: input_ids.value(i).as_primitive::<Int32Type>().values().to_vec(),
+            token_type_ids: types.value(i).as_primitive::<Int8Type>().values().to_vec(),
+            doc_id: doc_id.as_ref().map(|c| c.value(i).to_string()),
+            chunk: chunk.as_ref().map(|c| c.value(i)),
+            num_chunks: num_chunks.as_ref().map(|c| c.value(i)),
+        })
+        .collect())
+}

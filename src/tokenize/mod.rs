@@ -1,0 +1,188 @@
+//! `tokenize`: WordPiece ids for each document, from a `vocab.txt` or an HF `tokenizer.json`.
+
+pub mod wordpiece;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::clean::{Step, Verdict};
+use crate::document::Document;
+pub use wordpiece::{SpecialIds, WordPiece};
+
+/// Split text into WordPiece ids. Ids are identical to HF's `BertTokenizerFast` with the same
+/// vocabulary and options. A document with no tokens at all is rejected (`no_tokens`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tokenize {
+    /// A BERT `vocab.txt` (one token per line). Give this or `tokenizer`.
+    #[serde(default)]
+    pub vocab: Option<PathBuf>,
+    /// An HF `tokenizer.json`. BERT WordPiece tokenizers take the fast path; any other model
+    /// runs through the `tokenizers` crate. `lowercase` and `strip_accents` then come from it.
+    #[serde(default)]
+    pub tokenizer: Option<PathBuf>,
+    /// Lower-case before splitting (uncased models).
+    #[serde(default = "yes")]
+    pub lowercase: bool,
+    /// Drop accents (NFD, then remove nonspacing marks). Default: same as `lowercase`.
+    #[serde(default)]
+    pub strip_accents: Option<bool>,
+    /// Longer words become a single [UNK], as in BERT.
+    #[serde(default = "default_max_word_chars")]
+    pub max_word_chars: usize,
+    /// The loaded encoder; set when the pipeline is prepared.
+    #[serde(skip)]
+    pub encoder: Option<Arc<Encoder>>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_max_word_chars() -> usize {
+    100
+}
+
+impl PartialEq for Tokenize {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.vocab, &self.tokenizer, self.lowercase, self.strip_accents, self.max_word_chars)
+            == (&other.vocab, &other.tokenizer, other.lowercase, other.strip_accents, other.max_word_chars)
+    }
+}
+
+/// What downstream steps and the manifest need to know about the tokenizer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenizerInfo {
+    pub vocab_sha256: String,
+    pub vocab_size: usize,
+    pub lowercase: bool,
+    pub special_ids: SpecialIds,
+    /// `wordpiece` (the fast path) or `tokenizers` (the HF crate).
+    pub encoder: String,
+}
+
+/// A loaded tokenizer.
+pub enum Encoder {
+    WordPiece(WordPiece),
+    Hf { tokenizer: Box<tokenizers::Tokenizer>, info: TokenizerInfo },
+}
+
+impl std::fmt::Debug for Encoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Encoder::WordPiece(w) => w.fmt(f),
+            Encoder::Hf { info, .. } => write!(f, "tokenizers({} tokens)", info.vocab_size),
+        }
+    }
+}
+
+impl Encoder {
+    pub fn encode(&self, text: &str, out: &mut Vec<u32>) {
+        match self {
+            Encoder::WordPiece(w) => w.encode(text, out),
+            Encoder::Hf { tokenizer, .. } => {
+                if let Ok(enc) = tokenizer.encode_fast(text, false) {
+                    out.extend_from_slice(enc.get_ids());
+                }
+            }
+        }
+    }
+
+    pub fn info(&self) -> TokenizerInfo {
+        match self {
+            Encoder::WordPiece(w) => TokenizerInfo {
+                vocab_sha256: w.vocab_sha256.clone(),
+                vocab_size: w.vocab_size,
+                lowercase: w.lowercase,
+                special_ids: w.specials,
+                encoder: "wordpiece".into(),
+            },
+            Encoder::Hf { info, .. } => info.clone(),
+        }
+    }
+}
+
+impl Tokenize {
+    /// Loads the vocabulary or tokenizer file.
+    pub fn load(&self) -> Result<Encoder> {
+        match (&self.vocab, &self.tokenizer) {
+            (Some(vocab), None) => Ok(Encoder::WordPiece(WordPiece::from_vocab_file(
+                vocab,
+                self.lowercase,
+                self.strip_accents,
+                self.max_word_chars,
+            )?)),
+            (None, Some(path)) => load_tokenizer_json(path),
+            (Some(_), Some(_)) => bail!("tokenize: give `vocab` or `tokenizer`, not both"),
+            (None, None) => bail!("tokenize: set `vocab` (a vocab.txt) or `tokenizer` (a tokenizer.json)"),
+        }
+    }
+
+    pub fn prepare(&mut self) -> Result<TokenizerInfo> {
+        let encoder = self.load()?;
+        let info = encoder.info();
+        self.encoder = Some(Arc::new(encoder));
+        Ok(info)
+    }
+}
+
+fn load_tokenizer_json(path: &std::path::Path) -> Result<Encoder> {
+    use tokenizers::{ModelWrapper, NormalizerWrapper, PreTokenizerWrapper};
+    let bytes = std::fs::read(path).with_context(|| format!("could not read tokenizer '{}'", path.display()))?;
+    let sha = hex::encode(Sha256::digest(&bytes));
+    let tokenizer = tokenizers::Tokenizer::from_bytes(&bytes)
+        .map_err(|e| anyhow::anyhow!("'{}' is not a tokenizer.json: {e}", path.display()))?;
+    // A BERT WordPiece tokenizer takes the fast path, with its own options.
+    if let (
+        ModelWrapper::WordPiece(wp),
+        Some(NormalizerWrapper::BertNormalizer(norm)),
+        Some(PreTokenizerWrapper::BertPreTokenizer(_)),
+    ) = (tokenizer.get_model(), tokenizer.get_normalizer(), tokenizer.get_pre_tokenizer())
+    {
+        if norm.clean_text && norm.handle_chinese_chars && wp.continuing_subword_prefix == "##" {
+            let vocab = tokenizers::Model::get_vocab(wp);
+            let w =
+                WordPiece::from_tokens(vocab, norm.lowercase, norm.strip_accents, wp.max_input_chars_per_word, sha)?;
+            return Ok(Encoder::WordPiece(w));
+        }
+    }
+    let id =
+        |t: &str| tokenizer.token_to_id(t).with_context(|| format!("tokenizer '{}' has no {t} token", path.display()));
+    let special_ids =
+        SpecialIds { pad: id("[PAD]")?, unk: id("[UNK]")?, cls: id("[CLS]")?, sep: id("[SEP]")?, mask: id("[MASK]")? };
+    let info = TokenizerInfo {
+        vocab_sha256: sha,
+        vocab_size: tokenizer.get_vocab_size(true),
+        lowercase: false,
+        special_ids,
+        encoder: "tokenizers".into(),
+    };
+    Ok(Encoder::Hf { tokenizer: Box::new(tokenizer), info })
+}
+
+impl Step for Tokenize {
+    fn apply(&self, doc: &mut Document) -> Verdict {
+        let encoder = self.encoder.as_ref().expect("tokenize step prepared before running");
+        doc.tokens.clear();
+        encoder.encode(&doc.text, &mut doc.tokens);
+        if doc.tokens.is_empty() {
+            return Verdict::Reject("no_tokens".into());
+        }
+        let unk = encoder.info_unk();
+        doc.unk_tokens = doc.tokens.iter().filter(|&&t| t == unk).count() as u32;
+        Verdict::Keep
+    }
+}
+
+impl Encoder {
+    fn info_unk(&self) -> u32 {
+        match self {
+            Encoder::WordPiece(w) => w.specials.unk,
+            Encoder::Hf { info, .. } => info.special_ids.unk,
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! A fast BERT WordPiece encoder, bit-identical to HF `tokenizers`' `BertNormalizer` +
+//! `BertPreTokenizer` + `WordPiece` (what `BertTokenizerFast` and `BertWordPieceTokenizer` run),
+//! without the offset bookkeeping that makes the crate's encoder slow.
+//!
+//! ASCII text, nearly all of it in English corpora, goes straight from bytes to words; only
+//! non-ASCII runs take the full path (clean → CJK split → NFD + drop Mn → per-char lowercase),
+//! with the same Unicode tables (`unicode_categories`) as the crate. Each word is looked up
+//! whole first — the common case — then split greedily, longest match first.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use rustc_hash::FxHashMap;
+use sha2::{Digest, Sha256};
+use unicode_categories::UnicodeCategories;
+use unicode_normalization::UnicodeNormalization;
+
+/// The special tokens, in BERT's vocabulary order of importance.
+pub const SPECIALS: [&str; 5] = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SpecialIds {
+    pub pad: u32,
+    pub unk: u32,
+    pub cls: u32,
+    pub sep: u32,
+    pub mask: u32,
+}
+
+pub struct WordPiece {
+    vocab: FxHashMap<Box<str>, u32>,
+    /// Continuation pieces (`##x`) stored without their prefix, so lookups need no copy.
+    continuations: FxHashMap<Box<str>, u32>,
+    pub specials: SpecialIds,
+    pub lowercase: bool,
+    pub strip_accents: bool,
+    pub max_word_chars: usize,
+    pub vocab_size: usize,
+    pub vocab_sha256: String,
+    /// Longest vocabulary entry in bytes: no match can be longer.
+    max_piece_bytes: usize,
+}
+
+impl std::fmt::Debug for WordPiece {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WordPiece({} tokens, lowercase {})", self.vocab_size, self.lowercase)
+    }
+}
+
+impl WordPiece {
+    /// Reads a `vocab.txt` (one token per line; the line number is the id).
+    pub fn from_vocab_file(
+        path: &Path,
+        lowercase: bool,
+        strip_accents: Option<bool>,
+        max_word_chars: usize,
+    ) -> Result<Self> {
+        let bytes = std::fs::read(path).with_context(|| format!("could not read vocab '{}'", path.display()))?;
+        let text =
+            String::from_utf8(bytes.clone()).with_context(|| format!("vocab '{}' is not UTF-8", path.display()))?;
+        let tokens: Vec<&str> = text.lines().map(|l| l.trim_end_matches('\r')).collect();
+        let sha = hex::encode(Sha256::digest(&bytes));
+        Self::from_tokens(
+            tokens.iter().enumerate().map(|(i, t)| (t.to_string(), i as u32)),
+            lowercase,
+            strip_accents,
+            max_word_chars,
+            sha,
+        )
+        .with_context(|| format!("vocab '{}'", path.display()))
+    }
+
+    /// Builds an encoder from (token, id) pairs.
+    pub fn from_tokens(
+        tokens: impl IntoIterator<Item = (String, u32)>,
+        lowercase: bool,
+        strip_accents: Option<bool>,
+        max_word_chars: usize,
+        vocab_sha256: String,
+    ) -> Result<Self> {
+        let mut vocab: FxHashMap<Box<str>, u32> = FxHashMap::default();
+        let mut continuations: FxHashMap<Box<str>, u32> = FxHashMap::default();
+        let mut max_piece_bytes = 0;
+        for (token, id) in tokens {
+            if token.is_empty() {
+                continue;
+            }
+            max_piece_bytes = max_piece_bytes.max(token.len());
+            if let Some(rest) = token.strip_prefix("##") {
+                continuations.entry(rest.into()).or_insert(id);
+            }
+            // HF keeps the last id of a repeated token; so do we.
+            vocab.insert(token.into_boxed_str(), id);
+        }
+        let special =
+            |name: &str| vocab.get(name).copied().with_context(|| format!("the vocabulary has no {name} token"));
+        let specials = SpecialIds {
+            pad: special("[PAD]")?,
+            unk: special("[UNK]")?,
+            cls: special("[CLS]")?,
+            sep: special("[SEP]")?,
+            mask: special("[MASK]")?,
+        };
+        if vocab.len() < 6 {
+            bail!("the vocabulary has only {} tokens", vocab.len());
+        }
+        let vocab_size = vocab.values().map(|&i| i as usize + 1).max().unwrap_or(0);
+        Ok(WordPiece {
+            vocab,
+            continuations,
+            specials,
+            lowercase,
+            strip_accents: strip_accents.unwrap_or(lowercase),
+            max_word_chars,
+            vocab_size,
+            vocab_sha256,
+            max_piece_bytes,
+        })
+    }
+
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.vocab.get(token).copied()
+    }
+
+    /// Appends the ids of `text` (no [CLS]/[SEP]) to `out`. Literal special tokens in the text
+    /// (`[SEP]`, …) become their ids, as in HF, where they are added tokens.
+    pub fn encode(&self, text: &str, out: &mut Vec<u32>) {
+        let mut word = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find('[') {
+            let special = SPECIALS.iter().find(|s| rest[at..].starts_with(**s));
+            match special {
+                Some(s) => {
+                    self.encode_segment(&rest[..at], &mut word, out);
+                    out.push(self.vocab[*s]);
+                    rest = &rest[at + s.len()..];
+                }
+                None => {
+                    self.encode_segment(&rest[..at + 1], &mut word, out);
+                    rest = &rest[at + 1..];
+                }
+            }
+        }
+        self.encode_segment(rest, &mut word, out);
+    }
+
+    /// Normalises and pre-tokenises one segment; words are finished at whitespace, around
+    /// punctuation and CJK characters, and at the end of the segment.
+    fn encode_segment(&self, text: &str, word: &mut String, out: &mut Vec<u32>) {
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            if b.is_ascii() {
+                i += 1;
+                match b {
+                    b'\t' | b'\n' | b'\r' | b' ' => self.finish_word(word, out),
+                    // Other controls (\x0B and \x0C too) are removed before whitespace is
+                    // mapped, so they join their neighbours rather than split them.
+                    0..=0x1F | 0x7F => {}
+                    _ if b.is_ascii_punctuation() => {
+                        self.finish_word(word, out);
+                        self.push_word(std::str::from_utf8(&[b]).expect("ASCII"), out);
+                    }
+                    _ => word.push(if self.lowercase { b.to_ascii_lowercase() } else { b } as char),
+                }
+                continue;
+            }
+            // A run of non-ASCII characters goes through the full normaliser. ASCII bytes are
+            // barriers for NFD reordering (combining class 0), so runs can be handled alone.
+            let end = bytes[i..].iter().position(u8::is_ascii).map_or(bytes.len(), |p| i + p);
+            self.normalize_run(&text[i..end], word, out);
+            i = end;
+        }
+        self.finish_word(word, out);
+    }
+
+    fn normalize_run(&self, run: &str, word: &mut String, out: &mut Vec<u32>) {
+        // clean_text: drop NUL, U+FFFD and "other" characters; whitespace becomes a space.
+        let cleaned = run
+            .chars()
+            .filter(|&c| !(c == '\0' || c == '\u{FFFD}' || (!matches!(c, '\t' | '\n' | '\r') && c.is_other())));
+        let mut emit = |c: char, word: &mut String, out: &mut Vec<u32>| {
+            if c.is_whitespace() {
+                self.finish_word(word, out);
+            } else if c.is_ascii_punctuation() || c.is_punctuation() || is_chinese_char(c) {
+                self.finish_word(word, out);
+                let mut buf = [0u8; 4];
+                self.push_word(c.encode_utf8(&mut buf), out);
+            } else {
+                word.push(c);
+            }
+        };
+        let lower =
+            |c: char, word: &mut String, out: &mut Vec<u32>, emit: &mut dyn FnMut(char, &mut String, &mut Vec<u32>)| {
+                if self.lowercase {
+                    for l in c.to_lowercase() {
+                        emit(l, word, out);
+                    }
+                } else {
+                    emit(c, word, out);
+                }
+            };
+        if self.strip_accents {
+            // CJK characters never decompose, so padding them before or after NFD is the same.
+            for c in cleaned.nfd().filter(|c| !c.is_mark_nonspacing()) {
+                lower(c, word, out, &mut emit);
+            }
+        } else {
+            for c in cleaned {
+                lower(c, word, out, &mut emit);
+            }
+        }
+    }
+
+    fn finish_word(&self, word: &mut String, out: &mut Vec<u32>) {
+        if !word.is_empty() {
+            self.push_word(word, out);
+            word.clear();
+        }
+    }
+
+    /// Greedy longest-match-first WordPiece of one word; any unmatched piece makes the whole
+    /// word [UNK], as does a word longer than `max_word_chars` characters.
+    fn push_word(&self, word: &str, out: &mut Vec<u32>) {
+        if word.len() > self.max_word_chars && word.chars().count() > self.max_word_chars {
+            out.push(self.specials.unk);
+            return;
+        }
+        if let Some(&id) = self.vocab.get(word) {
+            out.push(id);
+            return;
+        }
+        let mark = out.len();
+        let mut start = 0;
+        while start < word.len() {
+            let table = if start == 0 { &self.vocab } else { &self.continuations };
+            let longest = if start == 0 { self.max_piece_bytes } else { self.max_piece_bytes.saturating_sub(2) };
+            let mut end = word.len().min(start + longest);
+            while !word.is_char_boundary(end) {
+                end -= 1;
+            }
+            let mut found = None;
+            while end > start {
+                if let Some(&id) = table.get(&word[start..end]) {
+                    found = Some(id);
+                    break;
+                }
+                end -= word[..end].chars().next_back().map_or(1, char::len_utf8);
+            }
+            match found {
+                Some(id) => {
+                    out.push(id);
+                    start = end;
+                }
+                None => {
+                    out.truncate(mark);
+                    out.push(self.specials.unk);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// CJK Unified Ideographs and their extensions, as BERT (and HF) define "Chinese characters".
+fn is_chinese_char(c: char) -> bool {
+    matches!(
+        c as u32,
+        0x4E00..=0x9FFF | 0x3400..=0x4DBF | 0x20000..=0x2A6DF | 0x2A700..=0x2B73F | 0x2B740..=0x2B81F | 0x2B920..=0x2CEAF | 0xF900..=0xFAFF | 0x2F800..=0x2FA1F
+    )
+}

@@ -1,0 +1,199 @@
+//! Token ids identical to HF: the golden fixture from HF's Python tokenizers
+//! (scripts/make_golden_tokens.py), the whole bundled sample and random text against the
+//! `tokenizers` crate as the reference.
+
+use std::path::PathBuf;
+
+use bertpipe::tokenize::WordPiece;
+use tokenizers::models::wordpiece::WordPiece as HfWordPiece;
+use tokenizers::normalizers::BertNormalizer;
+use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
+use tokenizers::{AddedToken, Tokenizer};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn vocab() -> PathBuf {
+    root().join("data/vocab/bert-base-uncased.txt")
+}
+
+fn ours(lowercase: bool) -> WordPiece {
+    WordPiece::from_vocab_file(&vocab(), lowercase, None, 100).unwrap()
+}
+
+fn encode(w: &WordPiece, text: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    w.encode(text, &mut out);
+    out
+}
+
+/// HF's BertWordPieceTokenizer, built from the crate's parts.
+fn reference(lowercase: bool) -> Tokenizer {
+    let wp = HfWordPiece::from_file(vocab().to_str().unwrap()).unk_token("[UNK]".into()).build().unwrap();
+    let mut t = Tokenizer::new(wp);
+    t.with_normalizer(Some(BertNormalizer::new(true, true, None, lowercase))).unwrap();
+    t.with_pre_tokenizer(Some(BertPreTokenizer));
+    let specials: Vec<AddedToken> =
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].iter().map(|s| AddedToken::from(*s, true)).collect();
+    t.add_special_tokens(specials);
+    t
+}
+
+#[test]
+fn golden_fixture_from_hf_python() {
+    let fixture: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("tests/fixtures/golden_wordpiece.json")).unwrap())
+            .unwrap();
+    let (uncased, cased) = (ours(true), ours(false));
+    assert_eq!(fixture["vocab_sha256"].as_str().unwrap(), uncased.vocab_sha256, "fixture made with another vocab");
+    let cases = fixture["cases"].as_array().unwrap();
+    assert!(cases.len() > 50);
+    for case in cases {
+        let text = case["text"].as_str().unwrap();
+        let want = |k: &str| case[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect::<Vec<_>>();
+        assert_eq!(encode(&uncased, text), want("uncased"), "uncased: {text:?}");
+        assert_eq!(encode(&cased, text), want("cased"), "cased: {text:?}");
+    }
+}
+
+#[test]
+fn whole_sample_matches_the_tokenizers_crate() {
+    let (w, hf) = (ours(true), reference(true));
+    let mut files = 0;
+    let mut tokens = 0;
+    for split in ["train", "test"] {
+        for label in ["neg", "pos", "unsup"] {
+            let Ok(dir) = std::fs::read_dir(root().join("data/aclImdb-sample").join(split).join(label)) else {
+                continue;
+            };
+            for f in dir {
+                let text = std::fs::read_to_string(f.unwrap().path()).unwrap();
+                let want = hf.encode(text.as_str(), false).unwrap().get_ids().to_vec();
+                assert_eq!(encode(&w, &text), want, "{text:?}");
+                files += 1;
+                tokens += want.len();
+            }
+        }
+    }
+    assert_eq!(files, 750);
+    assert!(tokens > 100_000);
+}
+
+#[test]
+fn random_text_matches_the_tokenizers_crate() {
+    // Pieces chosen to collide: ASCII words and punctuation, accents, combining marks, CJK,
+    // emoji, controls, odd whitespace, special tokens, long runs.
+    const PIECES: &[&str] = &[
+        "the",
+        "movie",
+        "un",
+        "##",
+        "believ",
+        "able",
+        " ",
+        "  ",
+        "\t",
+        "\n",
+        "\r\n",
+        ".",
+        "!",
+        "?",
+        "'",
+        "\"",
+        ",",
+        "-",
+        "[",
+        "]",
+        "[SEP]",
+        "[CLS]",
+        "[MASK]",
+        "é",
+        "e\u{301}",
+        "\u{301}",
+        "ñ",
+        "Ø",
+        "ß",
+        "İ",
+        "Σ",
+        "ς",
+        "東",
+        "京",
+        "タ",
+        "한",
+        "😀",
+        "👍🏽",
+        "\u{200b}",
+        "\u{feff}",
+        "\u{0}",
+        "\u{7}",
+        "\u{b}",
+        "\u{85}",
+        "\u{a0}",
+        "\u{3000}",
+        "…",
+        "—",
+        "«",
+        "¿",
+        "½",
+        "²",
+        "ﬁ",
+        "Ａ",
+        "\u{f900}",
+        "\u{37e}",
+        "x",
+        "zq",
+        "aaaaaaaaaaaaaaaaaaaaaaaaa",
+        "123",
+        "1,000",
+        "$",
+        "%",
+        "@",
+        "#",
+        "~",
+        "^",
+        "\u{1d165}",
+        "\u{1d16d}",
+        "\u{fffd}",
+        "\u{e000}",
+        "Ǆ",
+        "ǅ",
+    ];
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    for lowercase in [true, false] {
+        let (w, hf) = (ours(lowercase), reference(lowercase));
+        for _ in 0..3000 {
+            let len = next(40);
+            let text: String = (0..len).map(|_| PIECES[next(PIECES.len())]).collect();
+            let want = hf.encode(text.as_str(), false).unwrap().get_ids().to_vec();
+            assert_eq!(encode(&w, &text), want, "lowercase {lowercase}: {text:?}");
+        }
+    }
+}
+
+#[test]
+fn tokenizer_json_loads_and_agrees() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokenizer.json");
+    reference(true).save(&path, false).unwrap();
+    let step = bertpipe::tokenize::Tokenize {
+        vocab: None,
+        tokenizer: Some(path),
+        lowercase: true,
+        strip_accents: None,
+        max_word_chars: 100,
+        encoder: None,
+    };
+    let enc = step.load().unwrap();
+    assert_eq!(enc.info().encoder, "wordpiece", "a BERT tokenizer.json takes the fast path");
+    let text = "Crème brûlée [SEP] 東京 don't!!";
+    let mut got = Vec::new();
+    enc.encode(text, &mut got);
+    assert_eq!(got, reference(true).encode(text, false).unwrap().get_ids());
+}
