@@ -70,6 +70,14 @@ impl fmt::Display for ConfigErrors {
 
 impl std::error::Error for ConfigErrors {}
 
+impl ConfigErrors {
+    /// In reading order: by file, then line and column.
+    fn sorted(mut self) -> Self {
+        self.0.sort_by_key(|e| (e.file.clone(), e.pos.map(|p| (p.line, p.col))));
+        self
+    }
+}
+
 /// Collects errors against one YAML tree.
 struct Checker<'a> {
     file: String,
@@ -245,6 +253,10 @@ impl Pipeline {
 
     /// As [`Pipeline::load`], from YAML text; relative paths resolve against `base`.
     pub fn from_yaml(text: &str, file: &str, base: &Path, overrides: &[String]) -> Result<Pipeline, ConfigErrors> {
+        Self::from_yaml_unsorted(text, file, base, overrides).map_err(ConfigErrors::sorted)
+    }
+
+    fn from_yaml_unsorted(text: &str, file: &str, base: &Path, overrides: &[String]) -> Result<Pipeline, ConfigErrors> {
         let one = |pos: Option<Pos>, file: &str, message: String| {
             ConfigErrors(vec![ConfigError { file: file.to_string(), pos, message }])
         };
@@ -314,14 +326,12 @@ impl Pipeline {
         resolve(source.path_mut(), base);
         resolve(sink.path_mut(), base);
         for (i, step) in steps.iter_mut().enumerate() {
+            let kind = step.type_name();
             for (field, path) in step.paths_mut() {
                 resolve(path, base);
                 if !path.exists() {
                     let here = [PathSeg::Key("steps".into()), PathSeg::Index(i), PathSeg::Key(field.into())];
-                    c.at_path(
-                        &here,
-                        format!("steps[{i}] ({}).{field}: '{}' does not exist", "tokenize", path.display()),
-                    );
+                    c.at_path(&here, format!("steps[{i}] ({kind}).{field}: '{}' does not exist", path.display()));
                 }
             }
         }
@@ -346,13 +356,55 @@ impl Pipeline {
     }
 }
 
-/// Cross-step rules: noise filters need a score, dedup appears once.
+/// Cross-step rules: noise filters need a score, dedup and tokenize appear once, sequences
+/// need tokens and come last.
 fn check_steps(c: &mut Checker, steps: &[PipelineStep]) {
     let mut scored = false;
     let mut dedups = 0;
+    let mut tokenized = false;
+    let mut sequenced = false;
     for (i, step) in steps.iter().enumerate() {
         let here = |field: &str| vec![PathSeg::Key("steps".into()), PathSeg::Index(i), PathSeg::Key(field.into())];
+        if sequenced {
+            c.at_path(
+                &here("type"),
+                format!(
+                    "steps[{i}] ({}) comes after classify_sequences, which must be the last step",
+                    step.type_name()
+                ),
+            );
+        }
         match step {
+            PipelineStep::Tokenize(t) => {
+                if tokenized {
+                    c.at_path(&here("type"), format!("steps[{i}]: only one tokenize step is allowed"));
+                }
+                tokenized = true;
+                if t.vocab.is_some() == t.tokenizer.is_some() {
+                    c.at_path(
+                        &here("type"),
+                        format!("steps[{i}] (tokenize) needs exactly one of `vocab` (a vocab.txt) or `tokenizer` (a tokenizer.json)"),
+                    );
+                }
+                if t.max_word_chars == 0 {
+                    c.at_path(
+                        &here("max_word_chars"),
+                        format!("steps[{i}] (tokenize).max_word_chars must be at least 1"),
+                    );
+                }
+            }
+            PipelineStep::ClassifySequences(s) => {
+                if !tokenized {
+                    c.at_path(
+                        &here("type"),
+                        format!("steps[{i}] (classify_sequences) needs a tokenize step before it"),
+                    );
+                }
+                sequenced = true;
+                for (field, message) in s.check() {
+                    c.at_path(&here(field), format!("steps[{i}] (classify_sequences).{field}: {message}"));
+                }
+            }
             PipelineStep::NoiseScore(_) => scored = true,
             PipelineStep::Dedup(_) => {
                 dedups += 1;
