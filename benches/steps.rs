@@ -1,5 +1,6 @@
 //! Throughput of each cleaning step on its own, over a generated IMDb-sized set of reviews held
-//! in memory (no I/O): median of 5 runs, MB/s of input text, single thread.
+//! in memory (no I/O): median of 5 runs, MB/s of input text, single thread; then the WordPiece
+//! path against the `tokenizers` crate on the cleaned text.
 //!
 //! `cargo bench --bench steps` (set BENCH_REVIEWS to change the 50,000).
 
@@ -46,4 +47,52 @@ fn main() {
         println!("{:<20} {:>10.4} {:>10.1}", step.type_name(), median, input_bytes as f64 / 1e6 / median);
         docs = last;
     }
+    tokenizer_vs_crate(&docs);
+}
+
+/// The `tokenize` step's WordPiece path against the `tokenizers` crate's encoder (the parity
+/// reference) on the same cleaned texts, one thread each.
+fn tokenizer_vs_crate(docs: &[Document]) {
+    use tokenizers::models::wordpiece::WordPiece as HfWordPiece;
+    use tokenizers::normalizers::BertNormalizer;
+    use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
+    let vocab = concat!(env!("CARGO_MANIFEST_DIR"), "/data/vocab/bert-base-uncased.txt");
+    let ours = bertpipe::tokenize::WordPiece::from_vocab_file(vocab.as_ref(), true, None, 100).unwrap();
+    let mut hf = tokenizers::Tokenizer::new(HfWordPiece::from_file(vocab).unk_token("[UNK]".into()).build().unwrap());
+    hf.with_normalizer(Some(BertNormalizer::new(true, true, None, true))).unwrap();
+    hf.with_pre_tokenizer(Some(BertPreTokenizer));
+    let bytes: usize = docs.iter().map(|d| d.text.len()).sum();
+    let median = |runs: usize, f: &mut dyn FnMut() -> usize| {
+        let mut t: Vec<(f64, usize)> = (0..runs)
+            .map(|_| {
+                let start = Instant::now();
+                let n = f();
+                (start.elapsed().as_secs_f64(), n)
+            })
+            .collect();
+        t.sort_by(|a, b| a.0.total_cmp(&b.0));
+        t[runs / 2]
+    };
+    let (t_ours, n_ours) = median(5, &mut || {
+        let mut ids = Vec::new();
+        let mut n = 0;
+        for d in docs {
+            ids.clear();
+            ours.encode(&d.text, &mut ids);
+            n += ids.len();
+        }
+        n
+    });
+    // The crate needs ~40 s a pass here: one run.
+    let (t_hf, n_hf) =
+        median(1, &mut || docs.iter().map(|d| hf.encode_fast(d.text.as_str(), false).unwrap().len()).sum());
+    assert_eq!(n_ours, n_hf, "token counts differ");
+    println!("{:<20} {:>10.4} {:>10.1}   ({n_ours} tokens)", "wordpiece (ours)", t_ours, bytes as f64 / 1e6 / t_ours);
+    println!(
+        "{:<20} {:>10.4} {:>10.1}   tokenizers crate encode_fast",
+        "wordpiece (crate)",
+        t_hf,
+        bytes as f64 / 1e6 / t_hf
+    );
+    println!("speed-up over the crate: {:.1}x", t_hf / t_ours);
 }

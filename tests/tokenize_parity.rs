@@ -36,7 +36,7 @@ fn reference(lowercase: bool) -> Tokenizer {
     t.with_pre_tokenizer(Some(BertPreTokenizer));
     let specials: Vec<AddedToken> =
         ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].iter().map(|s| AddedToken::from(*s, true)).collect();
-    t.add_special_tokens(specials);
+    t.add_special_tokens(specials).unwrap();
     t
 }
 
