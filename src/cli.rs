@@ -16,6 +16,44 @@ pub enum Command {
     /// Run or check declarative YAML pipelines.
     #[command(subcommand)]
     Pipeline(PipelineCommand),
+    /// Build tokenizer vocabularies.
+    #[command(subcommand)]
+    Vocab(VocabCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum VocabCommand {
+    /// Learn a WordPiece vocabulary from a pipeline's source after its cleaning steps; writes
+    /// vocab.txt and tokenizer.json (usable by the tokenize step) and reports the [UNK] rate.
+    #[command(after_help = "Examples:
+  bertpipe vocab train pipelines/imdb-pretrain.yaml --size 30522 --out vocab/imdb
+  bertpipe vocab train pipelines/imdb.yaml --size 8000 --min-frequency 5 --out /tmp/v --cased")]
+    Train(VocabTrainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct VocabTrainArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Vocabulary size, special tokens included.
+    #[arg(long, default_value_t = 30522)]
+    pub size: usize,
+    /// Drop words and merges seen fewer times than this.
+    #[arg(long, default_value_t = 2)]
+    pub min_frequency: u64,
+    /// Output folder for vocab.txt and tokenizer.json.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Keep case and accents (default: uncased, like bert-base-uncased). Without this flag the
+    /// pipeline's tokenize step, if any, decides.
+    #[arg(long)]
+    pub cased: bool,
+    /// Worker threads for reading and cleaning (default: all cores).
+    #[arg(long, short = 'j', value_name = "N", default_value_t = 0, hide_default_value = true)]
+    pub threads: usize,
+    /// No progress bars.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Subcommand)]

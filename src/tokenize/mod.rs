@@ -1,5 +1,6 @@
 //! `tokenize`: WordPiece ids for each document, from a `vocab.txt` or an HF `tokenizer.json`.
 
+pub mod train;
 pub mod wordpiece;
 
 use std::path::PathBuf;

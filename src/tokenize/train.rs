@@ -1,0 +1,165 @@
+//! `bertpipe vocab train`: a WordPiece vocabulary learned from a pipeline's cleaned text with
+//! the HF `tokenizers` trainer (what `BertWordPieceTokenizer.train` runs), written as
+//! `vocab.txt` and `tokenizer.json`, then measured: the [UNK] rate on the same corpus.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context, Result};
+use tokenizers::decoders::wordpiece::WordPiece as WordPieceDecoder;
+use tokenizers::models::wordpiece::{WordPiece as HfWordPiece, WordPieceTrainer};
+use tokenizers::models::TrainerWrapper;
+use tokenizers::normalizers::BertNormalizer;
+use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
+use tokenizers::processors::bert::BertProcessing;
+use tokenizers::{AddedToken, Tokenizer};
+
+use super::wordpiece::SPECIALS;
+use super::{Tokenize, WordPiece};
+use crate::clean::PipelineStep;
+use crate::config::Pipeline;
+use crate::pipeline::parallel::{self, Outcome};
+use crate::pipeline::progress::Progress;
+
+/// Options of `vocab train`.
+#[derive(Debug, Clone)]
+pub struct VocabTrainOptions {
+    pub size: usize,
+    pub min_frequency: u64,
+    pub lowercase: bool,
+    pub out: PathBuf,
+    pub threads: usize,
+    pub quiet: bool,
+}
+
+/// What training produced and how well the vocabulary covers the corpus.
+#[derive(Debug, Clone)]
+pub struct VocabReport {
+    pub vocab_txt: PathBuf,
+    pub tokenizer_json: PathBuf,
+    pub vocab_size: usize,
+    pub docs: u64,
+    pub tokens: u64,
+    pub unk_tokens: u64,
+}
+
+impl VocabReport {
+    pub fn unk_rate(&self) -> f64 {
+        self.unk_tokens as f64 / self.tokens.max(1) as f64
+    }
+}
+
+/// The steps whose output is the text to learn from: everything before tokenization.
+fn cleaning_steps(pipeline: &Pipeline) -> Vec<PipelineStep> {
+    pipeline
+        .steps
+        .iter()
+        .take_while(|s| !matches!(s, PipelineStep::Tokenize(_) | PipelineStep::ClassifySequences(_)))
+        .cloned()
+        .collect()
+}
+
+pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<VocabReport> {
+    let steps = cleaning_steps(pipeline);
+    let threads = crate::pipeline::threads_or_default(opts.threads);
+    let mut tokenizer = Tokenizer::new(HfWordPiece::default());
+    tokenizer
+        .with_normalizer(Some(BertNormalizer::new(true, true, None, opts.lowercase)))
+        .map_err(|e| anyhow!("{e}"))?;
+    tokenizer.with_pre_tokenizer(Some(BertPreTokenizer));
+    // BERT's special tokens first, in BERT's order: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4.
+    let specials: Vec<AddedToken> = SPECIALS.iter().map(|s| AddedToken::from(*s, true)).collect();
+    let mut trainer: TrainerWrapper = WordPieceTrainer::builder()
+        .vocab_size(opts.size)
+        .min_frequency(opts.min_frequency)
+        .special_tokens(specials)
+        .limit_alphabet(1000)
+        .show_progress(false)
+        .build()
+        .into();
+
+    // Pass 1: cleaned text streams from the pipeline's workers into the trainer's word counts.
+    let progress = Progress::new(opts.quiet, "vocab: counting words");
+    let (tx, rx) = crossbeam_channel::bounded::<String>(1024);
+    let mut docs = 0u64;
+    let read = std::thread::scope(|scope| {
+        let (progress, steps) = (&progress, &steps);
+        // The sender moves into the reader so the trainer's input ends when reading does.
+        let reader = scope.spawn(move || {
+            let set_total = |b: u64| progress.set_total(b);
+            parallel::process(&pipeline.source, &steps, threads, &set_total, |outcome| {
+                progress.advance(outcome.input_bytes(), 1);
+                if let Outcome::Kept(doc) = outcome {
+                    tx.send(doc.text).map_err(|_| anyhow!("the trainer stopped"))?;
+                }
+                Ok(())
+            })
+        });
+        let trained = tokenizer
+            .train(&mut trainer, rx.iter().inspect(|_| docs += 1))
+            .map(|_| ())
+            .map_err(|e| anyhow!("training failed: {e}"));
+        drop(rx);
+        let read = reader.join().map_err(|_| anyhow!("the reader panicked"))?;
+        trained.and(read)
+    });
+    progress.finish();
+    read?;
+
+    let id = |t: &str| tokenizer.token_to_id(t).with_context(|| format!("trained vocabulary lacks {t}"));
+    let (sep, cls) = (id("[SEP]")?, id("[CLS]")?);
+    tokenizer.with_post_processor(Some(BertProcessing::new(("[SEP]".into(), sep), ("[CLS]".into(), cls))));
+    tokenizer.with_decoder(Some(WordPieceDecoder::default()));
+    std::fs::create_dir_all(&opts.out).with_context(|| format!("could not create '{}'", opts.out.display()))?;
+    let tokenizer_json = opts.out.join("tokenizer.json");
+    tokenizer
+        .save(&tokenizer_json, true)
+        .map_err(|e| anyhow!("could not write '{}': {e}", tokenizer_json.display()))?;
+    let vocab_txt = write_vocab_txt(&tokenizer, &opts.out)?;
+
+    // Pass 2: coverage of the corpus by the new vocabulary, through the fast encoder.
+    let wp = WordPiece::from_vocab_file(&vocab_txt, opts.lowercase, None, 100)?;
+    let vocab_size = wp.vocab_size;
+    let unk = wp.specials.unk;
+    let mut measure = steps.clone();
+    let tokenize = Tokenize {
+        vocab: Some(vocab_txt.clone()),
+        tokenizer: None,
+        lowercase: opts.lowercase,
+        strip_accents: None,
+        max_word_chars: 100,
+        encoder: Some(std::sync::Arc::new(super::Encoder::WordPiece(wp))),
+    };
+    measure.push(PipelineStep::Tokenize(tokenize));
+    let progress = Progress::new(opts.quiet, "vocab: measuring coverage");
+    let (mut tokens, mut unk_tokens) = (0u64, 0u64);
+    let set_total = |b: u64| progress.set_total(b);
+    parallel::process(&pipeline.source, &measure, threads, &set_total, |outcome| {
+        progress.advance(outcome.input_bytes(), 1);
+        if let Outcome::Kept(doc) = outcome {
+            tokens += doc.tokens.len() as u64;
+            unk_tokens += doc.tokens.iter().filter(|&&t| t == unk).count() as u64;
+        }
+        Ok(())
+    })?;
+    progress.finish();
+    Ok(VocabReport { vocab_txt, tokenizer_json, vocab_size, docs, tokens, unk_tokens })
+}
+
+/// `vocab.txt`: one token per line, line number = id.
+fn write_vocab_txt(tokenizer: &Tokenizer, out: &Path) -> Result<PathBuf> {
+    let mut vocab: Vec<(String, u32)> = tokenizer.get_vocab(true).into_iter().collect();
+    vocab.sort_by_key(|(_, id)| *id);
+    for (i, (token, id)) in vocab.iter().enumerate() {
+        if *id as usize != i {
+            anyhow::bail!("trained vocabulary has a gap at id {i} (token {token:?} has id {id})");
+        }
+    }
+    let mut text = String::with_capacity(vocab.len() * 8);
+    for (token, _) in &vocab {
+        text.push_str(token);
+        text.push('\n');
+    }
+    let path = out.join("vocab.txt");
+    std::fs::write(&path, text).with_context(|| format!("could not write '{}'", path.display()))?;
+    Ok(path)
+}
