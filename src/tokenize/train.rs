@@ -86,7 +86,7 @@ pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<Voca
         // The sender moves into the reader so the trainer's input ends when reading does.
         let reader = scope.spawn(move || {
             let set_total = |b: u64| progress.set_total(b);
-            parallel::process(&pipeline.source, &steps, threads, &set_total, |outcome| {
+            parallel::process(&pipeline.source, steps, threads, &set_total, |outcome| {
                 progress.advance(outcome.input_bytes(), 1);
                 if let Outcome::Kept(doc) = outcome {
                     tx.send(doc.text).map_err(|_| anyhow!("the trainer stopped"))?;
