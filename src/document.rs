@@ -22,6 +22,9 @@ pub struct Document {
     pub input_bytes: u64,
     /// Set by `tokenize`: WordPiece ids, without special tokens.
     pub tokens: Vec<u32>,
+    /// Set by `tokenize` when sentences are needed: the end (exclusive index into `tokens`) of
+    /// each sentence.
+    pub sentence_ends: Vec<u32>,
     /// How many of `tokens` are [UNK].
     pub unk_tokens: u32,
     /// Set by `classify_sequences`: model inputs with [CLS]/[SEP], one per output row.

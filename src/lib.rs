@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod document;
 pub mod pipeline;
+pub mod rng;
 pub mod sequence;
 pub mod shards;
 pub mod sink;

@@ -3,36 +3,7 @@
 //! and a long tail of review lengths (log-normal, median ~174 words). Used for the bundled
 //! sample (`examples/gen_aclimdb.rs`), the tests and the benchmarks. Deterministic for a seed.
 
-/// SplitMix64: tiny, fast, and stable forever (the sample must not change with a crate bump).
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    pub fn f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-    pub fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-        xs[self.below(xs.len())]
-    }
-    pub fn chance(&mut self, p: f64) -> bool {
-        self.f64() < p
-    }
-    /// Standard normal (Box–Muller).
-    pub fn normal(&mut self) -> f64 {
-        let u1 = self.f64().max(1e-12);
-        let u2 = self.f64();
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
-}
+pub use crate::rng::Rng;
 
 const TITLES: &[&str] = &[
     "Amélie",

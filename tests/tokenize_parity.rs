@@ -189,6 +189,7 @@ fn tokenizer_json_loads_and_agrees() {
         strip_accents: None,
         max_word_chars: 100,
         encoder: None,
+        sentences: false,
     };
     let enc = step.load().unwrap();
     assert_eq!(enc.info().encoder, "wordpiece", "a BERT tokenizer.json takes the fast path");

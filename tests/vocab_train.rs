@@ -39,6 +39,7 @@ fn trains_a_vocabulary_the_pipeline_can_use() {
         strip_accents: None,
         max_word_chars: 100,
         encoder: None,
+        sentences: false,
     };
     let from_json = step.load().unwrap();
     let text = "Amélie is simply brilliant!!! I rated it 3 < 5, unlike Plan 9.";

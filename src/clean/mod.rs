@@ -45,6 +45,7 @@ tagged_enum! {
         "dedup" => Dedup(Dedup),
         "tokenize" => Tokenize(crate::tokenize::Tokenize),
         "classify_sequences" => ClassifySequences(crate::sequence::ClassifySequences),
+        "pretrain_sequences" => PretrainSequences(crate::sequence::pretrain::PretrainSequences),
     }
 }
 
@@ -60,6 +61,7 @@ impl PipelineStep {
             PipelineStep::Dedup(s) => s,
             PipelineStep::Tokenize(s) => s,
             PipelineStep::ClassifySequences(s) => s,
+            PipelineStep::PretrainSequences(s) => s,
         }
     }
 

@@ -368,10 +368,7 @@ fn check_steps(c: &mut Checker, steps: &[PipelineStep]) {
         if sequenced {
             c.at_path(
                 &here("type"),
-                format!(
-                    "steps[{i}] ({}) comes after classify_sequences, which must be the last step",
-                    step.type_name()
-                ),
+                format!("steps[{i}] ({}) comes after the sequence step, which must be the last step", step.type_name()),
             );
         }
         match step {
@@ -403,6 +400,18 @@ fn check_steps(c: &mut Checker, steps: &[PipelineStep]) {
                 sequenced = true;
                 for (field, message) in s.check() {
                     c.at_path(&here(field), format!("steps[{i}] (classify_sequences).{field}: {message}"));
+                }
+            }
+            PipelineStep::PretrainSequences(s) => {
+                if !tokenized {
+                    c.at_path(
+                        &here("type"),
+                        format!("steps[{i}] (pretrain_sequences) needs a tokenize step before it"),
+                    );
+                }
+                sequenced = true;
+                for (field, message) in s.check() {
+                    c.at_path(&here(field), format!("steps[{i}] (pretrain_sequences).{field}: {message}"));
                 }
             }
             PipelineStep::NoiseScore(_) => scored = true,

@@ -12,9 +12,12 @@ use sha2::{Digest, Sha256};
 
 use crate::clean::PipelineStep;
 use crate::config::Pipeline;
+use crate::document::Document;
+use crate::sequence::mask::MaskSpec;
+use crate::sequence::pretrain::{Masking, PretrainBuilder, PretrainSequences};
 use crate::sequence::Truncation;
 use crate::sink::manifest::{self, Journal, Manifest, RejectsInfo, SplitStats, REJECTS};
-use crate::sink::rows::{DocRows, RejectRows, RowLayout, BATCH_ROWS};
+use crate::sink::rows::{DocRows, PretrainRows, RejectRows, RowLayout, BATCH_ROWS};
 use crate::sink::shard::{ShardInfo, ShardWriter};
 use crate::sink::{ParquetSink, Sink};
 use crate::tokenize::TokenizerInfo;
@@ -79,6 +82,10 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         windows: sequencer.as_ref().is_some_and(|c| c.truncation == Truncation::Window),
     };
     let tokenized = tokenizer.is_some();
+    let pretrainer = steps.iter().find_map(|s| match s {
+        PipelineStep::PretrainSequences(p) => Some(p.clone()),
+        _ => None,
+    });
     let crash_after: Option<usize> = std::env::var(CRASH_ENV).ok().and_then(|v| v.parse().ok());
     let mut shards_done = 0usize;
     let mut on_shard = |folder: &str, info: &ShardInfo| -> Result<()> {
@@ -90,6 +97,15 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         Ok(())
     };
 
+    let setup = SplitSetup {
+        out: &out,
+        layout,
+        sink,
+        kept: &kept,
+        pretrain: pretrainer.as_ref(),
+        seed: pipeline.seed,
+        specials: tokenizer.as_ref().map(|t| t.special_ids),
+    };
     let mut splits: BTreeMap<String, SplitOutput> = BTreeMap::new();
     let mut rejects = RejectRows::default();
     let mut reject_writer =
@@ -99,13 +115,11 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         progress.advance(outcome.input_bytes(), 1);
         match outcome {
             Outcome::Kept(doc) => {
-                let split = splits
-                    .entry(doc.split.clone())
-                    .or_insert_with(|| SplitOutput::new(&out, &doc.split, layout, sink, &kept));
+                let split = splits.entry(doc.split.clone()).or_insert_with(|| SplitOutput::new(&doc.split, &setup));
                 split.stats.docs_in += 1;
                 split.stats.docs_out += 1;
                 split.stats.utf8_replaced += doc.utf8_replaced as u64;
-                let rows = split.rows.push(&doc) as u64;
+                let rows = split.push(&doc, &mut on_shard)?;
                 if tokenized {
                     let t = split.stats.tokenization.get_or_insert_with(Default::default);
                     t.document_tokens += doc.tokens.len() as u64;
@@ -117,14 +131,9 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
                         split.row_tokens += doc.sequences.iter().map(|s| s.len() as u64).sum::<u64>();
                     }
                 }
-                if split.rows.len() >= BATCH_ROWS {
-                    split.writer.write(&split.rows.finish(), &mut on_shard)?;
-                }
             }
             Outcome::Rejected(r) => {
-                let split = splits
-                    .entry(r.split.clone())
-                    .or_insert_with(|| SplitOutput::new(&out, &r.split, layout, sink, &kept));
+                let split = splits.entry(r.split.clone()).or_insert_with(|| SplitOutput::new(&r.split, &setup));
                 split.stats.docs_in += 1;
                 *split.stats.rejected.entry(r.reason_key().to_string()).or_default() += 1;
                 rejects.push(&r);
@@ -136,10 +145,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         Ok(())
     })?;
     for split in splits.values_mut() {
-        if !split.rows.is_empty() {
-            split.writer.write(&split.rows.finish(), &mut on_shard)?;
-        }
-        split.writer.finish(&mut on_shard)?;
+        split.finish(&mut on_shard)?;
     }
     if !rejects.is_empty() {
         reject_writer.write(&rejects.finish(), &mut on_shard)?;
@@ -159,6 +165,9 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         if layout.sequences {
             stats.tokens = Some(split.row_tokens);
         }
+        if let Some(p) = &stats.pretraining {
+            stats.tokens = Some(p.tokens);
+        }
         debug_assert_eq!(stats.docs_in, stats.docs_out + stats.rejected_total());
         split_stats.insert(name, stats);
     }
@@ -167,6 +176,8 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         created_by: format!("bertpipe {}", env!("CARGO_PKG_VERSION")),
         task: if layout.sequences {
             "classify"
+        } else if pretrainer.is_some() {
+            "pretrain"
         } else if tokenized {
             "tokenize"
         } else {
@@ -177,7 +188,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         config: serde_json::from_str(&config_json)?,
         config_sha256,
         tokenizer: tokenizer.map(|t| serde_json::to_value(t).expect("tokenizer info serialises")),
-        max_len: sequencer.as_ref().map(|c| c.max_len as u32),
+        max_len: sequencer.as_ref().map(|c| c.max_len).or(pretrainer.as_ref().map(|p| p.max_len)).map(|m| m as u32),
         seed: pipeline.seed,
         splits: split_stats,
         rejects: RejectsInfo { rows: reject_writer.rows_written(), shards: reject_writer.shards },
@@ -199,32 +210,104 @@ struct SplitOutput {
     stats: SplitStats,
     /// Tokens in the written rows, specials included.
     row_tokens: u64,
+    /// Pretraining: the split's row builder and its columns.
+    pretrain: Option<(PretrainBuilder, PretrainRows)>,
+}
+
+/// What every split of a run shares when it starts writing.
+struct SplitSetup<'a> {
+    out: &'a Path,
+    layout: RowLayout,
+    sink: &'a ParquetSink,
+    kept: &'a BTreeMap<String, Vec<ShardInfo>>,
+    pretrain: Option<&'a PretrainSequences>,
+    seed: u64,
+    specials: Option<crate::tokenize::SpecialIds>,
 }
 
 impl SplitOutput {
-    fn new(
-        out: &Path,
-        split: &str,
-        layout: RowLayout,
-        sink: &ParquetSink,
-        kept: &BTreeMap<String, Vec<ShardInfo>>,
-    ) -> Self {
-        let rows = DocRows::new(layout);
-        let writer = ShardWriter::new(out, split, rows.schema(), sink, kept.get(split).cloned().unwrap_or_default());
-        SplitOutput { rows, writer, stats: SplitStats::default(), row_tokens: 0 }
+    fn new(split: &str, setup: &SplitSetup) -> Self {
+        let rows = DocRows::new(setup.layout);
+        let pretrain = setup.pretrain.map(|p| {
+            let s = setup.specials.expect("pretraining has a tokenizer");
+            (PretrainBuilder::new(p, setup.seed, s.cls, s.sep), PretrainRows::new(p.nsp, p.masking == Masking::Static))
+        });
+        let schema = match &pretrain {
+            Some((_, r)) => r.schema(),
+            None => rows.schema(),
+        };
+        let writer =
+            ShardWriter::new(setup.out, split, schema, setup.sink, setup.kept.get(split).cloned().unwrap_or_default());
+        SplitOutput { rows, writer, stats: SplitStats::default(), row_tokens: 0, pretrain }
+    }
+
+    /// Buffers the document's rows; hands full batches to the shard writer.
+    fn push(&mut self, doc: &Document, on_shard: &mut crate::sink::shard::OnShard) -> Result<u64> {
+        if let Some((builder, rows)) = &mut self.pretrain {
+            let built = builder.add(doc);
+            for row in &built {
+                rows.push(row);
+                if rows.len() >= BATCH_ROWS {
+                    self.writer.write(&rows.finish(), on_shard)?;
+                }
+            }
+            return Ok(built.len() as u64);
+        }
+        let n = self.rows.push(doc) as u64;
+        if self.rows.len() >= BATCH_ROWS {
+            self.writer.write(&self.rows.finish(), on_shard)?;
+        }
+        Ok(n)
+    }
+
+    /// Writes what is still buffered and completes the last shard.
+    fn finish(&mut self, on_shard: &mut crate::sink::shard::OnShard) -> Result<()> {
+        if let Some((builder, rows)) = &mut self.pretrain {
+            for row in builder.finish() {
+                rows.push(&row);
+            }
+            if !rows.is_empty() {
+                self.writer.write(&rows.finish(), on_shard)?;
+            }
+            self.stats.pretraining = Some(builder.stats.clone());
+        } else if !self.rows.is_empty() {
+            self.writer.write(&self.rows.finish(), on_shard)?;
+        }
+        self.writer.finish(on_shard)
     }
 }
 
 /// Loads what steps need before the first document (the vocabulary) and hands the tokenizer's
 /// special ids to the sequence step. Returns the tokenizer's description for the manifest.
 pub fn prepare_steps(steps: &mut [PipelineStep]) -> Result<Option<TokenizerInfo>> {
+    let wants_sentences = steps.iter().any(|s| matches!(s, PipelineStep::PretrainSequences(_)));
     let mut info: Option<TokenizerInfo> = None;
+    let mut continuation: Vec<bool> = Vec::new();
     for step in steps.iter_mut() {
         match step {
-            PipelineStep::Tokenize(t) => info = Some(t.prepare()?),
+            PipelineStep::Tokenize(t) => {
+                t.sentences = wants_sentences;
+                info = Some(t.prepare()?);
+                if wants_sentences {
+                    continuation = t.encoder.as_ref().expect("just prepared").continuation_table();
+                }
+            }
             PipelineStep::ClassifySequences(c) => {
                 c.specials =
                     Some(info.as_ref().context("classify_sequences needs a tokenize step before it")?.special_ids);
+            }
+            PipelineStep::PretrainSequences(p) => {
+                let t = info.as_ref().context("pretrain_sequences needs a tokenize step before it")?;
+                let s = t.special_ids;
+                p.mask_spec = Some(MaskSpec {
+                    masked_lm_prob: p.masked_lm_prob,
+                    max_predictions_per_seq: p.max_predictions(),
+                    whole_word_mask: p.whole_word_mask,
+                    mask_id: s.mask,
+                    special_ids: vec![s.pad, s.unk, s.cls, s.sep, s.mask],
+                    vocab_size: t.vocab_size as u32,
+                    is_continuation: std::mem::take(&mut continuation),
+                });
             }
             _ => {}
         }
@@ -318,7 +401,16 @@ pub fn format_summary(s: &RunSummary) -> String {
             let reasons: Vec<String> = st.rejected.iter().map(|(k, v)| format!("{k} {v}")).collect();
             line.push_str(&format!("  ({})", reasons.join(", ")));
         }
-        if let (Some(tokens), Some(t)) = (st.tokens, &st.tokenization) {
+        if let Some(p) = &st.pretraining {
+            line.push_str(&format!(
+                "  {} rows, {} tokens, masked {:.2}%, NSP random {:.1}%, packing {:.1}%",
+                p.rows,
+                p.tokens,
+                100.0 * p.masked_fraction,
+                100.0 * p.nsp_random_share,
+                100.0 * p.packing_efficiency
+            ));
+        } else if let (Some(tokens), Some(t)) = (st.tokens, &st.tokenization) {
             line.push_str(&format!(
                 "  {} rows, {tokens} tokens, {} docs over max_len, [UNK] {:.3}%",
                 st.rows,

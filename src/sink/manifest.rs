@@ -46,6 +46,9 @@ pub struct SplitStats {
     /// Tokenisation and truncation figures, when the pipeline tokenizes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenization: Option<TokenStats>,
+    /// Pretraining figures: masked fraction and 80/10/10 split, NSP balance, packing efficiency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pretraining: Option<crate::sequence::pretrain::PretrainStats>,
     pub shards: Vec<ShardInfo>,
 }
 

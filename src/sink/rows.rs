@@ -187,6 +187,128 @@ fn ids_i32(ids: &[u32]) -> Vec<i32> {
     ids.iter().map(|&i| i as i32).collect()
 }
 
+/// Builds pretraining rows: `doc_id`, `input_ids`, `token_type_ids`, `length`, then
+/// `next_sentence_label` (NSP), `masked_lm_positions`/`masked_lm_ids` (static masking),
+/// `doc_boundaries` (packing).
+pub struct PretrainRows {
+    schema: SchemaRef,
+    nsp: bool,
+    masked: bool,
+    doc_id: StringBuilder,
+    input_ids: ListBuilder<Int32Builder>,
+    token_type_ids: ListBuilder<Int8Builder>,
+    length: Int32Builder,
+    nsp_label: Int8Builder,
+    positions: ListBuilder<Int32Builder>,
+    labels: ListBuilder<Int32Builder>,
+    boundaries: ListBuilder<Int32Builder>,
+    len: usize,
+}
+
+fn list_field(name: &str, item: DataType) -> Field {
+    Field::new(name, DataType::List(Arc::new(Field::new("item", item, true))), false)
+}
+
+fn int32_list() -> ListBuilder<Int32Builder> {
+    ListBuilder::new(Int32Builder::new()).with_field(Arc::new(Field::new("item", DataType::Int32, true)))
+}
+
+impl PretrainRows {
+    pub fn new(nsp: bool, masked: bool) -> Self {
+        let mut fields = vec![
+            Field::new("doc_id", DataType::Utf8, false),
+            list_field("input_ids", DataType::Int32),
+            list_field("token_type_ids", DataType::Int8),
+            Field::new("length", DataType::Int32, false),
+        ];
+        if nsp {
+            fields.push(Field::new("next_sentence_label", DataType::Int8, false));
+        }
+        if masked {
+            fields.push(list_field("masked_lm_positions", DataType::Int32));
+            fields.push(list_field("masked_lm_ids", DataType::Int32));
+        }
+        if !nsp {
+            fields.push(list_field("doc_boundaries", DataType::Int32));
+        }
+        PretrainRows {
+            schema: Arc::new(Schema::new(fields)),
+            nsp,
+            masked,
+            doc_id: StringBuilder::new(),
+            input_ids: int32_list(),
+            token_type_ids: ListBuilder::new(Int8Builder::new()).with_field(Arc::new(Field::new(
+                "item",
+                DataType::Int8,
+                true,
+            ))),
+            length: Int32Builder::new(),
+            nsp_label: Int8Builder::new(),
+            positions: int32_list(),
+            labels: int32_list(),
+            boundaries: int32_list(),
+            len: 0,
+        }
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn push(&mut self, row: &crate::sequence::pretrain::PretrainRow) {
+        self.doc_id.append_value(&row.doc_id);
+        self.input_ids.values().append_slice(&ids_i32(&row.input_ids));
+        self.input_ids.append(true);
+        self.token_type_ids.values().append_slice(&row.token_type_ids.iter().map(|&t| t as i8).collect::<Vec<_>>());
+        self.token_type_ids.append(true);
+        self.length.append_value(row.input_ids.len() as i32);
+        if self.nsp {
+            self.nsp_label.append_value(row.next_sentence_label.unwrap_or(0));
+        }
+        if self.masked {
+            let (pos, ids) = row.masked.as_ref().expect("static masking sets positions");
+            self.positions.values().append_slice(&ids_i32(pos));
+            self.positions.append(true);
+            self.labels.values().append_slice(&ids_i32(ids));
+            self.labels.append(true);
+        }
+        if !self.nsp {
+            self.boundaries.values().append_slice(&ids_i32(row.doc_boundaries.as_deref().unwrap_or(&[])));
+            self.boundaries.append(true);
+        }
+        self.len += 1;
+    }
+
+    pub fn finish(&mut self) -> RecordBatch {
+        let mut cols: Vec<ArrayRef> = vec![
+            Arc::new(self.doc_id.finish()),
+            Arc::new(self.input_ids.finish()),
+            Arc::new(self.token_type_ids.finish()),
+            Arc::new(self.length.finish()),
+        ];
+        if self.nsp {
+            cols.push(Arc::new(self.nsp_label.finish()));
+        }
+        if self.masked {
+            cols.push(Arc::new(self.positions.finish()));
+            cols.push(Arc::new(self.labels.finish()));
+        }
+        if !self.nsp {
+            cols.push(Arc::new(self.boundaries.finish()));
+        }
+        self.len = 0;
+        RecordBatch::try_new(self.schema.clone(), cols).expect("columns match the schema")
+    }
+}
+
 /// Builds `_rejects` rows: `id`, `split`, `step`, `reason`, `origin`, `text` (as read).
 pub struct RejectRows {
     schema: SchemaRef,

@@ -38,6 +38,9 @@ pub struct Tokenize {
     /// The loaded encoder; set when the pipeline is prepared.
     #[serde(skip)]
     pub encoder: Option<Arc<Encoder>>,
+    /// Record sentence ends (for pretraining pairs); set when the pipeline is prepared.
+    #[serde(skip)]
+    pub sentences: bool,
 }
 
 fn yes() -> bool {
@@ -169,7 +172,19 @@ impl Step for Tokenize {
     fn apply(&self, doc: &mut Document) -> Verdict {
         let encoder = self.encoder.as_ref().expect("tokenize step prepared before running");
         doc.tokens.clear();
-        encoder.encode(&doc.text, &mut doc.tokens);
+        doc.sentence_ends.clear();
+        if self.sentences {
+            // Sentence ends fall between words, so encoding sentence by sentence gives the
+            // same ids as encoding the whole text.
+            for (start, end) in crate::sequence::sentences::sentence_spans(&doc.text) {
+                encoder.encode(&doc.text[start..end], &mut doc.tokens);
+                if doc.sentence_ends.last() != Some(&(doc.tokens.len() as u32)) {
+                    doc.sentence_ends.push(doc.tokens.len() as u32);
+                }
+            }
+        } else {
+            encoder.encode(&doc.text, &mut doc.tokens);
+        }
         if doc.tokens.is_empty() {
             return Verdict::Reject("no_tokens".into());
         }
@@ -180,6 +195,20 @@ impl Step for Tokenize {
 }
 
 impl Encoder {
+    /// Token id → "starts with `##`", for whole-word masking.
+    pub fn continuation_table(&self) -> Vec<bool> {
+        let vocab: Vec<(String, u32)> = match self {
+            Encoder::WordPiece(w) => w.vocab_entries(),
+            Encoder::Hf { tokenizer, .. } => tokenizer.get_vocab(true).into_iter().collect(),
+        };
+        let size = vocab.iter().map(|(_, id)| *id as usize + 1).max().unwrap_or(0);
+        let mut table = vec![false; size];
+        for (token, id) in vocab {
+            table[id as usize] = token.starts_with("##");
+        }
+        table
+    }
+
     fn info_unk(&self) -> u32 {
         match self {
             Encoder::WordPiece(w) => w.specials.unk,

@@ -53,7 +53,12 @@ fn cleaning_steps(pipeline: &Pipeline) -> Vec<PipelineStep> {
     pipeline
         .steps
         .iter()
-        .take_while(|s| !matches!(s, PipelineStep::Tokenize(_) | PipelineStep::ClassifySequences(_)))
+        .take_while(|s| {
+            !matches!(
+                s,
+                PipelineStep::Tokenize(_) | PipelineStep::ClassifySequences(_) | PipelineStep::PretrainSequences(_)
+            )
+        })
         .cloned()
         .collect()
 }
@@ -128,6 +133,7 @@ pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<Voca
         strip_accents: None,
         max_word_chars: 100,
         encoder: Some(std::sync::Arc::new(super::Encoder::WordPiece(wp))),
+        sentences: false,
     };
     measure.push(PipelineStep::Tokenize(tokenize));
     let progress = Progress::new(opts.quiet, "vocab: measuring coverage");

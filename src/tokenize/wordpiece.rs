@@ -118,6 +118,11 @@ impl WordPiece {
         })
     }
 
+    /// Every (token, id) pair.
+    pub fn vocab_entries(&self) -> Vec<(String, u32)> {
+        self.vocab.iter().map(|(t, &id)| (t.to_string(), id)).collect()
+    }
+
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.vocab.get(token).copied()
     }
