@@ -52,21 +52,22 @@ impl MaskSpec {
     /// Masks `row` deterministically for `(seed, epoch, index)`.
     pub fn mask(&self, row: &[u32], seed: u64, epoch: u64, index: u64) -> Masked {
         let mut rng = Rng::for_key(seed, &[0x4d41_534b, epoch, index]);
-        // Candidate groups: single tokens, or whole words (a token and its ## continuations).
-        let mut groups: Vec<Vec<usize>> = Vec::new();
+        // Candidate groups as (first index, length): single tokens, or whole words (a token
+        // and its ## continuations).
+        let mut groups: Vec<(u32, u32)> = Vec::with_capacity(row.len());
         for (i, &id) in row.iter().enumerate() {
             if self.is_special(id) {
                 continue;
             }
             let extends = self.whole_word_mask
                 && self.continuation(id)
-                && groups.last().is_some_and(|g| *g.last().unwrap() + 1 == i);
+                && groups.last().is_some_and(|&(s, l)| (s + l) as usize == i);
             match groups.last_mut() {
-                Some(g) if extends => g.push(i),
-                _ => groups.push(vec![i]),
+                Some((_, len)) if extends => *len += 1,
+                _ => groups.push((i as u32, 1)),
             }
         }
-        let candidates: usize = groups.iter().map(Vec::len).sum();
+        let candidates: usize = groups.iter().map(|&(_, l)| l as usize).sum();
         // Stochastic rounding keeps the expected share exactly `masked_lm_prob`; Google's
         // round() biases it by up to half a token per row (15.2% on 125-token rows).
         let exact = candidates as f64 * self.masked_lm_prob;
@@ -79,14 +80,14 @@ impl MaskSpec {
             groups.swap(i, j);
         }
         let mut chosen: Vec<usize> = Vec::with_capacity(target);
-        for g in &groups {
+        for &(start, len) in &groups {
             if chosen.len() >= target {
                 break;
             }
-            if chosen.len() + g.len() > target {
+            if chosen.len() + len as usize > target {
                 continue;
             }
-            chosen.extend_from_slice(g);
+            chosen.extend(start as usize..(start + len) as usize);
         }
         chosen.sort_unstable();
         let mut out = Masked { input_ids: row.to_vec(), ..Default::default() };
