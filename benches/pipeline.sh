@@ -11,30 +11,9 @@
 #                                      # 500k/50k peak-RSS ratio: the real test of flat memory
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/bertpipe-target}"
-RUNS=${RUNS:-3}
+source benches/common.sh
 PIPELINES=${PIPELINES:-imdb-clean imdb}
 THREADS=${THREADS:-0}
-WORK=${BENCH_DIR:-/tmp/bertpipe-bench}
-cargo build --release --quiet --bin bertpipe --example gen_aclimdb
-BIN="$CARGO_TARGET_DIR/release/bertpipe"
-GEN="$CARGO_TARGET_DIR/release/examples/gen_aclimdb"
-mkdir -p "$WORK"
-
-# One run: wall seconds and peak RSS (KiB) of the child, from a fresh Python each time.
-measure() {
-  python3 - "$@" <<'PY'
-import resource, subprocess, sys, time
-t = time.perf_counter()
-r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-wall = time.perf_counter() - t
-if r.returncode != 0:
-    sys.stderr.write(r.stderr.decode()); sys.exit(r.returncode)
-print(f"{wall:.4f} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}")
-PY
-}
-
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 for pipeline in $PIPELINES; do
 declare -A RSS=()

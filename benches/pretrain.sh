@@ -8,28 +8,10 @@
 #   benches/pretrain.sh            # RUNS=3
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/bertpipe-target}"
-RUNS=${RUNS:-3}
-WORK=${BENCH_DIR:-/tmp/bertpipe-bench}
-cargo build --release --quiet --bin bertpipe --example gen_aclimdb
-BIN="$CARGO_TARGET_DIR/release/bertpipe"
-GEN="$CARGO_TARGET_DIR/release/examples/gen_aclimdb"
+source benches/common.sh
 corpus="$WORK/imdb-100k/aclImdb_v1.tar.gz"
 [ -f "$corpus" ] || "$GEN" --out "$corpus" --per-label 12500 --unsup 50000 --tar 2>/dev/null
 MB=$(awk 'BEGIN { printf "%.1f", 100000 * 1408 / 1e6 }')   # ~1,408 bytes of text per review
-
-measure() {
-  python3 - "$@" <<'PY'
-import json, resource, subprocess, sys, time
-t = time.perf_counter()
-r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-wall = time.perf_counter() - t
-if r.returncode != 0:
-    sys.stderr.write(r.stderr.decode()); sys.exit(r.returncode)
-print(f"{wall:.4f} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}")
-PY
-}
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 rows() { python3 -c "import json,sys; m=json.load(open(sys.argv[1])); print(sum(s['rows'] for s in m['splits'].values()))" "$WORK/out/manifest.json"; }
 
 declare -A T

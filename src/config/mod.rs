@@ -390,28 +390,19 @@ fn check_steps(c: &mut Checker, steps: &[PipelineStep]) {
                     );
                 }
             }
-            PipelineStep::ClassifySequences(s) => {
+            PipelineStep::ClassifySequences(_) | PipelineStep::PretrainSequences(_) => {
+                let kind = step.type_name();
                 if !tokenized {
-                    c.at_path(
-                        &here("type"),
-                        format!("steps[{i}] (classify_sequences) needs a tokenize step before it"),
-                    );
+                    c.at_path(&here("type"), format!("steps[{i}] ({kind}) needs a tokenize step before it"));
                 }
                 sequenced = true;
-                for (field, message) in s.check() {
-                    c.at_path(&here(field), format!("steps[{i}] (classify_sequences).{field}: {message}"));
-                }
-            }
-            PipelineStep::PretrainSequences(s) => {
-                if !tokenized {
-                    c.at_path(
-                        &here("type"),
-                        format!("steps[{i}] (pretrain_sequences) needs a tokenize step before it"),
-                    );
-                }
-                sequenced = true;
-                for (field, message) in s.check() {
-                    c.at_path(&here(field), format!("steps[{i}] (pretrain_sequences).{field}: {message}"));
+                let problems = match step {
+                    PipelineStep::ClassifySequences(s) => s.check(),
+                    PipelineStep::PretrainSequences(s) => s.check(),
+                    _ => Vec::new(),
+                };
+                for (field, message) in problems {
+                    c.at_path(&here(field), format!("steps[{i}] ({kind}).{field}: {message}"));
                 }
             }
             PipelineStep::NoiseScore(_) => scored = true,
