@@ -172,6 +172,14 @@ fn jsonl_csv_text_and_parquet_sources() {
     assert!(r["in.jsonl:6"].starts_with("bad_label:"), "{r:?}");
     assert_eq!(strings(&out, "train", "id"), ["a", "in.jsonl:3"]);
     assert_eq!(strings(&out, "train", "text"), ["First review, fine.", "Second one."]);
+    assert_eq!(manifest(&out)["splits"]["train"]["utf8_replaced"], 0);
+
+    // Invalid UTF-8 inside a JSON string is replaced and counted.
+    std::fs::write(d.join("bad.jsonl"), b"{\"text\": \"caf\xe9 au lait\"}\n").unwrap();
+    let out = d.join("o-jsonl-bad");
+    assert_ok(&run(&pipeline_for(d, &format!("{{ type: jsonl, path: {} }}", d.join("bad.jsonl").display()), &out)));
+    assert_eq!(strings(&out, "train", "text"), ["caf\u{FFFD} au lait"]);
+    assert_eq!(manifest(&out)["splits"]["train"]["utf8_replaced"], 1);
 
     std::fs::write(
         d.join("in.csv"),

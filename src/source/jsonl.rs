@@ -81,8 +81,8 @@ impl Jsonl {
 
     fn record(&self, mut meta: RecordMeta, line: Vec<u8>) -> crate::document::SourceItem {
         let raw = String::from_utf8_lossy(&line).into_owned();
-        let line = match super::decode_text(line, self.on_invalid_utf8) {
-            Ok((l, _)) => l,
+        let (line, line_replaced) = match super::decode_text(line, self.on_invalid_utf8) {
+            Ok(decoded) => decoded,
             Err((reason, _)) => return meta.reject(reason.to_string(), raw),
         };
         let value: serde_json::Value = match serde_json::from_str(&line) {
@@ -103,10 +103,10 @@ impl Jsonl {
         }
         match obj.get(&self.text_field) {
             Some(serde_json::Value::String(t)) => {
-                let replaced = t.contains('\u{FFFD}') && raw.contains('\u{FFFD}');
                 let mut item = meta.into_item(t.clone().into_bytes(), self.on_invalid_utf8);
                 if let crate::document::SourceItem::Doc(d) = &mut item {
-                    d.utf8_replaced = replaced;
+                    // Invalid bytes were replaced when the line was decoded, before the JSON parse.
+                    d.utf8_replaced = line_replaced;
                 }
                 item
             }
