@@ -62,13 +62,15 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     let config_json = pipeline.canonical_json();
     let config_sha256 = hex::encode(Sha256::digest(config_json.as_bytes()));
 
-    let kept = prepare_output(&out, opts, &config_sha256)?;
-    let kept_shards = kept.values().map(Vec::len).sum();
-    let mut journal = if opts.resume { Journal::append(&out)? } else { Journal::create(&out, &config_sha256)? };
-
+    // Load the vocabulary and run any first pass before the output folder is touched, so a
+    // bad vocabulary or source leaves no half-made output behind.
     let mut steps = pipeline.steps.clone();
     let tokenizer = prepare_steps(&mut steps)?;
     resolve_noise_quantiles(pipeline, &mut steps, threads, opts.quiet)?;
+
+    let kept = prepare_output(&out, opts, &config_sha256)?;
+    let kept_shards = kept.values().map(Vec::len).sum();
+    let mut journal = if opts.resume { Journal::append(&out)? } else { Journal::create(&out, &config_sha256)? };
 
     let progress = Progress::new(opts.quiet, "run");
     let sequencer = steps.iter().find_map(|s| match s {
