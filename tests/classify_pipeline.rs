@@ -197,3 +197,24 @@ fn classification_shards_do_not_depend_on_thread_count() {
     run_imdb(&b, &["--threads", "3", "--set", "sink.shard_rows=128"]);
     assert_same_output(&a, &b);
 }
+
+#[test]
+fn a_broken_vocabulary_fails_before_any_output_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let vocab = tmp.path().join("vocab.txt");
+    std::fs::write(&vocab, "hello\nworld\n").unwrap();
+    let out = tmp.path().join("out");
+    let o = bertpipe(&[
+        "pipeline",
+        "run",
+        "pipelines/imdb.yaml",
+        "--set",
+        &format!("sink.path={}", out.display()),
+        "--set",
+        &format!("steps[6].vocab={}", vocab.display()),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("vocab.txt") && err.contains("[PAD]"), "{err}");
+    assert!(!out.exists(), "nothing written before the vocabulary loaded");
+}
