@@ -17,8 +17,8 @@ use crate::sequence::mask::MaskSpec;
 use crate::sequence::pretrain::{Masking, PretrainBuilder, PretrainSequences};
 use crate::sequence::Truncation;
 use crate::sink::manifest::{self, Journal, Manifest, RejectsInfo, SplitStats, REJECTS};
-use crate::sink::rows::{DocRows, PretrainRows, RejectRows, RowLayout, BATCH_ROWS};
-use crate::sink::shard::{ShardInfo, ShardWriter};
+use crate::sink::rows::{DocRows, PretrainRows, RejectRows, RowBuffer, RowLayout};
+use crate::sink::shard::{OnShard, ShardInfo, ShardWriter};
 use crate::sink::{ParquetSink, Sink};
 use crate::tokenize::TokenizerInfo;
 use parallel::Outcome;
@@ -139,9 +139,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
                 split.stats.docs_in += 1;
                 *split.stats.rejected.entry(r.reason_key().to_string()).or_default() += 1;
                 rejects.push(&r);
-                if rejects.len() >= BATCH_ROWS {
-                    reject_writer.write(&rejects.finish(), &mut on_shard)?;
-                }
+                reject_writer.take(&mut rejects, false, &mut on_shard)?;
             }
         }
         Ok(())
@@ -149,9 +147,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     for split in splits.values_mut() {
         split.finish(&mut on_shard)?;
     }
-    if !rejects.is_empty() {
-        reject_writer.write(&rejects.finish(), &mut on_shard)?;
-    }
+    reject_writer.take(&mut rejects, true, &mut on_shard)?;
     reject_writer.finish(&mut on_shard)?;
     progress.finish();
 
@@ -207,13 +203,20 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
 }
 
 struct SplitOutput {
-    rows: DocRows,
+    rows: SplitRows,
     writer: ShardWriter,
     stats: SplitStats,
     /// Tokens in the written rows, specials included.
     row_tokens: u64,
-    /// Pretraining: the split's row builder and its columns.
-    pretrain: Option<(PretrainBuilder, PretrainRows)>,
+}
+
+/// How a split turns documents into rows.
+enum SplitRows {
+    /// One row per document, or per sequence. (Both variants are boxed: a few builders, once
+    /// per split.)
+    Docs(Box<DocRows>),
+    /// Pretraining rows, built across documents.
+    Pretrain(Box<(PretrainBuilder, PretrainRows)>),
 }
 
 /// What every split of a run shares when it starts writing.
@@ -229,51 +232,59 @@ struct SplitSetup<'a> {
 
 impl SplitOutput {
     fn new(split: &str, setup: &SplitSetup) -> Self {
-        let rows = DocRows::new(setup.layout);
-        let pretrain = setup.pretrain.map(|p| {
-            let s = setup.specials.expect("pretraining has a tokenizer");
-            (PretrainBuilder::new(p, setup.seed, s.cls, s.sep), PretrainRows::new(p.nsp, p.masking == Masking::Static))
-        });
-        let schema = match &pretrain {
-            Some((_, r)) => r.schema(),
-            None => rows.schema(),
+        let rows = match setup.pretrain {
+            Some(p) => {
+                let s = setup.specials.expect("pretraining has a tokenizer");
+                SplitRows::Pretrain(Box::new((
+                    PretrainBuilder::new(p, setup.seed, s.cls, s.sep),
+                    PretrainRows::new(p.nsp, p.masking == Masking::Static),
+                )))
+            }
+            None => SplitRows::Docs(Box::new(DocRows::new(setup.layout))),
+        };
+        let schema = match &rows {
+            SplitRows::Docs(r) => r.schema(),
+            SplitRows::Pretrain(p) => p.1.schema(),
         };
         let writer =
             ShardWriter::new(setup.out, split, schema, setup.sink, setup.kept.get(split).cloned().unwrap_or_default());
-        SplitOutput { rows, writer, stats: SplitStats::default(), row_tokens: 0, pretrain }
+        SplitOutput { rows, writer, stats: SplitStats::default(), row_tokens: 0 }
     }
 
-    /// Buffers the document's rows; hands full batches to the shard writer.
-    fn push(&mut self, doc: &Document, on_shard: &mut crate::sink::shard::OnShard) -> Result<u64> {
-        if let Some((builder, rows)) = &mut self.pretrain {
-            let built = builder.add(doc);
-            for row in &built {
-                rows.push(row);
-                if rows.len() >= BATCH_ROWS {
-                    self.writer.write(&rows.finish(), on_shard)?;
-                }
+    /// Buffers the document's rows, handing full batches to the shard writer; returns how many
+    /// rows the document completed.
+    fn push(&mut self, doc: &Document, on_shard: &mut OnShard) -> Result<u64> {
+        match &mut self.rows {
+            SplitRows::Docs(rows) => {
+                let n = rows.push(doc) as u64;
+                self.writer.take(&mut **rows, false, on_shard)?;
+                Ok(n)
             }
-            return Ok(built.len() as u64);
+            SplitRows::Pretrain(pretrain) => {
+                let (builder, rows) = &mut **pretrain;
+                let built = builder.add(doc);
+                for row in &built {
+                    rows.push(row);
+                    self.writer.take(rows, false, on_shard)?;
+                }
+                Ok(built.len() as u64)
+            }
         }
-        let n = self.rows.push(doc) as u64;
-        if self.rows.len() >= BATCH_ROWS {
-            self.writer.write(&self.rows.finish(), on_shard)?;
-        }
-        Ok(n)
     }
 
     /// Writes what is still buffered and completes the last shard.
-    fn finish(&mut self, on_shard: &mut crate::sink::shard::OnShard) -> Result<()> {
-        if let Some((builder, rows)) = &mut self.pretrain {
-            for row in builder.finish() {
-                rows.push(&row);
+    fn finish(&mut self, on_shard: &mut OnShard) -> Result<()> {
+        match &mut self.rows {
+            SplitRows::Docs(rows) => self.writer.take(&mut **rows, true, on_shard)?,
+            SplitRows::Pretrain(pretrain) => {
+                let (builder, rows) = &mut **pretrain;
+                for row in builder.finish() {
+                    rows.push(&row);
+                    self.writer.take(rows, false, on_shard)?;
+                }
+                self.writer.take(rows, true, on_shard)?;
+                self.stats.pretraining = Some(builder.stats.clone());
             }
-            if !rows.is_empty() {
-                self.writer.write(&rows.finish(), on_shard)?;
-            }
-            self.stats.pretraining = Some(builder.stats.clone());
-        } else if !self.rows.is_empty() {
-            self.writer.write(&self.rows.finish(), on_shard)?;
         }
         self.writer.finish(on_shard)
     }

@@ -1,8 +1,11 @@
-//! Column builders for the shard schemas: cleaned documents and rejects.
+//! Column builders for the shard schemas: documents (cleaned or classification), pretraining
+//! rows, and rejects.
 
 use std::sync::Arc;
 
-use arrow_array::builder::{Float32Builder, Int32Builder, Int64Builder, Int8Builder, ListBuilder, StringBuilder};
+use arrow_array::builder::{
+    ArrayBuilder, Float32Builder, Int32Builder, Int64Builder, Int8Builder, ListBuilder, StringBuilder,
+};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
@@ -11,6 +14,18 @@ use crate::document::{Document, Rejected};
 
 /// Rows are handed to the shard writer in batches of this many.
 pub const BATCH_ROWS: usize = 1024;
+
+/// Column builders of one shard schema, filled row by row and handed over as record batches.
+pub trait RowBuffer {
+    fn schema(&self) -> SchemaRef;
+    /// Rows buffered.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The buffered rows as a batch; the buffer is empty afterwards.
+    fn finish(&mut self) -> RecordBatch;
+}
 
 /// Which columns a run writes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -42,7 +57,6 @@ pub struct DocRows {
     num_chunks: Int32Builder,
     noise: Vec<Float32Builder>,
     text: StringBuilder,
-    len: usize,
 }
 
 impl DocRows {
@@ -53,16 +67,8 @@ impl DocRows {
             Field::new("rating", DataType::Int8, true),
         ];
         if layout.sequences {
-            fields.push(Field::new(
-                "input_ids",
-                DataType::List(Arc::new(Field::new("item", DataType::Int32, true))),
-                false,
-            ));
-            fields.push(Field::new(
-                "token_type_ids",
-                DataType::List(Arc::new(Field::new("item", DataType::Int8, true))),
-                false,
-            ));
+            fields.push(list_field("input_ids", DataType::Int32));
+            fields.push(list_field("token_type_ids", DataType::Int8));
             fields.push(Field::new("length", DataType::Int32, false));
         }
         if layout.windows {
@@ -82,37 +88,15 @@ impl DocRows {
             id: StringBuilder::new(),
             label: Int64Builder::new(),
             rating: Int8Builder::new(),
-            input_ids: ListBuilder::new(Int32Builder::new()).with_field(Arc::new(Field::new(
-                "item",
-                DataType::Int32,
-                true,
-            ))),
-            token_type_ids: ListBuilder::new(Int8Builder::new()).with_field(Arc::new(Field::new(
-                "item",
-                DataType::Int8,
-                true,
-            ))),
+            input_ids: int32_list(),
+            token_type_ids: int8_list(),
             length: Int32Builder::new(),
             doc_id: StringBuilder::new(),
             chunk: Int32Builder::new(),
             num_chunks: Int32Builder::new(),
             noise: (0..NoiseComponents::COLUMNS.len()).map(|_| Float32Builder::new()).collect(),
             text: StringBuilder::new(),
-            len: 0,
         }
-    }
-
-    pub fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
-
-    /// Rows buffered.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// Adds the document's rows (one per sequence, or one); returns how many.
@@ -140,8 +124,7 @@ impl DocRows {
         self.label.append_option(doc.label);
         self.rating.append_option(doc.rating);
         if let Some(seq) = seq {
-            self.input_ids.values().append_slice(&ids_i32(seq));
-            self.input_ids.append(true);
+            push_ids(&mut self.input_ids, seq);
             self.token_type_ids.values().append_value_n(0, seq.len());
             self.token_type_ids.append(true);
             self.length.append_value(seq.len() as i32);
@@ -155,10 +138,19 @@ impl DocRows {
         if self.layout.keep_text {
             self.text.append_value(&doc.text);
         }
-        self.len += 1;
+    }
+}
+
+impl RowBuffer for DocRows {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
     }
 
-    pub fn finish(&mut self) -> RecordBatch {
+    fn len(&self) -> usize {
+        self.id.len()
+    }
+
+    fn finish(&mut self) -> RecordBatch {
         let mut cols: Vec<ArrayRef> =
             vec![Arc::new(self.id.finish()), Arc::new(self.label.finish()), Arc::new(self.rating.finish())];
         if self.layout.sequences {
@@ -177,14 +169,15 @@ impl DocRows {
         if self.layout.keep_text {
             cols.push(Arc::new(self.text.finish()));
         }
-        self.len = 0;
         RecordBatch::try_new(self.schema.clone(), cols).expect("columns match the schema")
     }
 }
 
-/// Token ids are below 2^31 in every vocabulary; the shard contract stores them as int32.
-fn ids_i32(ids: &[u32]) -> Vec<i32> {
-    ids.iter().map(|&i| i as i32).collect()
+/// Appends one list of ids. Ids are below 2^31 in every vocabulary; the shard contract stores
+/// them as int32.
+fn push_ids(list: &mut ListBuilder<Int32Builder>, ids: &[u32]) {
+    list.values().extend(ids.iter().map(|&i| Some(i as i32)));
+    list.append(true);
 }
 
 /// Builds pretraining rows: `doc_id`, `input_ids`, `token_type_ids`, `length`, then
@@ -202,7 +195,6 @@ pub struct PretrainRows {
     positions: ListBuilder<Int32Builder>,
     labels: ListBuilder<Int32Builder>,
     boundaries: ListBuilder<Int32Builder>,
-    len: usize,
 }
 
 fn list_field(name: &str, item: DataType) -> Field {
@@ -211,6 +203,10 @@ fn list_field(name: &str, item: DataType) -> Field {
 
 fn int32_list() -> ListBuilder<Int32Builder> {
     ListBuilder::new(Int32Builder::new()).with_field(Arc::new(Field::new("item", DataType::Int32, true)))
+}
+
+fn int8_list() -> ListBuilder<Int8Builder> {
+    ListBuilder::new(Int8Builder::new()).with_field(Arc::new(Field::new("item", DataType::Int8, true)))
 }
 
 impl PretrainRows {
@@ -237,37 +233,19 @@ impl PretrainRows {
             masked,
             doc_id: StringBuilder::new(),
             input_ids: int32_list(),
-            token_type_ids: ListBuilder::new(Int8Builder::new()).with_field(Arc::new(Field::new(
-                "item",
-                DataType::Int8,
-                true,
-            ))),
+            token_type_ids: int8_list(),
             length: Int32Builder::new(),
             nsp_label: Int8Builder::new(),
             positions: int32_list(),
             labels: int32_list(),
             boundaries: int32_list(),
-            len: 0,
         }
-    }
-
-    pub fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     pub fn push(&mut self, row: &crate::sequence::pretrain::PretrainRow) {
         self.doc_id.append_value(&row.doc_id);
-        self.input_ids.values().append_slice(&ids_i32(&row.input_ids));
-        self.input_ids.append(true);
-        self.token_type_ids.values().append_slice(&row.token_type_ids.iter().map(|&t| t as i8).collect::<Vec<_>>());
+        push_ids(&mut self.input_ids, &row.input_ids);
+        self.token_type_ids.values().extend(row.token_type_ids.iter().map(|&t| Some(t as i8)));
         self.token_type_ids.append(true);
         self.length.append_value(row.input_ids.len() as i32);
         if self.nsp {
@@ -275,19 +253,25 @@ impl PretrainRows {
         }
         if self.masked {
             let (pos, ids) = row.masked.as_ref().expect("static masking sets positions");
-            self.positions.values().append_slice(&ids_i32(pos));
-            self.positions.append(true);
-            self.labels.values().append_slice(&ids_i32(ids));
-            self.labels.append(true);
+            push_ids(&mut self.positions, pos);
+            push_ids(&mut self.labels, ids);
         }
         if !self.nsp {
-            self.boundaries.values().append_slice(&ids_i32(row.doc_boundaries.as_deref().unwrap_or(&[])));
-            self.boundaries.append(true);
+            push_ids(&mut self.boundaries, row.doc_boundaries.as_deref().unwrap_or(&[]));
         }
-        self.len += 1;
+    }
+}
+
+impl RowBuffer for PretrainRows {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
     }
 
-    pub fn finish(&mut self) -> RecordBatch {
+    fn len(&self) -> usize {
+        self.doc_id.len()
+    }
+
+    fn finish(&mut self) -> RecordBatch {
         let mut cols: Vec<ArrayRef> = vec![
             Arc::new(self.doc_id.finish()),
             Arc::new(self.input_ids.finish()),
@@ -304,7 +288,6 @@ impl PretrainRows {
         if !self.nsp {
             cols.push(Arc::new(self.boundaries.finish()));
         }
-        self.len = 0;
         RecordBatch::try_new(self.schema.clone(), cols).expect("columns match the schema")
     }
 }
@@ -313,7 +296,6 @@ impl PretrainRows {
 pub struct RejectRows {
     schema: SchemaRef,
     cols: [StringBuilder; 6],
-    len: usize,
 }
 
 impl Default for RejectRows {
@@ -322,33 +304,29 @@ impl Default for RejectRows {
             .iter()
             .map(|n| Field::new(*n, DataType::Utf8, false))
             .collect();
-        RejectRows { schema: Arc::new(Schema::new(fields)), cols: Default::default(), len: 0 }
+        RejectRows { schema: Arc::new(Schema::new(fields)), cols: Default::default() }
     }
 }
 
 impl RejectRows {
-    pub fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     pub fn push(&mut self, r: &Rejected) {
         for (b, v) in self.cols.iter_mut().zip([&r.id, &r.split, &r.step, &r.reason, &r.origin, &r.text]) {
             b.append_value(v);
         }
-        self.len += 1;
+    }
+}
+
+impl RowBuffer for RejectRows {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
     }
 
-    pub fn finish(&mut self) -> RecordBatch {
+    fn len(&self) -> usize {
+        self.cols[0].len()
+    }
+
+    fn finish(&mut self) -> RecordBatch {
         let cols: Vec<ArrayRef> = self.cols.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef).collect();
-        self.len = 0;
         RecordBatch::try_new(self.schema.clone(), cols).expect("columns match the schema")
     }
 }

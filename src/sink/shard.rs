@@ -14,6 +14,7 @@ use parquet::file::properties::WriterProperties;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::rows::{RowBuffer, BATCH_ROWS};
 use super::{Compression, ParquetSink};
 
 /// A finished shard, as the manifest and the journal record it.
@@ -154,6 +155,14 @@ impl ShardWriter {
             if full {
                 self.close(on_shard)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Hands a full batch of buffered rows over (`BATCH_ROWS`), or all of them with `all`.
+    pub fn take(&mut self, rows: &mut impl RowBuffer, all: bool, on_shard: &mut OnShard) -> Result<()> {
+        if rows.len() >= BATCH_ROWS || (all && !rows.is_empty()) {
+            self.write(&rows.finish(), on_shard)?;
         }
         Ok(())
     }
