@@ -80,38 +80,41 @@ impl Jsonl {
     }
 
     fn record(&self, mut meta: RecordMeta, line: Vec<u8>) -> crate::document::SourceItem {
-        let raw = String::from_utf8_lossy(&line).into_owned();
+        use serde_json::Value;
         let (line, line_replaced) = match super::decode_text(line, self.on_invalid_utf8) {
             Ok(decoded) => decoded,
-            Err((reason, _)) => return meta.reject(reason.to_string(), raw),
+            Err((reason, bytes)) => {
+                return meta.reject(reason.to_string(), String::from_utf8_lossy(&bytes).into_owned())
+            }
         };
-        let value: serde_json::Value = match serde_json::from_str(&line) {
+        // A rejected line keeps its text as read (decoded), so it can be fixed and fed again.
+        let mut value: Value = match serde_json::from_str(&line) {
             Ok(v) => v,
-            Err(e) => return meta.reject(format!("bad_json:{e}"), raw),
+            Err(e) => return meta.reject(format!("bad_json:{e}"), line),
         };
-        let Some(obj) = value.as_object() else {
-            return meta.reject("bad_json:not an object".into(), raw);
+        let Some(obj) = value.as_object_mut() else {
+            return meta.reject("bad_json:not an object".into(), line);
         };
         if let Some(id) = self.id_field.as_ref().and_then(|f| obj.get(f)) {
             meta.id = id.as_str().map_or_else(|| id.to_string(), str::to_string);
         }
         if let Some(field) = &self.label_field {
-            match parse_label(obj.get(field).unwrap_or(&serde_json::Value::Null), self.label_map.as_ref()) {
+            match parse_label(obj.get(field).unwrap_or(&Value::Null), self.label_map.as_ref()) {
                 Ok(l) => meta.label = l,
-                Err(e) => return meta.reject(format!("bad_label:{e}"), raw),
+                Err(e) => return meta.reject(format!("bad_label:{e}"), line),
             }
         }
-        match obj.get(&self.text_field) {
-            Some(serde_json::Value::String(t)) => {
-                let mut item = meta.into_item(t.clone().into_bytes(), self.on_invalid_utf8);
+        match obj.remove(&self.text_field) {
+            Some(Value::String(text)) => {
+                let mut item = meta.into_item(text.into_bytes(), self.on_invalid_utf8);
                 if let crate::document::SourceItem::Doc(d) = &mut item {
                     // Invalid bytes were replaced when the line was decoded, before the JSON parse.
                     d.utf8_replaced = line_replaced;
                 }
                 item
             }
-            Some(_) => meta.reject(format!("bad_field:`{}` is not a string", self.text_field), raw),
-            None => meta.reject(format!("missing_field:{}", self.text_field), raw),
+            Some(_) => meta.reject(format!("bad_field:`{}` is not a string", self.text_field), line),
+            None => meta.reject(format!("missing_field:{}", self.text_field), line),
         }
     }
 }

@@ -56,10 +56,9 @@ impl WordPiece {
         max_word_chars: usize,
     ) -> Result<Self> {
         let bytes = std::fs::read(path).with_context(|| format!("could not read vocab '{}'", path.display()))?;
-        let text =
-            String::from_utf8(bytes.clone()).with_context(|| format!("vocab '{}' is not UTF-8", path.display()))?;
-        let tokens: Vec<&str> = text.lines().map(|l| l.trim_end_matches('\r')).collect();
         let sha = hex::encode(Sha256::digest(&bytes));
+        let text = String::from_utf8(bytes).with_context(|| format!("vocab '{}' is not UTF-8", path.display()))?;
+        let tokens: Vec<&str> = text.lines().map(|l| l.trim_end_matches('\r')).collect();
         Self::from_tokens(
             tokens.iter().enumerate().map(|(i, t)| (t.to_string(), i as u32)),
             lowercase,
