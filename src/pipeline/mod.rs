@@ -39,7 +39,8 @@ pub struct RunOptions {
 pub struct RunSummary {
     pub manifest: Manifest,
     pub elapsed: Duration,
-    pub input_bytes: u64,
+    /// Bytes of document text read (uncompressed, whatever the input format).
+    pub text_bytes: u64,
     pub peak_rss: Option<u64>,
     pub kept_shards: usize,
 }
@@ -113,7 +114,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     let mut reject_writer =
         ShardWriter::new(&out, REJECTS, rejects.schema(), sink, kept.get(REJECTS).cloned().unwrap_or_default());
     let set_total = |b: u64| progress.set_total(b);
-    parallel::process(&pipeline.source, &steps, threads, &set_total, |outcome| {
+    let text_bytes = parallel::process(&pipeline.source, &steps, threads, &set_total, |outcome| {
         progress.advance(outcome.input_bytes(), 1);
         match outcome {
             Outcome::Kept(doc) => {
@@ -196,7 +197,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     Ok(RunSummary {
         manifest,
         elapsed: progress.elapsed(),
-        input_bytes: progress.bytes(),
+        text_bytes,
         peak_rss: progress::peak_rss_bytes(),
         kept_shards,
     })
@@ -438,12 +439,12 @@ pub fn format_summary(s: &RunSummary) -> String {
     }
     let secs = s.elapsed.as_secs_f64().max(1e-6);
     let mut head = format!(
-        "{}: {docs_in} docs in, {docs_out} out, {} rejected, {shards} shards in {:.2}s ({:.0} docs/s, {:.1} MB/s",
+        "{}: {docs_in} docs in, {docs_out} out, {} rejected, {shards} shards in {:.2}s ({:.0} docs/s, {:.1} MB/s of text",
         m.name,
         docs_in - docs_out,
         secs,
         docs_in as f64 / secs,
-        s.input_bytes as f64 / 1e6 / secs
+        s.text_bytes as f64 / 1e6 / secs
     );
     if let Some(rss) = s.peak_rss {
         head.push_str(&format!(", peak RSS {}", progress::human_bytes(rss)));

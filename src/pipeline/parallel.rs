@@ -72,6 +72,8 @@ struct Batcher<'a> {
     work: &'a Sender<(u64, Vec<SourceItem>)>,
     slots: &'a Receiver<()>,
     on_total: &'a (dyn Fn(u64) + Sync),
+    /// Bytes of document text read so far, for throughput that does not depend on compression.
+    text_bytes: u64,
 }
 
 impl Batcher<'_> {
@@ -94,10 +96,12 @@ impl Emit for Batcher<'_> {
     }
 
     fn emit(&mut self, item: SourceItem) -> Result<()> {
-        self.bytes += match &item {
+        let len = match &item {
             SourceItem::Doc(d) => d.text.len(),
             SourceItem::Reject(r) => r.text.len(),
         };
+        self.bytes += len;
+        self.text_bytes += len as u64;
         self.batch.push(item);
         if self.batch.len() >= BATCH_DOCS || self.bytes >= BATCH_BYTES {
             self.send()?;
@@ -108,14 +112,14 @@ impl Emit for Batcher<'_> {
 
 /// Streams `source` through `steps` on `threads` workers and calls `consume` with every
 /// outcome in input order. Dedup decisions are made here, in order, so the first occurrence
-/// wins whatever the thread count.
+/// wins whatever the thread count. Returns the bytes of document text read.
 pub fn process(
     source: &Source,
     steps: &[PipelineStep],
     threads: usize,
     on_total: &(dyn Fn(u64) + Sync),
     mut consume: impl FnMut(Outcome) -> Result<()>,
-) -> Result<()> {
+) -> Result<u64> {
     let threads = threads.max(1);
     let slots_n = threads * 4;
     let (work_tx, work_rx) = bounded::<(u64, Vec<SourceItem>)>(slots_n);
@@ -125,11 +129,20 @@ pub fn process(
         slot_tx.send(()).expect("fresh channel has room");
     }
     let mut dedup = DedupIndex::default();
-    std::thread::scope(|scope| -> Result<()> {
-        let reader = scope.spawn(move || -> Result<()> {
-            let mut b = Batcher { batch: Vec::new(), bytes: 0, seq: 0, work: &work_tx, slots: &slot_rx, on_total };
+    std::thread::scope(|scope| -> Result<u64> {
+        let reader = scope.spawn(move || -> Result<u64> {
+            let mut b = Batcher {
+                batch: Vec::new(),
+                bytes: 0,
+                seq: 0,
+                work: &work_tx,
+                slots: &slot_rx,
+                on_total,
+                text_bytes: 0,
+            };
             source.read(&mut b)?;
-            b.send()
+            b.send()?;
+            Ok(b.text_bytes)
         });
         for _ in 0..threads {
             let (work_rx, done_tx) = (work_rx.clone(), done_tx.clone());

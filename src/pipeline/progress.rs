@@ -48,10 +48,6 @@ impl Progress {
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
     }
-
-    pub fn bytes(&self) -> u64 {
-        self.bar.position()
-    }
 }
 
 /// Peak resident memory of this process, from `/proc/self/status` (Linux), if available.
