@@ -147,7 +147,10 @@ impl AclImdb {
                 if dir.is_dir() {
                     dirs.push((split.clone(), label, dir));
                 } else if !(label == LabelDir::Unsup && split == "test") {
-                    bail!("'{}' is missing: not a complete aclImdb folder", dir.display());
+                    bail!(
+                        "'{}' is missing: not a complete aclImdb folder (set source.splits / source.labels to read only what is there)",
+                        dir.display()
+                    );
                 }
             }
         }

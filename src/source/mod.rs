@@ -32,18 +32,11 @@ tagged_enum! {
     }
 }
 
-/// Receives what a source reads. The executor batches items onto worker threads; tests collect.
+/// Receives what a source reads; the executor batches items onto worker threads.
 pub trait Emit {
     /// The input size in bytes, when the source knows it up front (drives progress and ETA).
     fn total_bytes(&mut self, _bytes: u64) {}
     fn emit(&mut self, item: SourceItem) -> Result<()>;
-}
-
-impl Emit for Vec<SourceItem> {
-    fn emit(&mut self, item: SourceItem) -> Result<()> {
-        self.push(item);
-        Ok(())
-    }
 }
 
 impl Source {

@@ -91,8 +91,9 @@ impl WordPiece {
             // HF keeps the last id of a repeated token; so do we.
             vocab.insert(token.into_boxed_str(), id);
         }
-        let special =
-            |name: &str| vocab.get(name).copied().with_context(|| format!("the vocabulary has no {name} token"));
+        let special = |name: &str| {
+            vocab.get(name).copied().with_context(|| format!("the vocabulary has no {name} token; a BERT vocab.txt lists [PAD] [UNK] [CLS] [SEP] [MASK] (bertpipe vocab train writes one)"))
+        };
         let specials = SpecialIds {
             pad: special("[PAD]")?,
             unk: special("[UNK]")?,
@@ -120,10 +121,6 @@ impl WordPiece {
     /// Every (token, id) pair.
     pub fn vocab_entries(&self) -> Vec<(String, u32)> {
         self.vocab.iter().map(|(t, &id)| (t.to_string(), id)).collect()
-    }
-
-    pub fn token_id(&self, token: &str) -> Option<u32> {
-        self.vocab.get(token).copied()
     }
 
     /// Appends the ids of `text` (no [CLS]/[SEP]) to `out`. Literal special tokens in the text
