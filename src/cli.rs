@@ -19,6 +19,56 @@ pub enum Command {
     /// Build tokenizer vocabularies.
     #[command(subcommand)]
     Vocab(VocabCommand),
+    /// Length, token and noise statistics (table, JSON or CSV, and pictures) of a pipeline's
+    /// cleaned corpus, a finished shard folder, or a source read as is.
+    #[command(after_help = "Examples:
+  bertpipe stats data/aclImdb-sample                     # the raw corpus (train+test, neg/pos/unsup)
+  bertpipe stats pipelines/imdb.yaml --by label          # after the pipeline's cleaning steps, tokenized
+  bertpipe stats out/imdb --plot out/imdb-plots          # finished shards, with SVG + PNG charts
+  bertpipe stats /data/aclImdb_v1.tar.gz --vocab data/vocab/bert-base-uncased.txt --max-len 256
+  bertpipe stats reviews.jsonl --set source.label_map='{neg: 0, pos: 1}' --json > stats.json")]
+    Stats(StatsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// A pipeline YAML; a shard folder (with manifest.json); or a source: an aclImdb folder or
+    /// .tar.gz, or a .jsonl / .csv / .tsv / .parquet / .txt file (or folder of them).
+    pub input: PathBuf,
+    /// Also report each split or label separately.
+    #[arg(long, value_enum)]
+    pub by: Option<crate::stats::By>,
+    /// Print the report as JSON (stable keys, documented in the README).
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// Print the report as CSV: group,metric,stat,value.
+    #[arg(long)]
+    pub csv: bool,
+    /// Write charts (SVG and PNG) into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
+    /// How many of the noisiest documents to list.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+    /// Sequence length to measure truncation against (default: the pipeline's or the shards'
+    /// max_len, else 512).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(3..))]
+    pub max_len: Option<u32>,
+    /// Count WordPiece tokens with this vocab.txt when the input does not tokenize.
+    #[arg(long, value_name = "FILE")]
+    pub vocab: Option<PathBuf>,
+    /// With --vocab: keep case and accents.
+    #[arg(long, requires = "vocab")]
+    pub cased: bool,
+    /// Override a pipeline or source value, e.g. `source.label_field=sentiment`. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Worker threads for a streaming pass (default: all cores).
+    #[arg(long, short = 'j', value_name = "N", default_value_t = 0, hide_default_value = true)]
+    pub threads: usize,
+    /// No progress bar and no closing line on stderr.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -13,5 +13,6 @@ pub mod sequence;
 pub mod shards;
 pub mod sink;
 pub mod source;
+pub mod stats;
 pub mod synth;
 pub mod tokenize;

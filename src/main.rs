@@ -13,6 +13,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Vocab(VocabCommand::Train(args)) => vocab_train(args),
+        Command::Stats(args) => stats(args),
         Command::Pipeline(PipelineCommand::Validate(args)) => {
             match Pipeline::load(&args.config.pipeline, &args.config.set) {
                 Ok(p) => {
@@ -87,6 +88,59 @@ fn vocab_train(args: bertpipe::cli::VocabTrainArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn stats(args: bertpipe::cli::StatsArgs) -> ExitCode {
+    use bertpipe::stats::{self, render, StatsError, StatsOptions};
+    let opts = StatsOptions {
+        by: args.by,
+        max_len: args.max_len,
+        top: args.top,
+        vocab: args.vocab,
+        cased: args.cased,
+        set: args.set,
+        threads: args.threads,
+        quiet: args.quiet,
+    };
+    let (report, collected) = match stats::run(&args.input, &opts) {
+        Ok(r) => r,
+        Err(StatsError::Config(e)) => return config_failure(&e),
+        Err(StatsError::Other(e)) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let text = if args.json {
+        serde_json::to_string_pretty(&report).expect("the report serialises") + "\n"
+    } else if args.csv {
+        render::to_csv(&report)
+    } else {
+        render::to_table(&report)
+    };
+    print!("{text}");
+    if let Some(dir) = &args.plot {
+        match stats::plot::write_all(&report, dir) {
+            Ok(files) if !args.quiet => eprintln!("plots: {} files in {}", files.len(), dir.display()),
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if !args.quiet {
+        let mb = collected.text_bytes as f64 / 1e6;
+        let rss =
+            pipeline::progress::peak_rss_bytes().map(pipeline::progress::human_bytes).unwrap_or_else(|| "?".into());
+        eprintln!(
+            "stats: {} {}s in {:.2}s ({:.1} MB/s of text, peak RSS {rss})",
+            collected.read,
+            collected.unit,
+            collected.seconds,
+            mb / collected.seconds.max(1e-6)
+        );
+    }
+    ExitCode::SUCCESS
 }
 
 fn config_failure(e: &ConfigErrors) -> ExitCode {

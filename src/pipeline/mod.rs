@@ -67,7 +67,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     // bad vocabulary or source leaves no half-made output behind.
     let mut steps = pipeline.steps.clone();
     let tokenizer = prepare_steps(&mut steps)?;
-    resolve_noise_quantiles(pipeline, &mut steps, threads, opts.quiet)?;
+    resolve_noise_quantiles(&pipeline.source, &mut steps, threads, opts.quiet)?;
 
     let kept = prepare_output(&out, opts, &config_sha256)?;
     let kept_shards = kept.values().map(Vec::len).sum();
@@ -366,7 +366,12 @@ fn prepare_output(out: &Path, opts: &RunOptions, config_sha256: &str) -> Result<
 
 /// Resolves each filter's `max_noise_quantile` to a score with a first pass over the corpus,
 /// through the steps before that filter.
-fn resolve_noise_quantiles(pipeline: &Pipeline, steps: &mut [PipelineStep], threads: usize, quiet: bool) -> Result<()> {
+pub(crate) fn resolve_noise_quantiles(
+    source: &crate::source::Source,
+    steps: &mut [PipelineStep],
+    threads: usize,
+    quiet: bool,
+) -> Result<()> {
     for i in 0..steps.len() {
         let PipelineStep::Filter(f) = &steps[i] else {
             continue;
@@ -377,7 +382,7 @@ fn resolve_noise_quantiles(pipeline: &Pipeline, steps: &mut [PipelineStep], thre
         let progress = Progress::new(quiet, "noise quantile pass");
         let mut scores: Vec<f32> = Vec::new();
         let set_total = |b: u64| progress.set_total(b);
-        parallel::process(&pipeline.source, &steps[..i], threads, &set_total, |outcome| {
+        parallel::process(source, &steps[..i], threads, &set_total, |outcome| {
             progress.advance(outcome.input_bytes(), 1);
             if let Outcome::Kept(doc) = outcome {
                 scores.push(doc.noise.map_or(0.0, |n| n.score));

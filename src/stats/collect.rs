@@ -1,0 +1,468 @@
+//! Turning each kind of input into a [`DocTable`]: a streaming pass through a pipeline's cleaning
+//! steps (or straight from a source), or a read of finished shards with polars.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use polars::prelude::{
+    col, lit, DataFrame, DataType, Float32Chunked, LazyFrame, PlRefPath, PolarsResult, ScanArgsParquet, Schema, NULL,
+};
+use serde::Serialize;
+
+use super::table::{Columns, DocTable, Record};
+use super::StatsOptions;
+use crate::clean::noise::{NoiseComponents, NoiseScore};
+use crate::clean::PipelineStep;
+use crate::config::{ConfigErrors, Pipeline};
+use crate::pipeline::parallel::{self, Outcome};
+use crate::pipeline::progress::Progress;
+use crate::pipeline::{prepare_steps, resolve_noise_quantiles, threads_or_default};
+use crate::shards::ShardSet;
+use crate::sink::manifest::TokenStats;
+use crate::tokenize::Tokenize;
+
+/// What was read, as the report names it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct InputInfo {
+    pub path: String,
+    /// `pipeline`, `shards` or `source`.
+    pub kind: &'static str,
+    /// The source type (`aclimdb`, `jsonl`, …) the documents come from.
+    pub source_type: String,
+    /// The pipeline's name, for pipelines and shards.
+    pub name: Option<String>,
+}
+
+/// How label ids are shown: aclImdb's `neg` / `pos` / `unsup`, a `label_map`'s names, or the
+/// number itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabelNames {
+    names: BTreeMap<i64, String>,
+    none: String,
+}
+
+impl LabelNames {
+    /// From a source's configuration (as JSON: `type`, `label_map`).
+    pub fn from_source(source: &serde_json::Value) -> LabelNames {
+        let mut names = BTreeMap::new();
+        let mut none = "none".to_string();
+        if source["type"] == "aclimdb" {
+            names.insert(0, "neg".to_string());
+            names.insert(1, "pos".to_string());
+            none = "unsup".into();
+        } else if let Some(map) = source["label_map"].as_object() {
+            for (name, id) in map {
+                if let Some(id) = id.as_i64() {
+                    names.entry(id).and_modify(|n: &mut String| *n = format!("{n}/{name}")).or_insert(name.clone());
+                }
+            }
+        }
+        LabelNames { names, none }
+    }
+
+    /// Next-sentence labels of pretraining rows (HF convention).
+    pub fn nsp() -> LabelNames {
+        let names = BTreeMap::from([(0, "is_next".to_string()), (1, "random".to_string())]);
+        LabelNames { names, none: "none".into() }
+    }
+
+    pub fn name(&self, label: Option<i64>) -> String {
+        match label {
+            None => self.none.clone(),
+            Some(id) => self.names.get(&id).cloned().unwrap_or_else(|| id.to_string()),
+        }
+    }
+}
+
+/// Everything the aggregation needs from one pass over the input.
+pub struct Collected {
+    pub table: DocTable,
+    pub input: InputInfo,
+    /// `document`, or `row` for shards (windows make several rows of one document).
+    pub unit: &'static str,
+    /// What a token count means: `document` (WordPiece tokens of the whole cleaned document,
+    /// no special tokens) or `row` (a shard row's `length`, special tokens included).
+    pub token_unit: Option<&'static str>,
+    /// Records read (documents, or shard rows) and those the pipeline rejected, by reason.
+    pub read: u64,
+    pub rejected: BTreeMap<String, u64>,
+    pub labels: LabelNames,
+    /// `max_len` of the pipeline's sequence step or the shards' manifest.
+    pub max_len: Option<u32>,
+    /// `pipeline` when the pipeline (or the shards) scored noise, `default` when stats scored
+    /// the text with the default `noise_score` settings.
+    pub noise_scored_by: Option<&'static str>,
+    /// Shards only: per split, the documents written and the manifest's tokenisation figures
+    /// (truncation happened before the rows were written, so only the manifest knows it).
+    pub manifest_tokens: BTreeMap<String, (u64, TokenStats)>,
+    pub text_bytes: u64,
+    pub seconds: f64,
+}
+
+/// What `stats` was pointed at.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InputKind {
+    Pipeline,
+    Shards,
+    /// A source given by its path, with the source type inferred.
+    Source(&'static str),
+}
+
+/// Decides what `path` is: a pipeline YAML, a finished shard folder, or a source.
+pub fn detect(path: &Path) -> Result<InputKind> {
+    if !path.exists() {
+        bail!("'{}' does not exist", path.display());
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
+    if path.is_file() {
+        let kind = if name.ends_with(".yaml") || name.ends_with(".yml") {
+            InputKind::Pipeline
+        } else if name.ends_with(".tar.gz") || name.ends_with(".tgz") {
+            InputKind::Source("aclimdb")
+        } else if name.ends_with(".jsonl") || name.ends_with(".ndjson") {
+            InputKind::Source("jsonl")
+        } else if name.ends_with(".csv") || name.ends_with(".tsv") {
+            InputKind::Source("csv")
+        } else if name.ends_with(".parquet") {
+            InputKind::Source("parquet")
+        } else if name.ends_with(".txt") {
+            InputKind::Source("text")
+        } else {
+            bail!(
+                "don't know what '{}' is: give a pipeline (.yaml), a shard folder, an aclImdb folder or .tar.gz, or a .jsonl/.csv/.tsv/.parquet/.txt file",
+                path.display()
+            );
+        };
+        return Ok(kind);
+    }
+    if path.join(crate::sink::manifest::MANIFEST).is_file() {
+        return Ok(InputKind::Shards);
+    }
+    if path.join(crate::sink::manifest::JOURNAL).is_file() {
+        bail!(
+            "'{}' holds an unfinished pipeline run (a journal, no manifest.json); finish it with `bertpipe pipeline run PIPELINE.yaml --resume`",
+            path.display()
+        );
+    }
+    if ["train", "test", "aclImdb"].iter().any(|d| path.join(d).is_dir()) {
+        return Ok(InputKind::Source("aclimdb"));
+    }
+    let mut found: Vec<&'static str> = Vec::new();
+    for entry in std::fs::read_dir(path).with_context(|| format!("could not list '{}'", path.display()))? {
+        let p = entry?.path();
+        let ext = p.extension().map(|e| e.to_string_lossy().to_lowercase()).unwrap_or_default();
+        let kind = match ext.as_str() {
+            "jsonl" | "ndjson" => "jsonl",
+            "csv" | "tsv" => "csv",
+            "parquet" => "parquet",
+            "txt" | "text" => "text",
+            _ => continue,
+        };
+        if !found.contains(&kind) {
+            found.push(kind);
+        }
+    }
+    match found.as_slice() {
+        [one] => Ok(InputKind::Source(one)),
+        [] => bail!(
+            "'{}' is not a shard folder (no manifest.json), not an aclImdb folder (no train/ or test/), and holds no .jsonl/.csv/.parquet/.txt files",
+            path.display()
+        ),
+        many => bail!(
+            "'{}' mixes {} files; point stats at one file, or write a pipeline YAML for the source",
+            path.display(),
+            many.join(" and ")
+        ),
+    }
+}
+
+/// A pipeline for a bare source path: the source with its defaults (aclImdb with `unsup` too,
+/// a `label` field or column when there is one), no steps. `--set source.…` applies.
+pub fn source_pipeline(path: &Path, kind: &str, overrides: &[String]) -> Result<Pipeline, ConfigErrors> {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut source = serde_json::json!({ "type": kind, "path": abs.to_string_lossy() });
+    match kind {
+        "aclimdb" => {
+            // Reviews without a label too, when the corpus has them (a tarball is read as a
+            // stream: whatever `unsup` it holds is read).
+            let unsup = abs.is_file() || abs.join("train/unsup").is_dir() || abs.join("aclImdb/train/unsup").is_dir();
+            source["labels"] =
+                if unsup { serde_json::json!(["neg", "pos", "unsup"]) } else { serde_json::json!(["neg", "pos"]) };
+        }
+        "jsonl" | "csv" | "parquet" => {
+            let field = if kind == "jsonl" { "label_field" } else { "label_column" };
+            if has_label_field(&abs, kind) {
+                source[field] = "label".into();
+            }
+            if kind == "csv" && abs.extension().is_some_and(|e| e.eq_ignore_ascii_case("tsv")) {
+                source["delimiter"] = "\t".into();
+            }
+        }
+        _ => {}
+    }
+    // JSON is YAML; the sink is required by the format and never written.
+    let yaml = serde_json::json!({
+        "name": "stats",
+        "source": source,
+        "sink": { "type": "parquet", "path": "unused" },
+    })
+    .to_string();
+    let label = format!("{} (read as a {kind} source)", path.display());
+    Pipeline::from_yaml(&yaml, &label, Path::new("."), overrides)
+}
+
+/// Whether the first record (JSONL), the header (CSV) or the schema (Parquet) has a `label`.
+fn has_label_field(path: &Path, kind: &str) -> bool {
+    let first = match crate::source::input_files(path, &[if kind == "jsonl" { "jsonl" } else { kind }, "ndjson", "tsv"])
+    {
+        Ok(files) => files.into_iter().next(),
+        Err(_) => None,
+    };
+    let Some(file) = first else {
+        return false;
+    };
+    match kind {
+        "jsonl" => {
+            use std::io::BufRead;
+            let Ok(f) = std::fs::File::open(&file) else { return false };
+            let line = std::io::BufReader::new(f).lines().map_while(|l| l.ok()).find(|l| !l.trim().is_empty());
+            line.and_then(|l| serde_json::from_str::<serde_json::Value>(&l).ok())
+                .is_some_and(|v| v.get("label").is_some())
+        }
+        "csv" => {
+            let delimiter = if file.extension().is_some_and(|e| e.eq_ignore_ascii_case("tsv")) { b'\t' } else { b',' };
+            let Ok(mut r) = csv::ReaderBuilder::new().delimiter(delimiter).from_path(&file) else { return false };
+            r.headers().is_ok_and(|h| h.iter().any(|c| c == "label"))
+        }
+        "parquet" => {
+            let Ok(f) = std::fs::File::open(&file) else { return false };
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+                .is_ok_and(|b| b.schema().field_with_name("label").is_ok())
+        }
+        _ => false,
+    }
+}
+
+/// The streaming pass: the source through the pipeline's steps up to tokenisation (sequence
+/// building is skipped: it changes no document), with a default noise score when the pipeline
+/// has none and `--vocab` tokenisation when asked. Memory stays bounded: the text of a document
+/// is dropped as soon as its numbers are taken.
+pub fn from_pipeline(pipeline: &Pipeline, kind: &'static str, path: &Path, opts: &StatsOptions) -> Result<Collected> {
+    let started = Instant::now();
+    let threads = threads_or_default(opts.threads);
+    let max_len = pipeline.steps.iter().find_map(|s| match s {
+        PipelineStep::ClassifySequences(c) => Some(c.max_len as u32),
+        PipelineStep::PretrainSequences(p) => Some(p.max_len as u32),
+        _ => None,
+    });
+    let mut steps: Vec<PipelineStep> = pipeline
+        .steps
+        .iter()
+        .filter(|s| !matches!(s, PipelineStep::ClassifySequences(_) | PipelineStep::PretrainSequences(_)))
+        .cloned()
+        .collect();
+    let scored = steps.iter().any(|s| matches!(s, PipelineStep::NoiseScore(_)));
+    if !scored {
+        steps.push(PipelineStep::NoiseScore(NoiseScore::default()));
+    }
+    if let Some(vocab) = &opts.vocab {
+        if steps.iter().any(|s| matches!(s, PipelineStep::Tokenize(_))) {
+            bail!("--vocab: the pipeline already has a tokenize step");
+        }
+        let tokenize: Tokenize = serde_json::from_value(serde_json::json!({
+            "vocab": std::path::absolute(vocab).unwrap_or_else(|_| vocab.clone()),
+            "lowercase": !opts.cased,
+        }))
+        .expect("a valid tokenize step");
+        if !vocab.is_file() {
+            bail!("--vocab: '{}' does not exist", vocab.display());
+        }
+        steps.push(PipelineStep::Tokenize(tokenize));
+    }
+    let tokenized = prepare_steps(&mut steps)?.is_some();
+    resolve_noise_quantiles(&pipeline.source, &mut steps, threads, opts.quiet)?;
+
+    let columns = Columns { text: true, tokens: tokenized, unk: tokenized, noise: true };
+    let mut table = DocTable::new(columns, opts.top);
+    let mut read = 0u64;
+    let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
+    let progress = Progress::new(opts.quiet, "stats");
+    let set_total = |b: u64| progress.set_total(b);
+    let text_bytes = parallel::process(&pipeline.source, &steps, threads, &set_total, |outcome| {
+        progress.advance(outcome.input_bytes(), 1);
+        read += 1;
+        match outcome {
+            Outcome::Kept(doc) => table.push(Record {
+                id: &doc.id,
+                split: &doc.split,
+                label: doc.label,
+                text: Some(&doc.text),
+                tokens: tokenized.then_some(doc.tokens.len() as u32),
+                unk: tokenized.then_some(doc.unk_tokens),
+                noise: Some(doc.noise.unwrap_or_default().values()),
+            }),
+            Outcome::Rejected(r) => *rejected.entry(r.reason_key().to_string()).or_default() += 1,
+        }
+        Ok(())
+    })?;
+    progress.finish();
+    let source_json = serde_json::to_value(&pipeline.source)?;
+    Ok(Collected {
+        table,
+        input: InputInfo {
+            path: path.display().to_string(),
+            kind: if kind == "pipeline" { "pipeline" } else { "source" },
+            source_type: pipeline.source.type_name().to_string(),
+            name: (kind == "pipeline").then(|| pipeline.name.clone()),
+        },
+        unit: "document",
+        token_unit: tokenized.then_some("document"),
+        read,
+        rejected,
+        labels: LabelNames::from_source(&source_json),
+        max_len,
+        noise_scored_by: Some(if scored { "pipeline" } else { "default" }),
+        manifest_tokens: BTreeMap::new(),
+        text_bytes,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Reads a finished shard folder with polars, shard by shard (memory: one shard at a time),
+/// after checking every shard against the manifest (presence, size, SHA-256).
+pub fn from_shards(root: &Path, opts: &StatsOptions) -> Result<Collected> {
+    let started = Instant::now();
+    let set = ShardSet::open(root)?;
+    set.verify()?;
+    let m = &set.manifest;
+    // Splits in the source's order (as a streaming pass sees them), the rest by name.
+    let source_order: Vec<&str> = m.config["source"]["splits"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|s| s.as_str()).collect())
+        .unwrap_or_default();
+    let mut splits: Vec<(&String, &crate::sink::manifest::SplitStats)> = m.splits.iter().collect();
+    splits.sort_by_key(|(name, _)| source_order.iter().position(|s| s == name).unwrap_or(usize::MAX));
+    let files: Vec<(String, PathBuf, u64)> = splits
+        .iter()
+        .flat_map(|(split, s)| s.shards.iter().map(move |sh| ((*split).clone(), root.join(&sh.file), sh.bytes)))
+        .collect();
+    let pretrain = m.task == "pretrain";
+    let schema = match files.first() {
+        Some((_, file, _)) => {
+            scan(file)?.collect_schema().with_context(|| format!("could not read '{}'", file.display()))?
+        }
+        None => Arc::new(Schema::default()),
+    };
+    let has = |c: &str| schema.contains(c);
+    let columns = Columns { text: has("text"), tokens: has("length"), unk: false, noise: has("noise_score") };
+    let id_col = if has("id") { "id" } else { "doc_id" };
+    let label_col = if pretrain { "next_sentence_label" } else { "label" };
+    let mut select = vec![col(id_col).cast(DataType::String).alias("id")];
+    select.push(
+        if has(label_col) { col(label_col).cast(DataType::Int64) } else { lit(NULL).cast(DataType::Int64) }
+            .alias("label"),
+    );
+    if columns.tokens {
+        select.push(col("length").cast(DataType::UInt32));
+    }
+    if columns.noise {
+        select.extend(NoiseComponents::COLUMNS.iter().map(|c| col(*c).cast(DataType::Float32)));
+    }
+    if columns.text {
+        select.push(col("text"));
+    }
+
+    let mut table = DocTable::new(columns, opts.top);
+    let progress = Progress::new(opts.quiet, "stats");
+    progress.set_total(files.iter().map(|f| f.2).sum());
+    let mut text_bytes = 0u64;
+    for (split, file, bytes) in &files {
+        let df = scan(file)?
+            .select(select.clone())
+            .collect()
+            .with_context(|| format!("could not read '{}'", file.display()))?;
+        text_bytes += push_frame(&mut table, split, &df)
+            .with_context(|| format!("unexpected columns in '{}'", file.display()))?;
+        progress.advance(*bytes, df.height() as u64);
+    }
+    progress.finish();
+
+    let source_json = &m.config["source"];
+    let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
+    let mut manifest_tokens = BTreeMap::new();
+    for (split, s) in &m.splits {
+        for (reason, n) in &s.rejected {
+            *rejected.entry(reason.clone()).or_default() += n;
+        }
+        if let Some(t) = &s.tokenization {
+            manifest_tokens.insert(split.clone(), (s.docs_out, t.clone()));
+        }
+    }
+    Ok(Collected {
+        read: table.len() as u64,
+        table,
+        input: InputInfo {
+            path: root.display().to_string(),
+            kind: "shards",
+            source_type: source_json["type"].as_str().unwrap_or("unknown").to_string(),
+            name: Some(m.name.clone()),
+        },
+        unit: "row",
+        token_unit: columns.tokens.then_some("row"),
+        rejected,
+        labels: if pretrain { LabelNames::nsp() } else { LabelNames::from_source(source_json) },
+        max_len: m.max_len,
+        noise_scored_by: columns.noise.then_some("pipeline"),
+        manifest_tokens,
+        text_bytes,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn scan(file: &Path) -> Result<LazyFrame> {
+    let path = PlRefPath::from(file.to_string_lossy().as_ref());
+    LazyFrame::scan_parquet(path, ScanArgsParquet::default())
+        .with_context(|| format!("could not open '{}'", file.display()))
+}
+
+/// Adds a shard's rows (columns as selected by [`from_shards`]) to the table; returns the bytes
+/// of text seen.
+fn push_frame(table: &mut DocTable, split: &str, df: &DataFrame) -> Result<u64> {
+    let c = table.columns;
+    let ids = df.column("id")?.str()?;
+    let labels = df.column("label")?.i64()?;
+    let lengths = if c.tokens { Some(df.column("length")?.u32()?) } else { None };
+    let noise: Vec<&Float32Chunked> = if c.noise {
+        NoiseComponents::COLUMNS.iter().map(|n| df.column(n).and_then(|c| c.f32())).collect::<PolarsResult<_>>()?
+    } else {
+        Vec::new()
+    };
+    let texts = if c.text { Some(df.column("text")?.str()?) } else { None };
+    let mut ids = ids.iter();
+    let mut labels = labels.iter();
+    let mut lengths = lengths.map(|l| l.iter());
+    let mut noise: Vec<_> = noise.iter().map(|n| n.iter()).collect();
+    let mut texts = texts.map(|t| t.iter());
+    let mut text_bytes = 0u64;
+    for _ in 0..df.height() {
+        let text = texts.as_mut().map(|t| t.next().flatten().unwrap_or(""));
+        text_bytes += text.map_or(0, |t| t.len() as u64);
+        let mut values = [0f32; 6];
+        for (v, it) in values.iter_mut().zip(noise.iter_mut()) {
+            *v = it.next().flatten().unwrap_or(f32::NAN);
+        }
+        table.push(Record {
+            id: ids.next().flatten().unwrap_or(""),
+            split,
+            label: labels.next().flatten(),
+            text,
+            tokens: lengths.as_mut().map(|l| l.next().flatten().unwrap_or(0)),
+            unk: None,
+            noise: c.noise.then_some(values),
+        });
+    }
+    Ok(text_bytes)
+}

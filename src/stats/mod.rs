@@ -1,0 +1,95 @@
+//! `bertpipe stats`: length, token and noise statistics of a corpus at any stage — a pipeline
+//! (after its cleaning steps, streamed), a finished shard folder (read with polars), or a source
+//! given by its path — as a table, JSON or CSV, with histogram pictures.
+//!
+//! Every input is first reduced to a per-document table of numbers (`table`), then polars
+//! aggregates it (`report`); `render` and `plot` present the result.
+
+pub mod collect;
+pub mod plot;
+pub mod render;
+pub mod report;
+pub mod table;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+pub use collect::InputKind;
+pub use report::{By, Report};
+
+use crate::config::ConfigErrors;
+
+/// The command-line options of `stats`.
+#[derive(Debug, Clone)]
+pub struct StatsOptions {
+    pub by: Option<By>,
+    /// Override the sequence length truncation is measured against (default: the pipeline's or
+    /// manifest's `max_len`, else 512).
+    pub max_len: Option<u32>,
+    /// How many of the noisiest documents to list.
+    pub top: usize,
+    /// Tokenize with this vocabulary when the input does not tokenize itself.
+    pub vocab: Option<PathBuf>,
+    pub cased: bool,
+    /// `--set key=value` overrides for a pipeline or a source.
+    pub set: Vec<String>,
+    pub threads: usize,
+    pub quiet: bool,
+}
+
+impl Default for StatsOptions {
+    fn default() -> Self {
+        StatsOptions {
+            by: None,
+            max_len: None,
+            top: 10,
+            vocab: None,
+            cased: false,
+            set: Vec::new(),
+            threads: 0,
+            quiet: true,
+        }
+    }
+}
+
+/// Why stats could not run: a configuration problem (exit 78) or anything else.
+#[derive(Debug)]
+pub enum StatsError {
+    Config(ConfigErrors),
+    Other(anyhow::Error),
+}
+
+impl From<anyhow::Error> for StatsError {
+    fn from(e: anyhow::Error) -> Self {
+        StatsError::Other(e)
+    }
+}
+
+/// Reads `input` and builds its report.
+pub fn run(input: &Path, opts: &StatsOptions) -> Result<(Report, collect::Collected), StatsError> {
+    let kind = collect::detect(input)?;
+    let collected = match kind {
+        InputKind::Shards => {
+            if !opts.set.is_empty() {
+                return Err(anyhow::anyhow!("--set applies to pipelines and sources, not to a shard folder").into());
+            }
+            if opts.vocab.is_some() {
+                return Err(
+                    anyhow::anyhow!("--vocab applies to pipelines and sources; shards are tokenized already").into()
+                );
+            }
+            collect::from_shards(input, opts)?
+        }
+        InputKind::Pipeline => {
+            let p = crate::config::Pipeline::load(input, &opts.set).map_err(StatsError::Config)?;
+            collect::from_pipeline(&p, "pipeline", input, opts)?
+        }
+        InputKind::Source(kind) => {
+            let p = collect::source_pipeline(input, kind, &opts.set).map_err(StatsError::Config)?;
+            collect::from_pipeline(&p, kind, input, opts)?
+        }
+    };
+    let report = report::build(&collected, opts.by, opts.max_len, opts.top)?;
+    Ok((report, collected))
+}

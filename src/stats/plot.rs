@@ -1,0 +1,303 @@
+//! `--plot DIR`: the report's pictures, each as SVG and PNG, drawn with plotters. Text is laid
+//! out (and, in PNGs, rendered) with an embedded DejaVu Sans subset, so no system fonts are
+//! needed.
+//!
+//! - `words.svg/png` (or `chars` without words): length histogram, median and p95 lines;
+//! - `tokens.svg/png`: token-length histogram with the `max_len − 2` line;
+//! - `noise.svg/png`: noise-score histogram with the p95 line (the noisiest 5% lie past it);
+//! - `labels.svg/png`: documents per split and label.
+
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use anyhow::{anyhow, Context, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::report::{Histogram, Report, Summary};
+
+static FONT: &[u8] = include_bytes!("../../data/fonts/DejaVuSans-subset.ttf");
+const FAMILY: &str = "sans-serif";
+const SIZE: (u32, u32) = (960, 560);
+
+/// tab10's first colours: blue, orange, green, red, purple, brown, pink, grey.
+const COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+const LINE_COLORS: [RGBColor; 3] = [RGBColor(20, 20, 20), RGBColor(214, 39, 40), RGBColor(148, 103, 189)];
+
+fn register_font() -> Result<()> {
+    static ONCE: Once = Once::new();
+    let mut result = Ok(());
+    ONCE.call_once(|| {
+        for style in [FontStyle::Normal, FontStyle::Bold] {
+            if plotters::style::register_font(FAMILY, style, FONT).is_err() {
+                result = Err(anyhow!("the embedded plot font could not be loaded"));
+            }
+        }
+    });
+    result
+}
+
+/// A vertical marker on a histogram.
+struct Marker {
+    label: String,
+    x: f64,
+}
+
+struct HistogramChart<'a> {
+    title: String,
+    x_desc: String,
+    hist: &'a Histogram,
+    markers: Vec<Marker>,
+}
+
+fn fmt_x(x: f64) -> String {
+    if x == x.trunc() {
+        format!("{x:.0}")
+    } else if x.abs() >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+fn quantile_markers(s: Option<&Summary>) -> Vec<Marker> {
+    let Some(s) = s else { return Vec::new() };
+    let mut m = Vec::new();
+    if let Some(x) = s.median {
+        m.push(Marker { label: format!("median {}", fmt_x(x)), x });
+    }
+    if let Some(x) = s.p95 {
+        m.push(Marker { label: format!("p95 {}", fmt_x(x)), x });
+    }
+    m
+}
+
+fn draw_histogram<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &HistogramChart<'_>) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let h = c.hist;
+    let end = h.end();
+    let ymax = h.series.iter().flat_map(|(_, v)| v.iter().copied()).max().unwrap_or(0).max(1);
+    let ymax = ymax + ymax / 10 + 1;
+    let mut chart = ChartBuilder::on(root)
+        .caption(&c.title, (FAMILY, 22))
+        .margin(14)
+        .x_label_area_size(46)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..end, 0u64..ymax)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc(c.x_desc.as_str())
+        .y_desc(if h.series.len() > 1 { "documents (per group)" } else { "documents" })
+        .label_style((FAMILY, 14))
+        .axis_desc_style((FAMILY, 15))
+        .x_label_formatter(&|x| fmt_x(*x))
+        .draw()?;
+    let overlay = h.series.len() > 1;
+    for (i, (name, counts)) in h.series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()].mix(if overlay { 0.45 } else { 0.85 });
+        let width = h.width;
+        let series = chart.draw_series(counts.iter().enumerate().filter(|(_, n)| **n > 0).map(move |(b, &n)| {
+            let x0 = b as f64 * width;
+            Rectangle::new([(x0, 0), (x0 + width, n)], color.filled())
+        }))?;
+        if overlay {
+            series
+                .label(name.as_str())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
+        }
+    }
+    for (i, m) in c.markers.iter().enumerate() {
+        if !(0.0..=end).contains(&m.x) {
+            continue;
+        }
+        let style = LINE_COLORS[i % LINE_COLORS.len()].stroke_width(2);
+        chart
+            .draw_series(std::iter::once(PathElement::new(vec![(m.x, 0), (m.x, ymax)], style)))?
+            .label(m.label.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+    }
+    chart
+        .configure_series_labels()
+        .label_font((FAMILY, 14))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK.mix(0.4))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+struct BarChart {
+    title: String,
+    /// `(category, value, colour index)`.
+    bars: Vec<(String, u64, usize)>,
+    total: u64,
+}
+
+fn draw_bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &BarChart) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let n = c.bars.len().max(1) as i32;
+    let ymax = c.bars.iter().map(|b| b.1).max().unwrap_or(0).max(1);
+    let ymax = ymax + ymax / 8 + 1;
+    let names: Vec<String> = c.bars.iter().map(|b| b.0.clone()).collect();
+    let mut chart = ChartBuilder::on(root)
+        .caption(&c.title, (FAMILY, 22))
+        .margin(14)
+        .x_label_area_size(46)
+        .y_label_area_size(70)
+        .build_cartesian_2d((0..n - 1).into_segmented(), 0u64..ymax)?;
+    let label_of = |v: &SegmentValue<i32>| match v {
+        SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => names.get(*i as usize).cloned().unwrap_or_default(),
+        SegmentValue::Last => String::new(),
+    };
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(names.len())
+        .x_label_formatter(&label_of)
+        .y_desc("documents")
+        .label_style((FAMILY, 14))
+        .axis_desc_style((FAMILY, 15))
+        .draw()?;
+    chart.draw_series(c.bars.iter().enumerate().map(|(i, (_, v, color))| {
+        let mut r = Rectangle::new(
+            [(SegmentValue::Exact(i as i32), 0), (SegmentValue::Exact(i as i32 + 1), *v)],
+            COLORS[*color % COLORS.len()].mix(0.85).filled(),
+        );
+        r.set_margin(0, 0, 12, 12);
+        r
+    }))?;
+    let total = c.total.max(1) as f64;
+    chart.draw_series(c.bars.iter().enumerate().map(|(i, (_, v, _))| {
+        let text = format!("{v} ({:.1}%)", 100.0 * *v as f64 / total);
+        let style = (FAMILY, 14).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Bottom));
+        Text::new(text, (SegmentValue::CenterOf(i as i32), *v + ymax / 100), style)
+    }))?;
+    root.present()?;
+    Ok(())
+}
+
+/// A chart that can be drawn on any plotters backend.
+trait Chart {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static;
+}
+
+impl Chart for HistogramChart<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        draw_histogram(root, self)
+    }
+}
+
+impl Chart for BarChart {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        draw_bars(root, self)
+    }
+}
+
+/// Writes `stem.svg` and `stem.png` with the same drawing.
+fn both(dir: &Path, stem: &str, chart: &impl Chart) -> Result<Vec<PathBuf>> {
+    let svg = dir.join(format!("{stem}.svg"));
+    let png = dir.join(format!("{stem}.png"));
+    chart
+        .draw(&SVGBackend::new(&svg, SIZE).into_drawing_area())
+        .with_context(|| format!("could not draw '{}'", svg.display()))?;
+    chart
+        .draw(&BitMapBackend::new(&png, SIZE).into_drawing_area())
+        .with_context(|| format!("could not draw '{}'", png.display()))?;
+    Ok(vec![svg, png])
+}
+
+fn plural(unit: &str) -> &'static str {
+    if unit == "row" {
+        "rows"
+    } else {
+        "documents"
+    }
+}
+
+/// Draws every chart the report has data for into `dir` (created if needed); returns the files.
+pub fn write_all(r: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
+    register_font()?;
+    std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
+    let all = &r.groups[0];
+    let units = plural(r.unit);
+    let mut files = Vec::new();
+    for h in &r.histograms {
+        let overflow: u64 = h.overflow.iter().sum();
+        let tail = if overflow > 0 {
+            format!(" (last bar: ≥ {}, {} {units})", fmt_x(h.end() - h.width), overflow)
+        } else {
+            String::new()
+        };
+        let (stem, title, x_desc, markers) = match h.metric {
+            "words" => (
+                "words",
+                format!("Words per {} — {} {units}", r.unit, all.documents),
+                format!("words{tail}"),
+                quantile_markers(all.words.as_ref()),
+            ),
+            "tokens" => {
+                let mut m = quantile_markers(all.tokens.as_ref());
+                let limit = r.max_len.saturating_sub(2) as f64;
+                m.push(Marker { label: format!("max_len {} − 2 = {}", r.max_len, fmt_x(limit)), x: limit });
+                let what = if r.token_unit == Some("row") { "row (special tokens included)" } else { r.unit };
+                ("tokens", format!("WordPiece tokens per {what}"), format!("tokens{tail}"), m)
+            }
+            _ => {
+                let p95 = all.noise.as_ref().and_then(|n| n.score.p95);
+                let m = p95.map(|x| vec![Marker { label: format!("p95 {} (noisiest 5% beyond)", fmt_x(x)), x }]);
+                (
+                    "noise",
+                    format!("Noise score — {} {units}", all.documents),
+                    format!("noise_score{tail}"),
+                    m.unwrap_or_default(),
+                )
+            }
+        };
+        let chart = HistogramChart { title, x_desc, hist: h, markers };
+        files.extend(both(dir, stem, &chart)?);
+    }
+    if !r.counts.is_empty() {
+        let mut labels: Vec<&str> = Vec::new();
+        let bars = r
+            .counts
+            .iter()
+            .map(|c| {
+                let color = labels.iter().position(|l| *l == c.label).unwrap_or_else(|| {
+                    labels.push(&c.label);
+                    labels.len() - 1
+                });
+                (format!("{}/{}", c.split, c.label), c.documents, color)
+            })
+            .collect();
+        let title = if r.unit == "row" { "Rows per split and label" } else { "Documents per split and label" };
+        let chart = BarChart { title: title.to_string(), bars, total: r.documents.kept };
+        files.extend(both(dir, "labels", &chart)?);
+    }
+    Ok(files)
+}
