@@ -132,12 +132,11 @@ fn stats(args: bertpipe::cli::StatsArgs) -> ExitCode {
         let mb = collected.text_bytes as f64 / 1e6;
         let rss =
             pipeline::progress::peak_rss_bytes().map(pipeline::progress::human_bytes).unwrap_or_else(|| "?".into());
+        let rate =
+            if mb > 0.0 { format!("{:.1} MB/s of text, ", mb / collected.seconds.max(1e-6)) } else { String::new() };
         eprintln!(
-            "stats: {} {}s in {:.2}s ({:.1} MB/s of text, peak RSS {rss})",
-            collected.read,
-            collected.unit,
-            collected.seconds,
-            mb / collected.seconds.max(1e-6)
+            "stats: {} {}s read in {:.2}s ({rate}peak RSS {rss})",
+            collected.read, collected.unit, collected.seconds
         );
     }
     ExitCode::SUCCESS

@@ -96,7 +96,8 @@ fn group_block(r: &Report, g: &GroupStats, out: &mut String) {
         let _ = writeln!(out, "  words: {}", parts.join(" · "));
     }
     if let Some(t) = &g.truncation {
-        let from = if t.source == "manifest" { " (from the manifest)" } else { "" };
+        // The manifest counts documents, whatever the rows are.
+        let (from, unit) = if t.source == "manifest" { (" (from the manifest)", "documents") } else { ("", unit) };
         let _ = writeln!(
             out,
             "  max_len {}: {} {unit} ({}) longer than {} tokens; truncation drops {} tokens ({}){from}",
@@ -174,7 +175,10 @@ pub fn to_table(r: &Report) -> String {
         );
     }
     if !r.noisiest.is_empty() {
-        let _ = writeln!(out, "\nnoisiest {}:", r.noisiest.len());
+        let with_text = r.noisiest.iter().any(|n| n.snippet.is_some());
+        let note =
+            if with_text { "" } else { " (no text in the input: keep it with `sink.keep_text: true` for snippets)" };
+        let _ = writeln!(out, "\nnoisiest {}{note}:", r.noisiest.len());
         let mut rows = vec![vec!["score".to_string(), "id".into(), "label".into(), "snippet".into()]];
         for n in &r.noisiest {
             rows.push(vec![
