@@ -69,7 +69,7 @@ impl From<anyhow::Error> for StatsError {
 /// Reads `input` and builds its report.
 pub fn run(input: &Path, opts: &StatsOptions) -> Result<(Report, collect::Collected), StatsError> {
     let kind = collect::detect(input)?;
-    let collected = match kind {
+    let mut collected = match kind {
         InputKind::Shards => {
             if !opts.set.is_empty() {
                 return Err(anyhow::anyhow!("--set applies to pipelines and sources, not to a shard folder").into());
@@ -90,6 +90,6 @@ pub fn run(input: &Path, opts: &StatsOptions) -> Result<(Report, collect::Collec
             collect::from_pipeline(&p, kind, input, opts)?
         }
     };
-    let report = report::build(&collected, opts.by, opts.max_len, opts.top)?;
+    let report = report::build(&mut collected, opts.by, opts.max_len, opts.top)?;
     Ok((report, collected))
 }

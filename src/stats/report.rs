@@ -209,9 +209,35 @@ fn f64_col(df: &DataFrame, name: &str) -> PolarsResult<Vec<Option<f64>>> {
     Ok(df.column(name)?.cast(&DataType::Float64)?.f64()?.iter().collect())
 }
 
+/// The results of several aggregation queries over the same groups, rows in the same order.
+struct Frames(Vec<DataFrame>);
+
+impl Frames {
+    /// Runs each query over all documents (one row) or per `key` (one row per group, sorted by
+    /// key). One query per metric keeps only that metric's temporaries (a float copy, the sorts
+    /// behind its quantiles) alive at a time.
+    fn aggregate(df: &DataFrame, key: Option<&str>, queries: Vec<Vec<Expr>>) -> PolarsResult<Frames> {
+        let mut frames = Vec::new();
+        for exprs in queries {
+            let lf = df.clone().lazy();
+            let lf = match key {
+                None => lf.select(exprs),
+                Some(k) => lf.group_by([col(k)]).agg(exprs).sort([k], SortMultipleOptions::default()),
+            };
+            frames.push(lf.collect()?);
+        }
+        Ok(Frames(frames))
+    }
+
+    fn col(&self, name: &str) -> PolarsResult<Vec<Option<f64>>> {
+        let df = self.0.iter().find(|f| f.schema().contains(name)).unwrap_or(&self.0[0]);
+        f64_col(df, name)
+    }
+}
+
 /// Expressions for a [`Summary`] of `m`, named `m|count`, `m|min`, …
 fn summary_exprs(m: &str) -> Vec<Expr> {
-    let x = || col(m).cast(DataType::Float64);
+    let x = || col(m);
     let mut e =
         vec![x().count().cast(DataType::Float64).alias(format!("{m}|count")), x().min().alias(format!("{m}|min"))];
     for (name, p) in QUANTILES {
@@ -223,8 +249,8 @@ fn summary_exprs(m: &str) -> Vec<Expr> {
     e
 }
 
-fn read_summary(df: &DataFrame, row: usize, m: &str) -> PolarsResult<Summary> {
-    let v = |s: &str| -> PolarsResult<Option<f64>> { Ok(f64_col(df, &format!("{m}|{s}"))?[row]) };
+fn read_summary(f: &Frames, row: usize, m: &str) -> PolarsResult<Summary> {
+    let v = |s: &str| -> PolarsResult<Option<f64>> { Ok(f.col(&format!("{m}|{s}"))?[row]) };
     let count = v("count")?.unwrap_or(0.0) as u64;
     let s = Summary {
         count,
@@ -256,28 +282,28 @@ fn read_summary(df: &DataFrame, row: usize, m: &str) -> PolarsResult<Summary> {
     })
 }
 
-/// Everything aggregated per group, as expressions.
-fn group_exprs(c: &Collected, limit: u32) -> Vec<Expr> {
+/// Everything aggregated per group, as queries: counts first, then one per summarised metric.
+fn group_queries(c: &Collected, limit: u32) -> Vec<Vec<Expr>> {
     let cols = c.table.columns;
-    let mut e = vec![len().cast(DataType::Float64).alias("documents")];
+    let mut counts = vec![len().cast(DataType::Float64).alias("documents")];
+    let mut metrics: Vec<&str> = Vec::new();
     if cols.text {
-        e.extend(summary_exprs("chars"));
-        e.extend(summary_exprs("words"));
+        metrics.extend(["chars", "words"]);
         for (i, (_, lo, hi)) in WORD_BUCKETS.iter().enumerate() {
             let mut cond = col("words").gt_eq(lit(*lo));
             if let Some(hi) = hi {
                 cond = cond.and(col("words").lt(lit(*hi)));
             }
-            e.push(cond.sum().cast(DataType::Float64).alias(format!("bucket|{i}")));
+            counts.push(cond.sum().cast(DataType::Float64).alias(format!("bucket|{i}")));
         }
-        e.push(col("duplicate").sum().cast(DataType::Float64).alias("duplicates"));
+        counts.push(col("duplicate").sum().cast(DataType::Float64).alias("duplicates"));
     }
     if cols.tokens {
-        e.extend(summary_exprs("tokens"));
+        metrics.push("tokens");
         let tokens = || col("tokens").cast(DataType::Int64);
-        e.push(tokens().sum().cast(DataType::Float64).alias("tokens|sum"));
-        e.push(tokens().gt(lit(limit as i64)).sum().cast(DataType::Float64).alias("trunc|over"));
-        e.push(
+        counts.push(tokens().sum().cast(DataType::Float64).alias("tokens|sum"));
+        counts.push(tokens().gt(lit(limit as i64)).sum().cast(DataType::Float64).alias("trunc|over"));
+        counts.push(
             when(tokens().gt(lit(limit as i64)))
                 .then(tokens() - lit(limit as i64))
                 .otherwise(lit(0i64))
@@ -287,27 +313,18 @@ fn group_exprs(c: &Collected, limit: u32) -> Vec<Expr> {
         );
     }
     if cols.unk {
-        e.push(col("unk").cast(DataType::Float64).sum().alias("unk|sum"));
+        counts.push(col("unk").cast(DataType::Float64).sum().alias("unk|sum"));
     }
     if cols.noise {
-        for name in NoiseComponents::COLUMNS {
-            e.extend(summary_exprs(name));
-        }
+        metrics.extend(NoiseComponents::COLUMNS);
     }
-    e
+    std::iter::once(counts).chain(metrics.into_iter().map(summary_exprs)).collect()
 }
 
-fn read_group(
-    c: &Collected,
-    df: &DataFrame,
-    row: usize,
-    group: String,
-    total: u64,
-    max_len: u32,
-) -> Result<GroupStats> {
+fn read_group(c: &Collected, df: &Frames, row: usize, group: String, total: u64, max_len: u32) -> Result<GroupStats> {
     let cols = c.table.columns;
     let limit = max_len.saturating_sub(2);
-    let get = |name: &str| -> PolarsResult<f64> { Ok(f64_col(df, name)?[row].unwrap_or(0.0)) };
+    let get = |name: &str| -> PolarsResult<f64> { Ok(df.col(name)?[row].unwrap_or(0.0)) };
     let documents = get("documents")? as u64;
     let share = |n: u64| if documents == 0 { 0.0 } else { n as f64 / documents as f64 };
     let mut g = GroupStats {
@@ -394,24 +411,24 @@ fn manifest_figures(c: &Collected, splits: &[&str], max_len: u32, g: &mut GroupS
 }
 
 /// Builds the report from what was collected.
-pub fn build(c: &Collected, by: Option<By>, max_len: Option<u32>, top: usize) -> Result<Report> {
+pub fn build(c: &mut Collected, by: Option<By>, max_len: Option<u32>, top: usize) -> Result<Report> {
     let max_len = max_len.or(c.max_len).unwrap_or(512);
     let limit = max_len.saturating_sub(2);
-    let df = c.table.to_frame()?;
+    let df = c.table.take_frame()?;
+    let c = &*c;
     let total = df.height() as u64;
-    let exprs = group_exprs(c, limit);
 
-    let all_df = df.clone().lazy().select(exprs.clone()).collect()?;
-    let mut groups = vec![read_group(c, &all_df, 0, "all".into(), total, max_len)?];
+    let all = Frames::aggregate(&df, None, group_queries(c, limit))?;
+    let mut groups = vec![read_group(c, &all, 0, "all".into(), total, max_len)?];
     let splits: Vec<&str> = c.table.splits.iter().map(String::as_str).collect();
     if c.token_unit == Some("row") {
         manifest_figures(c, &splits, max_len, &mut groups[0]);
     }
     let key = by.map(|b| b.name());
     if let Some(key) = key {
-        let g = df.clone().lazy().group_by([col(key)]).agg(exprs).collect()?;
+        let g = Frames::aggregate(&df, Some(key), group_queries(c, limit))?;
         let mut rows: Vec<(GroupKey, usize)> =
-            group_keys(&g, key)?.into_iter().enumerate().map(|(i, k)| (k, i)).collect();
+            group_keys(&g.0[0], key)?.into_iter().enumerate().map(|(i, k)| (k, i)).collect();
         rows.sort();
         for (k, row) in rows {
             let name = k.name(&c.table.splits, &c.labels);

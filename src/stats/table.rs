@@ -196,30 +196,33 @@ impl DocTable {
         ranked.into_iter().map(|r| r.doc.clone()).collect()
     }
 
-    /// The table as a polars frame: `split` (u32 code), `label` (i64, null = unlabelled), and
-    /// whichever of `chars`, `words`, `duplicate`, `tokens`, `unk` and the noise columns exist.
-    pub fn to_frame(&self) -> PolarsResult<DataFrame> {
-        let mut cols = vec![
-            Column::new("split".into(), self.split.as_slice()),
-            Column::new("label".into(), self.label.as_slice()),
-        ];
+    /// Moves the columns into a polars frame (no copy of the numeric columns), leaving the table
+    /// empty: `split` (u32 code), `label` (i64, null = unlabelled), and whichever of `chars`,
+    /// `words`, `duplicate`, `tokens`, `unk` and the noise columns exist. Split names and the
+    /// noisiest documents stay.
+    pub fn take_frame(&mut self) -> PolarsResult<DataFrame> {
+        let height = self.len();
+        let take_u32 = |name: &str, v: &mut Vec<u32>| Column::new(name.into(), std::mem::take(v));
+        let mut cols =
+            vec![take_u32("split", &mut self.split), Column::new("label".into(), std::mem::take(&mut self.label))];
         if self.columns.text {
-            cols.push(Column::new("chars".into(), self.chars.as_slice()));
-            cols.push(Column::new("words".into(), self.words.as_slice()));
-            cols.push(Column::new("duplicate".into(), self.duplicate.as_slice()));
+            cols.push(take_u32("chars", &mut self.chars));
+            cols.push(take_u32("words", &mut self.words));
+            cols.push(Column::new("duplicate".into(), std::mem::take(&mut self.duplicate)));
         }
         if self.columns.tokens {
-            cols.push(Column::new("tokens".into(), self.tokens.as_slice()));
+            cols.push(take_u32("tokens", &mut self.tokens));
         }
         if self.columns.unk {
-            cols.push(Column::new("unk".into(), self.unk.as_slice()));
+            cols.push(take_u32("unk", &mut self.unk));
         }
         if self.columns.noise {
-            for (name, values) in crate::clean::noise::NoiseComponents::COLUMNS.iter().zip(&self.noise) {
-                cols.push(Column::new((*name).into(), values.as_slice()));
+            for (name, values) in crate::clean::noise::NoiseComponents::COLUMNS.iter().zip(&mut self.noise) {
+                cols.push(Column::new((*name).into(), std::mem::take(values)));
             }
         }
-        DataFrame::new(self.len(), cols)
+        self.seen = HashSet::default();
+        DataFrame::new(height, cols)
     }
 }
 
@@ -304,7 +307,7 @@ mod tests {
         }
         let ids: Vec<String> = t.noisiest().into_iter().map(|d| d.id).collect();
         assert_eq!(ids, ["g", "b", "d"]);
-        let df = t.to_frame().unwrap();
+        let df = t.take_frame().unwrap();
         assert_eq!(df.height(), 7);
         let dup = df.column("duplicate").unwrap().bool().unwrap();
         assert_eq!(dup.sum(), Some(6), "every text after the first is an exact duplicate");
