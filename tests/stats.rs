@@ -410,3 +410,29 @@ fn streaming_pass_memory_is_bounded() {
     };
     assert!(mib < 100.0, "peak RSS {mib} MiB for {} MB of text", total / 1_000_000);
 }
+
+/// Pretraining shards: rows grouped by next-sentence label, lengths within max_len, no
+/// truncation figures (pretraining splits documents instead of cutting them).
+#[test]
+fn pretraining_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pre");
+    assert_ok(&bertpipe(&[
+        "pipeline",
+        "run",
+        "pipelines/imdb-pretrain.yaml",
+        "--quiet",
+        "--set",
+        &format!("sink.path={}", out.display()),
+    ]));
+    let v = json(&["stats", out.to_str().unwrap(), "--json", "--quiet", "--by", "label"]);
+    let m = manifest(&out);
+    let names: Vec<&str> = v["groups"].as_array().unwrap().iter().map(|g| g["group"].as_str().unwrap()).collect();
+    assert_eq!(names, ["all", "is_next", "random"]);
+    let rows: u64 = m["splits"].as_object().unwrap().values().map(|s| s["rows"].as_u64().unwrap()).sum();
+    assert_eq!(v["groups"][0]["documents"].as_u64(), Some(rows));
+    assert!(v["groups"][0]["tokens"]["max"].as_f64().unwrap() <= m["max_len"].as_f64().unwrap());
+    assert_eq!(v["groups"][0]["truncation"], Value::Null);
+    assert!(v["groups"][0]["unk_rate"].is_f64());
+    assert_eq!(v["max_len"], m["max_len"]);
+}

@@ -98,6 +98,9 @@ pub struct Collected {
     /// Shards only: per split, the documents written and the manifest's tokenisation figures
     /// (truncation happened before the rows were written, so only the manifest knows it).
     pub manifest_tokens: BTreeMap<String, (u64, TokenStats)>,
+    /// Whether the manifest's truncation figures apply (classification shards; pretraining
+    /// splits documents into segments instead of cutting them).
+    pub manifest_truncation: bool,
     pub text_bytes: u64,
     pub seconds: f64,
 }
@@ -216,12 +219,12 @@ pub fn source_pipeline(path: &Path, kind: &str, overrides: &[String]) -> Result<
 
 /// Whether the first record (JSONL), the header (CSV) or the schema (Parquet) has a `label`.
 fn has_label_field(path: &Path, kind: &str) -> bool {
-    let first = match crate::source::input_files(path, &[if kind == "jsonl" { "jsonl" } else { kind }, "ndjson", "tsv"])
-    {
-        Ok(files) => files.into_iter().next(),
-        Err(_) => None,
+    let exts: &[&str] = match kind {
+        "jsonl" => &["jsonl", "json", "ndjson"],
+        "csv" => &["csv", "tsv"],
+        _ => &["parquet"],
     };
-    let Some(file) = first else {
+    let Some(file) = crate::source::input_files(path, exts).ok().and_then(|f| f.into_iter().next()) else {
         return false;
     };
     match kind {
@@ -326,6 +329,7 @@ pub fn from_pipeline(pipeline: &Pipeline, kind: &'static str, path: &Path, opts:
         max_len,
         noise_scored_by: Some(if scored { "pipeline" } else { "default" }),
         manifest_tokens: BTreeMap::new(),
+        manifest_truncation: false,
         text_bytes,
         seconds: started.elapsed().as_secs_f64(),
     })
@@ -417,6 +421,7 @@ pub fn from_shards(root: &Path, opts: &StatsOptions) -> Result<Collected> {
         max_len: m.max_len,
         noise_scored_by: columns.noise.then_some("pipeline"),
         manifest_tokens,
+        manifest_truncation: m.task == "classify",
         text_bytes,
         seconds: started.elapsed().as_secs_f64(),
     })

@@ -263,8 +263,13 @@ pub fn write_all(r: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
             ),
             "tokens" => {
                 let mut m = quantile_markers(all.tokens.as_ref());
-                let limit = r.max_len.saturating_sub(2) as f64;
-                m.push(Marker { label: format!("max_len {} − 2 = {}", r.max_len, fmt_x(limit)), x: limit });
+                if r.token_unit == Some("row") {
+                    // Rows count their special tokens: the limit is max_len itself.
+                    m.push(Marker { label: format!("max_len {}", r.max_len), x: r.max_len as f64 });
+                } else {
+                    let limit = r.max_len.saturating_sub(2) as f64;
+                    m.push(Marker { label: format!("max_len {} − 2 = {}", r.max_len, fmt_x(limit)), x: limit });
+                }
                 let what = if r.token_unit == Some("row") { "row (special tokens included)" } else { r.unit };
                 ("tokens", format!("WordPiece tokens per {what}"), format!("tokens{tail}"), m)
             }

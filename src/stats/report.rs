@@ -399,6 +399,11 @@ fn manifest_figures(c: &Collected, splits: &[&str], max_len: u32, g: &mut GroupS
     let over: u64 = figures.iter().map(|t| t.docs_over_max_len).sum();
     let dropped: u64 = figures.iter().map(|t| t.tokens_dropped).sum();
     g.unk_rate = Some(if tokens > 0 { unk as f64 / tokens as f64 } else { 0.0 });
+    if !c.manifest_truncation {
+        return;
+    }
+    // The rows were cut at the manifest's max_len, whatever --max-len says.
+    let max_len = c.max_len.unwrap_or(max_len);
     g.truncation = Some(Truncation {
         max_len,
         limit: max_len.saturating_sub(2),
