@@ -22,9 +22,9 @@ pub enum Command {
     /// Length, token and noise statistics (table, JSON or CSV, and pictures) of a pipeline's
     /// cleaned corpus, a finished shard folder, or a source read as is.
     #[command(after_help = "Examples:
-  bertpipe stats data/aclImdb-sample                     # the raw corpus (train+test, neg/pos/unsup)
-  bertpipe stats pipelines/imdb.yaml --by label          # after the pipeline's cleaning steps, tokenized
-  bertpipe stats out/imdb --plot out/imdb-plots          # finished shards, with SVG + PNG charts
+  bertpipe stats data/aclImdb-sample                # the raw corpus, as read
+  bertpipe stats pipelines/imdb.yaml --by label     # after the cleaning steps, with tokens
+  bertpipe stats out/imdb --plot out/imdb-plots     # finished shards, SVG + PNG charts
   bertpipe stats /data/aclImdb_v1.tar.gz --vocab data/vocab/bert-base-uncased.txt --max-len 256
   bertpipe stats reviews.jsonl --set source.label_map='{neg: 0, pos: 1}' --json > stats.json")]
     Stats(StatsArgs),
