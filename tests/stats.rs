@@ -347,6 +347,23 @@ fn plots_are_written_and_well_formed() {
 }
 
 #[test]
+fn string_labels_without_a_map_are_rejected_with_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reviews.jsonl");
+    std::fs::write(
+        &path,
+        "{\"text\": \"great film\", \"label\": \"pos\"}\n{\"text\": \"awful\", \"label\": \"neg\"}\n",
+    )
+    .unwrap();
+    let o = bertpipe(&["stats", path.to_str().unwrap(), "--quiet"]);
+    assert_ok(&o);
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(table.contains("2 documents read, 0 kept, 2 rejected (bad_label 2)"), "{table}");
+    assert!(table.contains("reviews.jsonl:1: bad_label:label `pos` is not an integer"), "{table}");
+    assert!(table.contains("--set source.label_map="), "{table}");
+}
+
+#[test]
 fn bad_inputs_say_what_is_wrong() {
     let o = bertpipe(&["stats", "no/such/place"]);
     assert!(!o.status.success());

@@ -89,6 +89,8 @@ pub struct Collected {
     /// Records read (documents, or shard rows) and those the pipeline rejected, by reason.
     pub read: u64,
     pub rejected: BTreeMap<String, u64>,
+    /// The first rejected document of each reason: its id and the full reason.
+    pub reject_examples: BTreeMap<String, (String, String)>,
     pub labels: LabelNames,
     /// `max_len` of the pipeline's sequence step or the shards' manifest.
     pub max_len: Option<u32>,
@@ -292,6 +294,7 @@ pub fn from_pipeline(pipeline: &Pipeline, kind: &'static str, path: &Path, opts:
     let mut table = DocTable::new(columns, opts.top);
     let mut read = 0u64;
     let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
+    let mut reject_examples = BTreeMap::new();
     let progress = Progress::new(opts.quiet, "stats");
     let set_total = |b: u64| progress.set_total(b);
     let text_bytes = parallel::process(&pipeline.source, &steps, threads, &set_total, |outcome| {
@@ -307,7 +310,11 @@ pub fn from_pipeline(pipeline: &Pipeline, kind: &'static str, path: &Path, opts:
                 unk: tokenized.then_some(doc.unk_tokens),
                 noise: Some(doc.noise.unwrap_or_default().values()),
             }),
-            Outcome::Rejected(r) => *rejected.entry(r.reason_key().to_string()).or_default() += 1,
+            Outcome::Rejected(r) => {
+                let key = r.reason_key().to_string();
+                *rejected.entry(key.clone()).or_default() += 1;
+                reject_examples.entry(key).or_insert_with(|| (r.id.clone(), r.reason.clone()));
+            }
         }
         Ok(())
     })?;
@@ -325,6 +332,7 @@ pub fn from_pipeline(pipeline: &Pipeline, kind: &'static str, path: &Path, opts:
         token_unit: tokenized.then_some("document"),
         read,
         rejected,
+        reject_examples,
         labels: LabelNames::from_source(&source_json),
         max_len,
         noise_scored_by: Some(if scored { "pipeline" } else { "default" }),
@@ -417,6 +425,7 @@ pub fn from_shards(root: &Path, opts: &StatsOptions) -> Result<Collected> {
         unit: "row",
         token_unit: columns.tokens.then_some("row"),
         rejected,
+        reject_examples: BTreeMap::new(),
         labels: if pretrain { LabelNames::nsp() } else { LabelNames::from_source(source_json) },
         max_len: m.max_len,
         noise_scored_by: columns.noise.then_some("pipeline"),

@@ -154,6 +154,12 @@ pub fn to_table(r: &Report) -> String {
         let _ = write!(out, " ({})", parts.join(", "));
     }
     out.push('\n');
+    for (id, reason) in r.reject_examples.values() {
+        let _ = writeln!(out, "  e.g. {id}: {reason}");
+    }
+    if r.reject_examples.contains_key("bad_label") && r.input.kind == "source" {
+        let _ = writeln!(out, "  (string labels need a map: --set source.label_map='{{neg: 0, pos: 1}}')");
+    }
 
     let mut rows = vec![vec!["split".to_string(), "label".into(), unit.into(), "share".into()]];
     for c in &r.counts {

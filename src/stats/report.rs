@@ -187,6 +187,9 @@ pub struct Report {
     pub noisiest: Vec<NoisyOut>,
     #[serde(skip)]
     pub histograms: Vec<Histogram>,
+    /// The first rejected document of each reason (id, full reason), for the table.
+    #[serde(skip)]
+    pub reject_examples: BTreeMap<String, (String, String)>,
 }
 
 /// Grouping for `--by`.
@@ -507,6 +510,7 @@ pub fn build(c: &mut Collected, by: Option<By>, max_len: Option<u32>, top: usize
         groups,
         noisiest,
         histograms,
+        reject_examples: c.reject_examples.clone(),
     })
 }
 
