@@ -453,3 +453,14 @@ fn pretraining_shards() {
     assert!(v["groups"][0]["unk_rate"].is_f64());
     assert_eq!(v["max_len"], m["max_len"]);
 }
+
+/// The report does not depend on how many threads read, clean or aggregate.
+#[test]
+fn same_report_for_any_thread_count() {
+    let args = ["stats", "pipelines/imdb.yaml", "--json", "--quiet", "--by", "label"];
+    let one = bertpipe_env(&[&args[..], &["-j", "1"]].concat(), &[("POLARS_MAX_THREADS", "1")]);
+    let many = bertpipe_env(&[&args[..], &["-j", "3"]].concat(), &[("POLARS_MAX_THREADS", "4")]);
+    assert_ok(&one);
+    assert_ok(&many);
+    assert_eq!(String::from_utf8_lossy(&one.stdout), String::from_utf8_lossy(&many.stdout));
+}
