@@ -47,7 +47,36 @@ fn main() {
         println!("{:<20} {:>10.4} {:>10.1}", step.type_name(), median, input_bytes as f64 / 1e6 / median);
         docs = last;
     }
+    words_vs_split_whitespace(&docs);
     tokenizer_vs_crate(&docs);
+}
+
+/// `count_words` (the filter's and stats' word count) against `split_whitespace().count()`, which
+/// it must equal, on the cleaned texts.
+fn words_vs_split_whitespace(docs: &[Document]) {
+    let bytes: usize = docs.iter().map(|d| d.text.len()).sum();
+    let time = |f: &dyn Fn(&str) -> usize| {
+        let mut runs: Vec<(f64, usize)> = (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                let n: usize = docs.iter().map(|d| f(std::hint::black_box(&d.text))).sum();
+                (t.elapsed().as_secs_f64(), n)
+            })
+            .collect();
+        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        runs[2]
+    };
+    let (ours, n_ours) = time(&bertpipe::clean::filter::count_words);
+    let (std_, n_std) = time(&|t: &str| t.split_whitespace().count());
+    assert_eq!(n_ours, n_std, "word counts differ");
+    let non_ascii = docs.iter().filter(|d| !d.text.is_ascii()).count();
+    println!(
+        "count_words {:.0} MB/s vs split_whitespace {:.0} MB/s: {:.1}x ({n_ours} words, {non_ascii} of {} texts not ASCII)",
+        bytes as f64 / 1e6 / ours,
+        bytes as f64 / 1e6 / std_,
+        std_ / ours,
+        docs.len()
+    );
 }
 
 /// The `tokenize` step's WordPiece path against the `tokenizers` crate's encoder (the parity

@@ -64,36 +64,100 @@ impl Step for Filter {
     }
 }
 
-/// Whitespace-separated words, as `split_whitespace().count()`, with an ASCII fast path that
-/// counts word starts 64 bytes at a time with bit masks.
+/// Whitespace-separated words, as `split_whitespace().count()`, 64 bytes at a time with bit
+/// masks. Every multi-byte whitespace character (U+0085, U+00A0, U+1680, U+2000–U+205F, U+3000)
+/// starts with byte C2, E1, E2 or E3; a block without those bytes is exact on the mask path
+/// (other non-ASCII bytes are never whitespace), and only a block that has one is walked char
+/// by char. Accented reviews stay on the fast path.
 pub fn count_words(text: &str) -> usize {
-    if !text.is_ascii() {
-        return text.split_whitespace().count();
-    }
+    let bytes = text.as_bytes();
     let ws = |x: u8| (x == b' ') | (x.wrapping_sub(b'\t') < 5);
+    let ws_lead = |x: u8| (x == 0xC2) | (x.wrapping_sub(0xE1) < 3);
     let mut words = 0usize;
-    let mut carry = 1u64; // the start of the text counts as whitespace
-    let mut count = |mask: u64, carry: &mut u64| {
-        words += (!mask & ((mask << 1) | *carry)).count_ones() as usize;
-        *carry = mask >> 63;
-    };
-    let chunks = text.as_bytes().chunks_exact(64);
-    let rest = chunks.remainder();
-    for chunk in chunks {
-        let mut mask = 0u64;
-        for (i, &x) in chunk.iter().enumerate() {
-            mask |= (ws(x) as u64) << i;
+    let mut prev_ws = true; // the start of the text counts as whitespace
+    let mut i = 0usize;
+    while i < bytes.len() {
+        let end = (i + 64).min(bytes.len());
+        let block = &bytes[i..end];
+        let mask = if let Ok(full) = <&[u8; 64]>::try_from(block) {
+            let (mask, leads) = block_masks(full);
+            (!leads).then_some(mask)
+        } else if !block.iter().any(|&x| ws_lead(x)) {
+            // The short last block; bits past its end count as whitespace.
+            let mut mask = !0u64 << block.len();
+            for (k, &x) in block.iter().enumerate() {
+                mask |= (ws(x) as u64) << k;
+            }
+            Some(mask)
+        } else {
+            None
+        };
+        if let Some(mask) = mask {
+            words += (!mask & ((mask << 1) | prev_ws as u64)).count_ones() as usize;
+            prev_ws = (mask >> (block.len() - 1)) & 1 == 1;
+            i = end;
+            continue;
         }
-        count(mask, &mut carry);
-    }
-    if !rest.is_empty() {
-        let mut mask = !0u64 << rest.len(); // padding counts as whitespace
-        for (i, &x) in rest.iter().enumerate() {
-            mask |= (ws(x) as u64) << i;
+        // Char by char to the end of the block, finishing a character that straddles it. The
+        // block may start inside a character the mask path left (never a whitespace one).
+        while i < end {
+            let b = bytes[i];
+            let (is_ws, len) = if b < 0x80 {
+                (ws(b), 1)
+            } else if b & 0xC0 == 0x80 {
+                (false, 1)
+            } else {
+                let c = text[i..].chars().next().expect("a lead byte starts a char");
+                (c.is_whitespace(), c.len_utf8())
+            };
+            words += (prev_ws & !is_ws) as usize;
+            prev_ws = is_ws;
+            i += len;
         }
-        count(mask, &mut carry);
     }
     words
+}
+
+/// For 64 bytes: bit k set when byte k is ASCII whitespace (space, \\t \\n \\v \\f \\r), and
+/// whether any byte is C2, E1, E2 or E3 (a possible multi-byte whitespace character).
+#[cfg(target_arch = "x86_64")]
+fn block_masks(b: &[u8; 64]) -> (u64, bool) {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is part of the x86_64 baseline; loads are unaligned and stay inside `b`.
+    unsafe {
+        let space = _mm_set1_epi8(b' ' as i8);
+        let tab = _mm_set1_epi8(b'\t' as i8);
+        let c2 = _mm_set1_epi8(0xC2u8 as i8);
+        let e1 = _mm_set1_epi8(0xE1u8 as i8);
+        // `x ≤ n` unsigned, as `min(x, n) == x`.
+        let at_most = |x: __m128i, n: i8| _mm_cmpeq_epi8(_mm_min_epu8(x, _mm_set1_epi8(n)), x);
+        let mut ws = 0u64;
+        let mut leads = 0i32;
+        for j in 0..4 {
+            let v = _mm_loadu_si128(b.as_ptr().add(16 * j) as *const __m128i);
+            let is_ws = _mm_or_si128(_mm_cmpeq_epi8(v, space), at_most(_mm_sub_epi8(v, tab), 4));
+            ws |= (_mm_movemask_epi8(is_ws) as u32 as u64) << (16 * j);
+            let is_lead = _mm_or_si128(_mm_cmpeq_epi8(v, c2), at_most(_mm_sub_epi8(v, e1), 2));
+            leads |= _mm_movemask_epi8(is_lead);
+        }
+        (ws, leads != 0)
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn block_masks(b: &[u8; 64]) -> (u64, bool) {
+    block_masks_scalar(b)
+}
+
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn block_masks_scalar(b: &[u8; 64]) -> (u64, bool) {
+    let mut ws = 0u64;
+    let mut leads = false;
+    for (k, &x) in b.iter().enumerate() {
+        ws |= (((x == b' ') | (x.wrapping_sub(b'\t') < 5)) as u64) << k;
+        leads |= (x == 0xC2) | (x.wrapping_sub(0xE1) < 3);
+    }
+    (ws, leads)
 }
 
 /// Exact quantile with linear interpolation between closest ranks (numpy's default, `R-7`).
@@ -164,6 +228,39 @@ mod tests {
             " \u{3000}wide\u{3000}space ",
         ] {
             assert_eq!(count_words(t), t.split_whitespace().count(), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn block_masks_match_the_scalar_definition() {
+        let mut rng = crate::rng::Rng(5);
+        for round in 0..2000 {
+            let mut b = [0u8; 64];
+            for x in b.iter_mut() {
+                // Half the rounds: any byte; the others: bytes near the interesting values.
+                *x = if round % 2 == 0 {
+                    rng.next_u64() as u8
+                } else {
+                    [8, 9, 10, 13, 14, 31, 32, 33, 0xC1, 0xC2, 0xC3, 0xE0, 0xE1, 0xE3, 0xE4, 0x85, 0xA0][rng.below(17)]
+                };
+            }
+            assert_eq!(block_masks(&b), block_masks_scalar(&b), "{b:?}");
+        }
+    }
+
+    #[test]
+    fn word_count_agrees_on_random_mixed_text() {
+        // ASCII, accented letters, CJK, emoji and every kind of whitespace, at every alignment.
+        let pieces = [
+            "a", "word", "é", "日本", "🎬", " ", "  ", "\t", "\n", "\u{b}", "\u{c}", "\r", "\u{85}", "\u{a0}",
+            "\u{1680}", "\u{2002}", "\u{200a}", "\u{2028}", "\u{2029}", "\u{202f}", "\u{205f}", "\u{3000}", "\u{200b}",
+            "\u{1c}",
+        ];
+        let mut rng = crate::rng::Rng(11);
+        for _ in 0..3000 {
+            let n = rng.below(200);
+            let t: String = (0..n).map(|_| rng.pick(&pieces)).collect();
+            assert_eq!(count_words(&t), t.split_whitespace().count(), "{t:?}");
         }
     }
 
