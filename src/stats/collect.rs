@@ -255,7 +255,9 @@ fn has_label_field(path: &Path, kind: &str) -> bool {
 /// building is skipped: it changes no document), with a default noise score when the pipeline
 /// has none and `--vocab` tokenisation when asked. Memory stays bounded: the text of a document
 /// is dropped as soon as its numbers are taken.
-pub fn from_pipeline(pipeline: &Pipeline, kind: &'static str, path: &Path, opts: &StatsOptions) -> Result<Collected> {
+///
+/// `is_pipeline` says whether the user gave a pipeline file (rather than a bare source).
+pub fn from_pipeline(pipeline: &Pipeline, is_pipeline: bool, path: &Path, opts: &StatsOptions) -> Result<Collected> {
     let started = Instant::now();
     let threads = threads_or_default(opts.threads);
     let max_len = pipeline.steps.iter().find_map(|s| match s {
@@ -324,9 +326,9 @@ pub fn from_pipeline(pipeline: &Pipeline, kind: &'static str, path: &Path, opts:
         table,
         input: InputInfo {
             path: path.display().to_string(),
-            kind: if kind == "pipeline" { "pipeline" } else { "source" },
+            kind: if is_pipeline { "pipeline" } else { "source" },
             source_type: pipeline.source.type_name().to_string(),
-            name: (kind == "pipeline").then(|| pipeline.name.clone()),
+            name: is_pipeline.then(|| pipeline.name.clone()),
         },
         unit: "document",
         token_unit: tokenized.then_some("document"),

@@ -83,11 +83,11 @@ pub fn run(input: &Path, opts: &StatsOptions) -> Result<(Report, collect::Collec
         }
         InputKind::Pipeline => {
             let p = crate::config::Pipeline::load(input, &opts.set).map_err(StatsError::Config)?;
-            collect::from_pipeline(&p, "pipeline", input, opts)?
+            collect::from_pipeline(&p, true, input, opts)?
         }
         InputKind::Source(kind) => {
             let p = collect::source_pipeline(input, kind, &opts.set).map_err(StatsError::Config)?;
-            collect::from_pipeline(&p, kind, input, opts)?
+            collect::from_pipeline(&p, false, input, opts)?
         }
     };
     let report = report::build(&mut collected, opts.by, opts.max_len, opts.top)?;
