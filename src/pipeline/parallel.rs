@@ -32,17 +32,21 @@ impl Outcome {
 }
 
 /// A worker's result for one document, before the ordered stage applies dedup.
-struct Processed {
+struct Processed<M> {
     outcome: Outcome,
     dedup_key: Option<DedupKey>,
     /// The text as read, kept only while a dedup decision may still turn the document into a reject.
     original: Option<String>,
+    /// What the caller's `measure` made of a kept document, on the worker.
+    measured: Option<M>,
 }
 
-fn run_steps(steps: &[PipelineStep], item: SourceItem) -> Processed {
+fn run_steps<M>(steps: &[PipelineStep], item: SourceItem, measure: &(dyn Fn(&Document) -> M + Sync)) -> Processed<M> {
     let mut doc = match item {
         SourceItem::Doc(d) => d,
-        SourceItem::Reject(r) => return Processed { outcome: Outcome::Rejected(r), dedup_key: None, original: None },
+        SourceItem::Reject(r) => {
+            return Processed { outcome: Outcome::Rejected(r), dedup_key: None, original: None, measured: None }
+        }
     };
     let original = doc.text.clone();
     for step in steps {
@@ -56,11 +60,22 @@ fn run_steps(steps: &[PipelineStep], item: SourceItem) -> Processed {
                 text: original,
                 input_bytes: doc.input_bytes,
             };
-            return Processed { outcome: Outcome::Rejected(rejected), dedup_key: doc.dedup_key, original: None };
+            return Processed {
+                outcome: Outcome::Rejected(rejected),
+                dedup_key: doc.dedup_key,
+                original: None,
+                measured: None,
+            };
         }
     }
     let keep_original = doc.dedup_key.is_some();
-    Processed { dedup_key: doc.dedup_key, outcome: Outcome::Kept(doc), original: keep_original.then_some(original) }
+    let measured = Some(measure(&doc));
+    Processed {
+        dedup_key: doc.dedup_key,
+        outcome: Outcome::Kept(doc),
+        original: keep_original.then_some(original),
+        measured,
+    }
 }
 
 /// Collects source items into batches and hands them to the workers, waiting for a free slot
@@ -120,10 +135,24 @@ pub fn process(
     on_total: &(dyn Fn(u64) + Sync),
     mut consume: impl FnMut(Outcome) -> Result<()>,
 ) -> Result<u64> {
+    process_with(source, steps, threads, on_total, &|_: &Document| (), |outcome, _| consume(outcome))
+}
+
+/// As [`process`], and `measure` runs on the workers for every document the steps keep; its
+/// result comes with the outcome (`None` for rejects, dedup's included). Work that reads each
+/// kept document's text belongs here rather than on the ordered consumer thread.
+pub fn process_with<M: Send>(
+    source: &Source,
+    steps: &[PipelineStep],
+    threads: usize,
+    on_total: &(dyn Fn(u64) + Sync),
+    measure: &(dyn Fn(&Document) -> M + Sync),
+    mut consume: impl FnMut(Outcome, Option<M>) -> Result<()>,
+) -> Result<u64> {
     let threads = threads.max(1);
     let slots_n = threads * 4;
     let (work_tx, work_rx) = bounded::<(u64, Vec<SourceItem>)>(slots_n);
-    let (done_tx, done_rx) = bounded::<(u64, Vec<Processed>)>(slots_n);
+    let (done_tx, done_rx) = bounded::<(u64, Vec<Processed<M>>)>(slots_n);
     let (slot_tx, slot_rx) = bounded::<()>(slots_n);
     for _ in 0..slots_n {
         slot_tx.send(()).expect("fresh channel has room");
@@ -148,7 +177,8 @@ pub fn process(
             let (work_rx, done_tx) = (work_rx.clone(), done_tx.clone());
             scope.spawn(move || {
                 for (seq, batch) in work_rx {
-                    let out: Vec<Processed> = batch.into_iter().map(|item| run_steps(steps, item)).collect();
+                    let out: Vec<Processed<M>> =
+                        batch.into_iter().map(|item| run_steps(steps, item, measure)).collect();
                     if done_tx.send((seq, out)).is_err() {
                         return;
                     }
@@ -156,15 +186,18 @@ pub fn process(
             });
         }
         drop((work_rx, done_tx));
-        let mut pending: BTreeMap<u64, Vec<Processed>> = BTreeMap::new();
+        let mut pending: BTreeMap<u64, Vec<Processed<M>>> = BTreeMap::new();
         let mut next = 0u64;
         let mut consumed: Result<()> = Ok(());
         'outer: for (seq, batch) in done_rx.iter() {
             pending.insert(seq, batch);
             while let Some(batch) = pending.remove(&next) {
                 next += 1;
-                for p in batch {
-                    if let Err(e) = consume(resolve_dedup(&mut dedup, p)) {
+                for mut p in batch {
+                    let measured = p.measured.take();
+                    let outcome = resolve_dedup(&mut dedup, p);
+                    let measured = if matches!(outcome, Outcome::Kept(_)) { measured } else { None };
+                    if let Err(e) = consume(outcome, measured) {
                         consumed = Err(e);
                         break 'outer;
                     }
@@ -181,7 +214,7 @@ pub fn process(
     })
 }
 
-fn resolve_dedup(index: &mut DedupIndex, p: Processed) -> Outcome {
+fn resolve_dedup<M>(index: &mut DedupIndex, p: Processed<M>) -> Outcome {
     let Some(key) = p.dedup_key else {
         return p.outcome;
     };

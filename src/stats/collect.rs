@@ -12,7 +12,7 @@ use polars::prelude::{
 };
 use serde::Serialize;
 
-use super::table::{Columns, DocTable, Record};
+use super::table::{Columns, DocTable, Record, TextMeasure};
 use super::StatsOptions;
 use crate::clean::noise::{NoiseComponents, NoiseScore};
 use crate::clean::PipelineStep;
@@ -299,7 +299,8 @@ pub fn from_pipeline(pipeline: &Pipeline, is_pipeline: bool, path: &Path, opts: 
     let mut reject_examples = BTreeMap::new();
     let progress = Progress::new(opts.quiet, "stats");
     let set_total = |b: u64| progress.set_total(b);
-    let text_bytes = parallel::process(&pipeline.source, &steps, threads, &set_total, |outcome| {
+    let measure = |doc: &crate::document::Document| TextMeasure::of(&doc.text);
+    let text_bytes = parallel::process_with(&pipeline.source, &steps, threads, &set_total, &measure, |outcome, m| {
         progress.advance(outcome.input_bytes(), 1);
         read += 1;
         match outcome {
@@ -308,6 +309,7 @@ pub fn from_pipeline(pipeline: &Pipeline, is_pipeline: bool, path: &Path, opts: 
                 split: &doc.split,
                 label: doc.label,
                 text: Some(&doc.text),
+                measured: m,
                 tokens: tokenized.then_some(doc.tokens.len() as u32),
                 unk: tokenized.then_some(doc.unk_tokens),
                 noise: Some(doc.noise.unwrap_or_default().values()),
@@ -475,6 +477,7 @@ fn push_frame(table: &mut DocTable, split: &str, df: &DataFrame) -> Result<u64> 
             split,
             label: labels.next().flatten(),
             text,
+            measured: None,
             tokens: lengths.as_mut().map(|l| l.next().flatten().unwrap_or(0)),
             unk: None,
             noise: c.noise.then_some(values),

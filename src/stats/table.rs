@@ -24,13 +24,30 @@ pub struct Columns {
     pub noise: bool,
 }
 
+/// What the table needs from a text: its length in characters and words, and its fingerprint.
+/// Computed where the text is (on the pipeline's workers), so only these 24 bytes travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TextMeasure {
+    pub chars: u32,
+    pub words: u32,
+    pub fingerprint: DedupKey,
+}
+
+impl TextMeasure {
+    pub fn of(text: &str) -> TextMeasure {
+        TextMeasure { chars: count_chars(text) as u32, words: count_words(text) as u32, fingerprint: fingerprint(text) }
+    }
+}
+
 /// One document (or shard row) as the collectors see it.
 #[derive(Debug, Clone, Copy)]
 pub struct Record<'a> {
     pub id: &'a str,
     pub split: &'a str,
     pub label: Option<i64>,
+    /// The text, for the measures (unless `measured` has them already) and the snippet.
     pub text: Option<&'a str>,
+    pub measured: Option<TextMeasure>,
     pub tokens: Option<u32>,
     pub unk: Option<u32>,
     /// `noise_score` first, then the components, in shard column order.
@@ -146,10 +163,10 @@ impl DocTable {
         self.label.push(r.label);
         let c = self.columns;
         if c.text {
-            let text = r.text.expect("a text column was promised");
-            self.chars.push(count_chars(text) as u32);
-            self.words.push(count_words(text) as u32);
-            self.duplicate.push(!self.seen.insert(fingerprint(text)));
+            let m = r.measured.unwrap_or_else(|| TextMeasure::of(r.text.expect("a text column was promised")));
+            self.chars.push(m.chars);
+            self.words.push(m.words);
+            self.duplicate.push(!self.seen.insert(m.fingerprint));
         }
         if c.tokens {
             self.tokens.push(r.tokens.expect("a token column was promised"));
@@ -273,6 +290,7 @@ mod tests {
             split: "train",
             label: Some(1),
             text: Some(text),
+            measured: None,
             tokens: None,
             unk: None,
             noise: Some([score, 0.0, 0.0, 0.0, 0.0, 0.0]),
