@@ -8,10 +8,7 @@ use bertpipe::tokenize::WordPiece;
 use common::*;
 
 fn run_imdb(out: &std::path::Path, extra: &[&str]) {
-    let out_set = format!("sink.path={}", out.display());
-    let mut args = vec!["pipeline", "run", "pipelines/imdb.yaml", "--set", &out_set, "--quiet"];
-    args.extend_from_slice(extra);
-    assert_ok(&bertpipe(&args));
+    assert_ok(&run_pipeline("pipelines/imdb.yaml", out, extra));
 }
 
 fn vocab() -> WordPiece {
@@ -204,15 +201,7 @@ fn a_broken_vocabulary_fails_before_any_output_is_written() {
     let vocab = tmp.path().join("vocab.txt");
     std::fs::write(&vocab, "hello\nworld\n").unwrap();
     let out = tmp.path().join("out");
-    let o = bertpipe(&[
-        "pipeline",
-        "run",
-        "pipelines/imdb.yaml",
-        "--set",
-        &format!("sink.path={}", out.display()),
-        "--set",
-        &format!("steps[6].vocab={}", vocab.display()),
-    ]);
+    let o = run_pipeline("pipelines/imdb.yaml", &out, &["--set", &format!("steps[6].vocab={}", vocab.display())]);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
     assert!(err.contains("vocab.txt") && err.contains("[PAD]"), "{err}");

@@ -6,10 +6,7 @@ mod common;
 use common::*;
 
 fn sample_run(out: &std::path::Path, extra: &[&str]) -> std::process::Output {
-    let out_set = format!("sink.path={}", out.display());
-    let mut args = vec!["pipeline", "run", "pipelines/imdb-clean.yaml", "--set", &out_set, "--quiet"];
-    args.extend_from_slice(extra);
-    bertpipe(&args)
+    run_pipeline("pipelines/imdb-clean.yaml", out, extra)
 }
 
 #[test]

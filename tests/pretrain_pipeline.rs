@@ -11,10 +11,7 @@ use bertpipe::config::Pipeline;
 use common::*;
 
 fn run(out: &std::path::Path, extra: &[&str]) {
-    let out_set = format!("sink.path={}", out.display());
-    let mut args = vec!["pipeline", "run", "pipelines/imdb-pretrain.yaml", "--set", &out_set, "--quiet"];
-    args.extend_from_slice(extra);
-    assert_ok(&bertpipe(&args));
+    assert_ok(&run_pipeline("pipelines/imdb-pretrain.yaml", out, extra));
 }
 
 /// A list<int32> column of a split, row by row.

@@ -260,17 +260,7 @@ fn raw_sample_table_and_csv() {
 fn shards_pipeline_and_source_agree() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("imdb");
-    let o = bertpipe(&[
-        "pipeline",
-        "run",
-        "pipelines/imdb.yaml",
-        "--quiet",
-        "--set",
-        &format!("sink.path={}", out.display()),
-        "--set",
-        "sink.keep_text=true",
-    ]);
-    assert_ok(&o);
+    assert_ok(&run_pipeline("pipelines/imdb.yaml", &out, &["--set", "sink.keep_text=true"]));
     let from_pipeline = json(&["stats", "pipelines/imdb.yaml", "--json", "--quiet", "--by", "split"]);
     let from_shards = json(&["stats", out.to_str().unwrap(), "--json", "--quiet", "--by", "split"]);
     assert_eq!(from_shards["input"]["kind"], "shards");
@@ -434,14 +424,7 @@ fn streaming_pass_memory_is_bounded() {
 fn pretraining_shards() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("pre");
-    assert_ok(&bertpipe(&[
-        "pipeline",
-        "run",
-        "pipelines/imdb-pretrain.yaml",
-        "--quiet",
-        "--set",
-        &format!("sink.path={}", out.display()),
-    ]));
+    assert_ok(&run_pipeline("pipelines/imdb-pretrain.yaml", &out, &[]));
     let v = json(&["stats", out.to_str().unwrap(), "--json", "--quiet", "--by", "label"]);
     let m = manifest(&out);
     let names: Vec<&str> = v["groups"].as_array().unwrap().iter().map(|g| g["group"].as_str().unwrap()).collect();

@@ -51,16 +51,8 @@ fn trains_a_vocabulary_the_pipeline_can_use() {
 
     // A pipeline tokenizes with it.
     let shards = tmp.path().join("shards");
-    let o = bertpipe(&[
-        "pipeline",
-        "run",
-        "pipelines/imdb.yaml",
-        "--quiet",
-        "--set",
-        &format!("sink.path={}", shards.display()),
-        "--set",
-        &format!("steps[6].vocab={}", out.join("vocab.txt").display()),
-    ]);
+    let vocab_set = format!("steps[6].vocab={}", out.join("vocab.txt").display());
+    let o = run_pipeline("pipelines/imdb.yaml", &shards, &["--set", &vocab_set]);
     assert_ok(&o);
     let m = manifest(&shards);
     assert_eq!(m["tokenizer"]["vocab_sha256"].as_str().unwrap(), from_txt.vocab_sha256);

@@ -113,6 +113,14 @@ pub fn assert_reconciles(out: &Path) {
     assert!(reasons.iter().all(|r| !r.is_empty()) && steps.iter().all(|s| !s.is_empty()));
 }
 
+/// `bertpipe pipeline run PIPELINE --set sink.path=OUT --quiet EXTRA…`.
+pub fn run_pipeline(pipeline: &str, out: &Path, extra: &[&str]) -> Output {
+    let out_set = format!("sink.path={}", out.display());
+    let mut args = vec!["pipeline", "run", pipeline, "--set", &out_set, "--quiet"];
+    args.extend_from_slice(extra);
+    bertpipe(&args)
+}
+
 /// Writes a pipeline YAML into `dir` and returns its path.
 pub fn write_pipeline(dir: &Path, name: &str, yaml: &str) -> PathBuf {
     let p = dir.join(name);
