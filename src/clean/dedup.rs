@@ -30,18 +30,25 @@ pub enum DedupScope {
 
 impl Step for Dedup {
     fn apply(&self, doc: &mut Document) -> Verdict {
-        let mut h = Sha256::new();
-        if self.scope == DedupScope::Split {
-            h.update(doc.split.as_bytes());
-            h.update([0u8]);
-        }
-        h.update(doc.text.as_bytes());
-        let digest = h.finalize();
-        let mut key = [0u8; 16];
-        key.copy_from_slice(&digest[..16]);
-        doc.dedup_key = Some(key);
+        let split = (self.scope == DedupScope::Split).then_some(doc.split.as_str());
+        doc.dedup_key = Some(fingerprint(split, &doc.text));
         Verdict::Keep
     }
+}
+
+/// The 128-bit fingerprint exact dedup compares: a SHA-256 prefix of the text, preceded by the
+/// split when duplicates count only within it.
+pub fn fingerprint(split: Option<&str>, text: &str) -> DedupKey {
+    let mut h = Sha256::new();
+    if let Some(split) = split {
+        h.update(split.as_bytes());
+        h.update([0u8]);
+    }
+    h.update(text.as_bytes());
+    let digest = h.finalize();
+    let mut key = [0u8; 16];
+    key.copy_from_slice(&digest[..16]);
+    key
 }
 
 /// The fingerprints seen so far, in input order. Exact dedup has to remember every distinct

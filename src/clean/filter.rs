@@ -41,7 +41,7 @@ impl Step for Filter {
             }
         }
         if self.min_chars.is_some() || self.max_chars.is_some() {
-            let chars = doc.text.chars().count();
+            let chars = count_chars(&doc.text);
             if let Some(min) = self.min_chars.filter(|&m| chars < m) {
                 return Verdict::Reject(format!("min_chars:{chars}<{min}"));
             }
@@ -62,6 +62,12 @@ impl Step for Filter {
         }
         Verdict::Keep
     }
+}
+
+/// Unicode scalar values in `text` (Python's `len`), as `chars().count()`: every byte that is
+/// not a UTF-8 continuation byte starts a character.
+pub fn count_chars(text: &str) -> usize {
+    text.len() - text.bytes().filter(|&b| (b as i8) < -0x40).count()
 }
 
 /// Whitespace-separated words, as `split_whitespace().count()`, 64 bytes at a time with bit
@@ -209,6 +215,14 @@ mod tests {
             };
             assert_eq!(got.as_deref(), *want, "text {text:?}");
         }
+    }
+
+    #[test]
+    fn counts_chars_like_python_len() {
+        assert_eq!(count_chars(""), 0);
+        assert_eq!(count_chars("abc"), 3);
+        assert_eq!(count_chars("héllo wörld"), 11);
+        assert_eq!(count_chars("日本語 🎬"), 5);
     }
 
     #[test]

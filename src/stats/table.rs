@@ -7,9 +7,9 @@ use std::collections::{BinaryHeap, HashSet};
 
 use polars::prelude::*;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
-use crate::clean::filter::count_words;
+use crate::clean::dedup::fingerprint;
+use crate::clean::filter::{count_chars, count_words};
 use crate::document::DedupKey;
 
 /// Which columns an input can provide.
@@ -35,7 +35,11 @@ pub struct TextMeasure {
 
 impl TextMeasure {
     pub fn of(text: &str) -> TextMeasure {
-        TextMeasure { chars: count_chars(text) as u32, words: count_words(text) as u32, fingerprint: fingerprint(text) }
+        TextMeasure {
+            chars: count_chars(text) as u32,
+            words: count_words(text) as u32,
+            fingerprint: fingerprint(None, text),
+        }
     }
 }
 
@@ -243,20 +247,6 @@ impl DocTable {
     }
 }
 
-/// Unicode scalar values in `text` (what Python's `len(str)` counts).
-pub fn count_chars(text: &str) -> usize {
-    // Every byte that is not a UTF-8 continuation byte starts a character.
-    text.len() - text.bytes().filter(|&b| (b as i8) < -0x40).count()
-}
-
-/// The same 128-bit fingerprint the `dedup` step uses (global scope): a SHA-256 prefix.
-fn fingerprint(text: &str) -> DedupKey {
-    let digest = Sha256::digest(text.as_bytes());
-    let mut key = [0u8; 16];
-    key.copy_from_slice(&digest[..16]);
-    key
-}
-
 /// The first [`SNIPPET_CHARS`] characters with runs of whitespace collapsed to one space, and
 /// `…` when the text goes on.
 pub fn snippet(text: &str) -> String {
@@ -295,14 +285,6 @@ mod tests {
             unk: None,
             noise: Some([score, 0.0, 0.0, 0.0, 0.0, 0.0]),
         }
-    }
-
-    #[test]
-    fn counts_chars_like_python_len() {
-        assert_eq!(count_chars(""), 0);
-        assert_eq!(count_chars("abc"), 3);
-        assert_eq!(count_chars("héllo wörld"), 11);
-        assert_eq!(count_chars("日本語 🎬"), 5);
     }
 
     #[test]
