@@ -8,7 +8,7 @@
 //! - `labels.svg/png`: documents per split and label.
 
 use std::path::{Path, PathBuf};
-use std::sync::Once;
+use std::sync::OnceLock;
 
 use anyhow::{anyhow, Context, Result};
 use plotters::coord::Shift;
@@ -34,17 +34,19 @@ const COLORS: [RGBColor; 8] = [
 ];
 const LINE_COLORS: [RGBColor; 3] = [RGBColor(20, 20, 20), RGBColor(214, 39, 40), RGBColor(148, 103, 189)];
 
+/// Registers the embedded font once per process; every call reports whether that worked.
 fn register_font() -> Result<()> {
-    static ONCE: Once = Once::new();
-    let mut result = Ok(());
-    ONCE.call_once(|| {
-        for style in [FontStyle::Normal, FontStyle::Bold] {
-            if plotters::style::register_font(FAMILY, style, FONT).is_err() {
-                result = Err(anyhow!("the embedded plot font could not be loaded"));
-            }
-        }
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    let ok = *REGISTERED.get_or_init(|| {
+        [FontStyle::Normal, FontStyle::Bold]
+            .into_iter()
+            .all(|s| plotters::style::register_font(FAMILY, s, FONT).is_ok())
     });
-    result
+    if ok {
+        Ok(())
+    } else {
+        Err(anyhow!("the embedded plot font (data/fonts/DejaVuSans-subset.ttf) could not be loaded"))
+    }
 }
 
 /// A vertical marker on a histogram.

@@ -602,14 +602,15 @@ fn histograms(
             .group_by(by)
             .agg([len().cast(DataType::Float64).alias("n"), col("over").sum().cast(DataType::Float64).alias("over")])
             .collect()?;
-        let keys = match key {
-            Some(k) => group_keys(&h, k)?,
-            None => vec![GroupKey::Split(u32::MAX); h.height()],
+        // Without --by there is one series, under no key.
+        let keys: Vec<Option<GroupKey>> = match key {
+            Some(k) => group_keys(&h, k)?.into_iter().map(Some).collect(),
+            None => vec![None; h.height()],
         };
         let bin_ids: Vec<Option<f64>> = f64_col(&h, "bin")?;
         let ns = f64_col(&h, "n")?;
         let overs = f64_col(&h, "over")?;
-        let mut series: BTreeMap<GroupKey, (Vec<u64>, u64)> = BTreeMap::new();
+        let mut series: BTreeMap<Option<GroupKey>, (Vec<u64>, u64)> = BTreeMap::new();
         for i in 0..h.height() {
             let entry = series.entry(keys[i]).or_insert_with(|| (vec![0; bins], 0));
             let b = (bin_ids[i].unwrap_or(0.0) as usize).min(bins - 1);
@@ -619,7 +620,7 @@ fn histograms(
         let mut named = Vec::new();
         let mut overflow = Vec::new();
         for (k, (counts, over)) in series {
-            let name = if key.is_some() { k.name(&c.table.splits, &c.labels) } else { "all".into() };
+            let name = k.map_or_else(|| "all".to_string(), |k| k.name(&c.table.splits, &c.labels));
             named.push((name, counts));
             overflow.push(over);
         }
