@@ -234,20 +234,12 @@ fn both(dir: &Path, stem: &str, chart: &impl Chart) -> Result<Vec<PathBuf>> {
     Ok(vec![svg, png])
 }
 
-fn plural(unit: &str) -> &'static str {
-    if unit == "row" {
-        "rows"
-    } else {
-        "documents"
-    }
-}
-
 /// Draws every chart the report has data for into `dir` (created if needed); returns the files.
 pub fn write_all(r: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
     register_font()?;
     std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
     let all = &r.groups[0];
-    let units = plural(r.unit);
+    let units = r.units();
     let mut files = Vec::new();
     for h in &r.histograms {
         let overflow: u64 = h.overflow.iter().sum();

@@ -24,16 +24,9 @@ fn pct(x: f64) -> String {
     format!("{:.1}%", 100.0 * x)
 }
 
+/// `1234567` → `1,234,567`.
 fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
+    indicatif::HumanCount(n).to_string()
 }
 
 /// Left-aligned first column, right-aligned others, two spaces apart.
@@ -67,7 +60,7 @@ fn summary_row(name: &str, s: &Summary) -> Vec<String> {
 }
 
 fn group_block(r: &Report, g: &GroupStats, out: &mut String) {
-    let unit = if r.unit == "row" { "rows" } else { "documents" };
+    let unit = r.units();
     let title = if g.group == "all" {
         format!("all {}", count(g.documents, r.unit))
     } else {
@@ -134,7 +127,7 @@ pub fn to_table(r: &Report) -> String {
         _ => writeln!(out, "{}: {} source, read as is", i.path, i.source_type),
     };
     let d = &r.documents;
-    let unit = if r.unit == "row" { "rows" } else { "documents" };
+    let unit = r.units();
     if r.input.kind == "shards" {
         let _ = write!(out, "{} {unit} in the shards", thousands(d.kept));
         if d.rejected > 0 {

@@ -192,6 +192,17 @@ pub struct Report {
     pub reject_examples: BTreeMap<String, (String, String)>,
 }
 
+impl Report {
+    /// What is counted, in the plural: `documents`, or `rows` for shards.
+    pub fn units(&self) -> &'static str {
+        if self.unit == "row" {
+            "rows"
+        } else {
+            "documents"
+        }
+    }
+}
+
 /// Grouping for `--by`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum By {
