@@ -28,6 +28,38 @@ pub enum Command {
   bertpipe stats /data/aclImdb_v1.tar.gz --vocab data/vocab/bert-base-uncased.txt --max-len 256
   bertpipe stats reviews.jsonl --set source.label_map='{neg: 0, pos: 1}' --json > stats.json")]
     Stats(StatsArgs),
+    /// Train BERT with candle on shards from `pipeline run`: fine-tune a classifier or
+    /// pretrain (MLM + NSP, or MLM on packed rows), from scratch or from an HF checkpoint.
+    #[command(after_help = "Examples:
+  bertpipe train pipelines/imdb-finetune.yaml
+  bertpipe train pipelines/imdb-finetune.yaml --set learning_rate=3e-5 --set num_train_epochs=2
+  bertpipe train pipelines/imdb-finetune.yaml --set model.init_from=/models/bert-base-uncased
+  bertpipe train pipelines/imdb-mlm.yaml --device cuda
+  bertpipe train pipelines/imdb-finetune.yaml --resume      # continue after Ctrl-C or a crash")]
+    Train(TrainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// The training YAML (task, data, model, output_dir and HF-style training arguments).
+    pub config: PathBuf,
+    /// Override a value: `key.path=value`, e.g. `learning_rate=3e-5` or `model.preset=mini`.
+    /// The value is parsed as YAML. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Continue from the newest complete checkpoint in output_dir: model, optimiser, schedule,
+    /// data position; the losses equal an uninterrupted run's.
+    #[arg(long, conflicts_with = "overwrite")]
+    pub resume: bool,
+    /// Start again in an output_dir that already holds a run (its checkpoints are removed).
+    #[arg(long)]
+    pub overwrite: bool,
+    /// `cpu`, `cuda` or `cuda:N`; overrides `device:` in the YAML.
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<String>,
+    /// No progress bar.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Args)]

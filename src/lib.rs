@@ -1,4 +1,5 @@
-//! bertpipe: streaming corpus pipelines for BERT — sources, cleaning steps and Parquet shards.
+//! bertpipe: streaming corpus pipelines for BERT — sources, cleaning steps and Parquet shards —
+//! and BERT itself: training with candle on those shards, checkpoints in HF layout.
 
 #[macro_use]
 mod tagged;
@@ -7,6 +8,8 @@ pub mod clean;
 pub mod cli;
 pub mod config;
 pub mod document;
+pub mod metrics;
+pub mod model;
 pub mod pipeline;
 pub mod rng;
 pub mod sequence;
@@ -16,3 +19,4 @@ pub mod source;
 pub mod stats;
 pub mod synth;
 pub mod tokenize;
+pub mod train;

@@ -14,6 +14,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Vocab(VocabCommand::Train(args)) => vocab_train(args),
         Command::Stats(args) => stats(args),
+        Command::Train(args) => train(args),
         Command::Pipeline(PipelineCommand::Validate(args)) => {
             match Pipeline::load(&args.config.pipeline, &args.config.set) {
                 Ok(p) => {
@@ -140,6 +141,29 @@ fn stats(args: bertpipe::cli::StatsArgs) -> ExitCode {
         );
     }
     ExitCode::SUCCESS
+}
+
+fn train(args: bertpipe::cli::TrainArgs) -> ExitCode {
+    use bertpipe::train::{self, config::TrainConfig, TrainOptions};
+    let cfg = match TrainConfig::load(&args.config, &args.set) {
+        Ok(c) => c,
+        Err(e) => return config_failure(&e),
+    };
+    let opts = TrainOptions { resume: args.resume, overwrite: args.overwrite, quiet: args.quiet, device: args.device };
+    match train::run(&cfg, &opts) {
+        Ok(s) => {
+            eprintln!("{}", train::format_summary(&s));
+            if s.interrupted {
+                ExitCode::from(130)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn config_failure(e: &ConfigErrors) -> ExitCode {

@@ -138,6 +138,56 @@ impl ShardSet {
     }
 }
 
+/// One row of a pretraining shard.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PretrainRow {
+    pub input_ids: Vec<i32>,
+    pub token_type_ids: Vec<i8>,
+    /// NSP rows: 0 = B follows A, 1 = B is random (HF convention).
+    pub next_sentence_label: Option<i8>,
+    /// Static masking: positions and original ids (`input_ids` already masked).
+    pub masked_lm_positions: Option<Vec<i32>>,
+    pub masked_lm_ids: Option<Vec<i32>>,
+    /// Packed rows: where each document starts.
+    pub doc_boundaries: Option<Vec<i32>>,
+}
+
+impl ShardSet {
+    /// Pretraining rows of one split, in order.
+    pub fn pretrain_rows(&self, split: &str) -> Result<impl Iterator<Item = Result<PretrainRow>> + '_> {
+        Ok(self.batches(split)?.flat_map(|batch| match batch.and_then(|b| pretrain_rows(&b)) {
+            Ok(rows) => rows.into_iter().map(Ok).collect::<Vec<_>>(),
+            Err(e) => vec![Err(e)],
+        }))
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+fn pretrain_rows(batch: &RecordBatch) -> Result<Vec<PretrainRow>> {
+    let col = |name: &str| batch.column_by_name(name).with_context(|| format!("shard has no `{name}` column"));
+    let input_ids = col("input_ids")?.as_list::<i32>();
+    let types = col("token_type_ids")?.as_list::<i32>();
+    let nsp = batch.column_by_name("next_sentence_label").map(|c| c.as_primitive::<Int8Type>().clone());
+    let list = |name: &str| batch.column_by_name(name).map(|c| c.as_list::<i32>().clone());
+    let (positions, ids, bounds) = (list("masked_lm_positions"), list("masked_lm_ids"), list("doc_boundaries"));
+    let ints = |l: &Option<arrow_array::ListArray>, i: usize| {
+        l.as_ref().map(|l| l.value(i).as_primitive::<Int32Type>().values().to_vec())
+    };
+    Ok((0..batch.num_rows())
+        .map(|i| PretrainRow {
+            input_ids: input_ids.value(i).as_primitive::<Int32Type>().values().to_vec(),
+            token_type_ids: types.value(i).as_primitive::<Int8Type>().values().to_vec(),
+            next_sentence_label: nsp.as_ref().map(|c| c.value(i)),
+            masked_lm_positions: ints(&positions, i),
+            masked_lm_ids: ints(&ids, i),
+            doc_boundaries: ints(&bounds, i),
+        })
+        .collect())
+}
+
 fn classify_rows(batch: &RecordBatch) -> Result<Vec<ClassifyRow>> {
     let col = |name: &str| batch.column_by_name(name).with_context(|| format!("shard has no `{name}` column"));
     let ids = col("id")?.as_string::<i32>();

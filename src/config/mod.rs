@@ -356,6 +356,69 @@ impl Pipeline {
     }
 }
 
+/// A YAML configuration file other than a pipeline (e.g. a training config): parsed with
+/// positions and `--set` overrides applied, deserialised into one typed struct with the same
+/// located, suggestion-carrying errors as pipelines.
+pub struct YamlFile {
+    pub file: String,
+    pub root: Node,
+    /// The file's folder: relative paths in it resolve against this.
+    pub base: PathBuf,
+    errors: Vec<ConfigError>,
+}
+
+impl YamlFile {
+    pub fn load(path: &Path, overrides: &[String]) -> Result<YamlFile, ConfigErrors> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigErrors(vec![ConfigError { file: file.clone(), pos: None, message: format!("could not read: {e}") }])
+        })?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Self::from_text(&text, &file, &base, overrides)
+    }
+
+    pub fn from_text(text: &str, file: &str, base: &Path, overrides: &[String]) -> Result<YamlFile, ConfigErrors> {
+        let mut root = yaml::parse(text).map_err(|e| {
+            ConfigErrors(vec![ConfigError { file: file.to_string(), pos: Some(e.pos), message: e.message }])
+        })?;
+        let mut errors = Vec::new();
+        for o in overrides {
+            if let Err(message) = apply_override(&mut root, o) {
+                errors.push(ConfigError { file: format!("--set {o}"), pos: None, message });
+            }
+        }
+        Ok(YamlFile { file: file.to_string(), root, base: base.to_path_buf(), errors })
+    }
+
+    /// The whole document as `T`; `what` names it in messages ("train config").
+    pub fn deserialize<T: serde::de::DeserializeOwned>(&mut self, what: &str) -> Option<T> {
+        let mut c = Checker { file: self.file.clone(), root: &self.root, errors: Vec::new() };
+        let v = c.plain::<T>(Vec::new(), what);
+        self.errors.extend(c.errors);
+        v
+    }
+
+    /// Records a problem at `key` (a path like `model.preset` or `steps[2].x`).
+    pub fn error(&mut self, key: &str, message: String) {
+        let pos = yaml::parse_path(key).map(|p| self.root.locate(&p)).unwrap_or_default();
+        self.errors.push(ConfigError { file: self.file.clone(), pos: Some(pos), message: format!("{key}: {message}") });
+    }
+
+    /// Resolves a relative path against the file's folder (absolute, without `..`).
+    pub fn resolve(&self, path: &mut PathBuf) {
+        resolve(path, &self.base);
+    }
+
+    /// All problems found so far, sorted; `Ok` when none.
+    pub fn finish(self) -> Result<(), ConfigErrors> {
+        if self.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigErrors(self.errors).sorted())
+        }
+    }
+}
+
 /// Cross-step rules: noise filters need a score, dedup and tokenize appear once, sequences
 /// need tokens and come last.
 fn check_steps(c: &mut Checker, steps: &[PipelineStep]) {

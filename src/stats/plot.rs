@@ -300,3 +300,87 @@ pub fn write_all(r: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
     }
     Ok(files)
 }
+
+/// Lines of `(x, y)` points, e.g. training curves: loss or metrics against the step.
+pub struct LineChart<'a> {
+    pub title: String,
+    pub x_desc: String,
+    pub y_desc: String,
+    pub series: &'a [(String, Vec<(f64, f64)>)],
+}
+
+fn draw_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart<'_>) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let points = || c.series.iter().flat_map(|(_, s)| s.iter()).filter(|(x, y)| x.is_finite() && y.is_finite());
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for &(x, y) in points() {
+        (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
+    }
+    if x0 > x1 {
+        (x0, x1, y0, y1) = (0.0, 1.0, 0.0, 1.0);
+    }
+    let pad = ((y1 - y0) * 0.08).max(1e-3);
+    let mut chart = ChartBuilder::on(root)
+        .caption(&c.title, (FAMILY, 22))
+        .margin(14)
+        .x_label_area_size(46)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x0..x1.max(x0 + 1.0), (y0 - pad).max(if y0 >= 0.0 { 0.0 } else { f64::MIN })..y1 + pad)?;
+    chart
+        .configure_mesh()
+        .x_desc(c.x_desc.as_str())
+        .y_desc(c.y_desc.as_str())
+        .label_style((FAMILY, 14))
+        .axis_desc_style((FAMILY, 15))
+        .x_label_formatter(&|x| fmt_x(*x))
+        .draw()?;
+    for (i, (name, pts)) in c.series.iter().enumerate() {
+        if pts.is_empty() {
+            continue;
+        }
+        let color = COLORS[i % COLORS.len()];
+        let style = color.stroke_width(2);
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite()), style))?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+        if pts.len() <= 60 {
+            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .label_font((FAMILY, 14))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK.mix(0.4))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+impl Chart for LineChart<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        draw_lines(root, self)
+    }
+}
+
+/// Writes `dir/stem.svg` and `dir/stem.png`: one line per series, against the step.
+pub fn line_chart(
+    dir: &Path,
+    stem: &str,
+    title: &str,
+    y_desc: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<Vec<PathBuf>> {
+    register_font()?;
+    std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
+    let chart = LineChart { title: title.to_string(), x_desc: "step".into(), y_desc: y_desc.to_string(), series };
+    both(dir, stem, &chart)
+}

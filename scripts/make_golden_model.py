@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Golden fixtures for bertpipe's candle BERT, from `transformers` + `torch` on CPU.
+
+Writes tests/fixtures/tiny-bert-{pretrain,cls}/ (HF checkpoints: config.json,
+model.safetensors, vocab.txt) and tests/fixtures/golden_model.json: for a padded batch, the
+last hidden states, classification logits, pretraining (MLM at chosen positions + NSP)
+logits, both losses, gradients of several tensors after one backward of the classification
+loss, and those tensors after one AdamW step (weight decay 0.01 except biases and LayerNorm,
+global-norm clipping). Dropout is 0 so train and eval agree.
+
+    python3 -m venv .venv && .venv/bin/pip install torch transformers safetensors
+    .venv/bin/python scripts/make_golden_model.py
+"""
+import json, os, sys
+import torch
+from transformers import BertConfig, BertForPreTraining, BertForSequenceClassification
+
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
+torch.manual_seed(1234)
+VOCAB = 120
+cfg = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                 attention_probs_dropout_prob=0.0, attn_implementation="eager")
+cfg.id2label = {0: "neg", 1: "pos"}; cfg.label2id = {"neg": 0, "pos": 1}
+vocab = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+vocab += [f"w{i}" for i in range(VOCAB - len(vocab))]
+
+pre = BertForPreTraining(cfg).eval()
+# Random, not-zero biases and LayerNorm parameters, so a wrong broadcast cannot hide.
+with torch.no_grad():
+    for n, p in pre.named_parameters():
+        if n.endswith("bias") or "LayerNorm" in n:
+            p.add_(torch.randn_like(p) * 0.1)
+cls = BertForSequenceClassification(cfg).eval()
+cls.bert.load_state_dict(pre.bert.state_dict())
+with torch.no_grad():
+    cls.classifier.bias.add_(torch.randn_like(cls.classifier.bias) * 0.1)
+
+for name, model in [("tiny-bert-pretrain", pre), ("tiny-bert-cls", cls)]:
+    d = os.path.join(root, name)
+    model.save_pretrained(d, safe_serialization=True)
+    with open(os.path.join(d, "vocab.txt"), "w") as f:
+        f.write("\n".join(vocab) + "\n")
+
+# A padded batch: rows of 11, 7 and 4 real tokens, second segment in row 0.
+B, S = 3, 11
+lens = [11, 7, 4]
+g = torch.Generator().manual_seed(7)
+ids = torch.randint(104, VOCAB, (B, S), generator=g)
+mask = torch.zeros(B, S, dtype=torch.long)
+tt = torch.zeros(B, S, dtype=torch.long)
+for b, n in enumerate(lens):
+    ids[b, 0] = 101; ids[b, n - 1] = 102; ids[b, n:] = 0; mask[b, :n] = 1
+tt[0, 6:11] = 1; ids[0, 5] = 102
+labels = torch.tensor([1, 0, 1])
+mlm_pos = [[0, 2], [0, 7], [1, 3], [2, 1]]  # (row, position)
+mlm_labels = torch.tensor([110, 57 + 60, 105, 119])
+nsp_labels = torch.tensor([0, 1, 0])
+
+out = {"input_ids": ids.tolist(), "attention_mask": mask.tolist(), "token_type_ids": tt.tolist(),
+       "labels": labels.tolist(), "mlm_positions": mlm_pos, "mlm_labels": mlm_labels.tolist(),
+       "nsp_labels": nsp_labels.tolist(), "torch": torch.__version__}
+import transformers; out["transformers"] = transformers.__version__
+with torch.no_grad():
+    h = pre.bert(input_ids=ids, attention_mask=mask, token_type_ids=tt).last_hidden_state
+    out["hidden"] = h.tolist()
+    p = pre(input_ids=ids, attention_mask=mask, token_type_ids=tt)
+    pl = p.prediction_logits
+    out["mlm_logits"] = [pl[b, s].tolist() for b, s in mlm_pos]
+    out["nsp_logits"] = p.seq_relationship_logits.tolist()
+    # HF loss: labels -100 everywhere except the chosen positions.
+    lab = torch.full((B, S), -100)
+    for (b, s), l in zip(mlm_pos, mlm_labels):
+        lab[b, s] = l
+    out["pretrain_loss"] = pre(input_ids=ids, attention_mask=mask, token_type_ids=tt, labels=lab,
+                               next_sentence_label=nsp_labels).loss.item()
+    out["cls_logits"] = cls(input_ids=ids, attention_mask=mask, token_type_ids=tt).logits.tolist()
+
+# One training step of the classifier: loss, backward, clip, AdamW.
+cls.train()
+named = dict(cls.named_parameters())
+decay = [p for n, p in named.items() if not (n.endswith("bias") or "LayerNorm" in n)]
+no_decay = [p for n, p in named.items() if n.endswith("bias") or "LayerNorm" in n]
+LR, WD, CLIP = 1e-2, 0.01, 0.1
+opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
+                        lr=LR, betas=(0.9, 0.999), eps=1e-8)
+loss = cls(input_ids=ids, attention_mask=mask, token_type_ids=tt, labels=labels).loss
+loss.backward()
+watch = ["classifier.weight", "classifier.bias", "bert.pooler.dense.bias", "bert.embeddings.LayerNorm.weight",
+         "bert.embeddings.word_embeddings.weight", "bert.embeddings.position_embeddings.weight",
+         "bert.encoder.layer.0.attention.self.query.weight", "bert.encoder.layer.1.output.dense.weight",
+         "bert.encoder.layer.1.attention.output.LayerNorm.bias"]
+out["cls_loss"] = loss.item()
+out["grads"] = {n: named[n].grad.flatten().tolist() for n in watch}
+out["grad_norm"] = torch.nn.utils.clip_grad_norm_(cls.parameters(), CLIP).item()
+opt.step()
+out["step"] = {"lr": LR, "weight_decay": WD, "max_grad_norm": CLIP}
+out["after_step"] = {n: named[n].detach().flatten().tolist() for n in watch}
+
+with open(os.path.join(root, "golden_model.json"), "w") as f:
+    json.dump(out, f)
+print(f"wrote {root}/golden_model.json (torch {torch.__version__}, transformers {transformers.__version__}); "
+      f"grad norm {out['grad_norm']:.4f} clipped to {CLIP}")

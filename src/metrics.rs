@@ -1,0 +1,394 @@
+//! Classification and pretraining metrics, shared by `train` (evaluation during training) and
+//! `eval` (ONNX Runtime): accuracy, precision / recall / F1 (binary: the positive class 1;
+//! more classes: macro and per class), ROC-AUC (binary; one-vs-rest macro otherwise), the
+//! confusion matrix, and mean cross-entropy. Windowed rows are first averaged per document.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+/// Predicted class probabilities and true labels of a set of examples.
+#[derive(Debug, Clone, Default)]
+pub struct Predictions {
+    pub num_labels: usize,
+    /// Row-major `[n, num_labels]`, each row sums to 1.
+    pub probs: Vec<f64>,
+    pub labels: Vec<usize>,
+}
+
+impl Predictions {
+    pub fn new(num_labels: usize) -> Predictions {
+        Predictions { num_labels, ..Default::default() }
+    }
+
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// Adds one example from its logits (softmax taken here, in f64).
+    pub fn push_logits(&mut self, logits: &[f32], label: usize) {
+        self.push_probs(&softmax(logits), label);
+    }
+
+    pub fn push_probs(&mut self, probs: &[f64], label: usize) {
+        debug_assert_eq!(probs.len(), self.num_labels);
+        self.probs.extend_from_slice(probs);
+        self.labels.push(label);
+    }
+
+    pub fn probs(&self, i: usize) -> &[f64] {
+        &self.probs[i * self.num_labels..(i + 1) * self.num_labels]
+    }
+
+    /// Index of the largest probability (the first on ties).
+    pub fn predicted(&self, i: usize) -> usize {
+        argmax(self.probs(i))
+    }
+
+    /// One example per document: the mean of its windows' probabilities. `doc_ids[i]` names
+    /// the document of row `i`; documents keep the order of their first row.
+    pub fn per_document(&self, doc_ids: &[String]) -> Predictions {
+        let mut order: Vec<&str> = Vec::new();
+        let mut sums: BTreeMap<&str, (Vec<f64>, usize, usize)> = BTreeMap::new();
+        for (i, doc) in doc_ids.iter().enumerate() {
+            let e = sums.entry(doc.as_str()).or_insert_with(|| {
+                order.push(doc.as_str());
+                (vec![0.0; self.num_labels], 0, self.labels[i])
+            });
+            for (s, p) in e.0.iter_mut().zip(self.probs(i)) {
+                *s += p;
+            }
+            e.1 += 1;
+        }
+        let mut out = Predictions::new(self.num_labels);
+        for doc in order {
+            let (sum, n, label) = &sums[doc];
+            let mean: Vec<f64> = sum.iter().map(|s| s / *n as f64).collect();
+            out.push_probs(&mean, *label);
+        }
+        out
+    }
+}
+
+pub fn softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
+    let e: Vec<f64> = logits.iter().map(|&x| (x as f64 - max).exp()).collect();
+    let sum: f64 = e.iter().sum();
+    e.into_iter().map(|x| x / sum).collect()
+}
+
+pub fn argmax(xs: &[f64]) -> usize {
+    let mut best = 0;
+    for (i, &x) in xs.iter().enumerate() {
+        if x > xs[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Metrics of one class against the rest.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ClassMetrics {
+    pub label: String,
+    pub precision: f64,
+    pub recall: f64,
+    pub f1: f64,
+    pub support: usize,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ClassificationMetrics {
+    pub examples: usize,
+    /// Mean cross-entropy of the true class (natural log).
+    pub loss: f64,
+    pub accuracy: f64,
+    /// Binary: of the positive class (1). More classes: macro average.
+    pub precision: f64,
+    pub recall: f64,
+    pub f1: f64,
+    /// Binary: P(class 1) as the score. More classes: one-vs-rest, macro. `None` when a class
+    /// needed for it is absent from the labels.
+    pub roc_auc: Option<f64>,
+    pub per_class: Vec<ClassMetrics>,
+    /// `confusion[true][predicted]`.
+    pub confusion: Vec<Vec<usize>>,
+}
+
+impl ClassificationMetrics {
+    pub fn compute(p: &Predictions, names: &[String]) -> ClassificationMetrics {
+        let k = p.num_labels;
+        let n = p.len();
+        let mut confusion = vec![vec![0usize; k]; k];
+        let mut loss = 0.0;
+        for i in 0..n {
+            confusion[p.labels[i]][p.predicted(i)] += 1;
+            loss -= p.probs(i)[p.labels[i]].max(1e-300).ln();
+        }
+        let correct: usize = (0..k).map(|c| confusion[c][c]).sum();
+        let per_class: Vec<ClassMetrics> = (0..k)
+            .map(|c| {
+                let tp = confusion[c][c] as f64;
+                let predicted: usize = (0..k).map(|t| confusion[t][c]).sum();
+                let support: usize = confusion[c].iter().sum();
+                let precision = ratio(tp, predicted as f64);
+                let recall = ratio(tp, support as f64);
+                let f1 = ratio(2.0 * precision * recall, precision + recall);
+                let label = names.get(c).cloned().unwrap_or_else(|| format!("LABEL_{c}"));
+                ClassMetrics { label, precision, recall, f1, support }
+            })
+            .collect();
+        let (precision, recall, f1) = if k == 2 {
+            (per_class[1].precision, per_class[1].recall, per_class[1].f1)
+        } else {
+            let mean = |f: fn(&ClassMetrics) -> f64| per_class.iter().map(f).sum::<f64>() / k as f64;
+            (mean(|m| m.precision), mean(|m| m.recall), mean(|m| m.f1))
+        };
+        let roc_auc = if k == 2 {
+            roc_auc_binary(&(0..n).map(|i| p.probs(i)[1]).collect::<Vec<_>>(), &positives(p, 1))
+        } else {
+            let aucs: Option<Vec<f64>> = (0..k)
+                .map(|c| roc_auc_binary(&(0..n).map(|i| p.probs(i)[c]).collect::<Vec<_>>(), &positives(p, c)))
+                .collect();
+            aucs.map(|a| a.iter().sum::<f64>() / k as f64)
+        };
+        ClassificationMetrics {
+            examples: n,
+            loss: if n > 0 { loss / n as f64 } else { f64::NAN },
+            accuracy: ratio(correct as f64, n as f64),
+            precision,
+            recall,
+            f1,
+            roc_auc,
+            per_class,
+            confusion,
+        }
+    }
+
+    /// A metric by the name used in `metric_for_best_model` (`accuracy`, `f1`, `loss`, …).
+    pub fn get(&self, name: &str) -> Option<f64> {
+        Some(match name.strip_prefix("eval_").unwrap_or(name) {
+            "loss" => self.loss,
+            "accuracy" => self.accuracy,
+            "precision" => self.precision,
+            "recall" => self.recall,
+            "f1" => self.f1,
+            "roc_auc" => self.roc_auc?,
+            _ => return None,
+        })
+    }
+}
+
+pub const CLASSIFY_METRICS: &[&str] = &["loss", "accuracy", "precision", "recall", "f1", "roc_auc"];
+
+fn positives(p: &Predictions, class: usize) -> Vec<bool> {
+    p.labels.iter().map(|&l| l == class).collect()
+}
+
+/// 0 when the denominator is 0 (scikit-learn's `zero_division=0`).
+fn ratio(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        0.0
+    } else {
+        a / b
+    }
+}
+
+/// Area under the ROC curve: the Mann–Whitney U statistic with ties counted half, which equals
+/// scikit-learn's trapezoidal `roc_auc_score`. `None` unless both classes occur.
+pub fn roc_auc_binary(scores: &[f64], positive: &[bool]) -> Option<f64> {
+    let n_pos = positive.iter().filter(|&&p| p).count();
+    let n_neg = positive.len() - n_pos;
+    if n_pos == 0 || n_neg == 0 {
+        return None;
+    }
+    let mut idx: Vec<usize> = (0..scores.len()).collect();
+    idx.sort_by(|&a, &b| scores[a].total_cmp(&scores[b]));
+    // Average ranks (1-based) over ties.
+    let mut rank_sum_pos = 0.0;
+    let mut i = 0;
+    while i < idx.len() {
+        let mut j = i;
+        while j + 1 < idx.len() && scores[idx[j + 1]] == scores[idx[i]] {
+            j += 1;
+        }
+        let avg_rank = (i + j) as f64 / 2.0 + 1.0;
+        rank_sum_pos += avg_rank * (i..=j).filter(|&t| positive[idx[t]]).count() as f64;
+        i = j + 1;
+    }
+    let u = rank_sum_pos - (n_pos * (n_pos + 1)) as f64 / 2.0;
+    Some(u / (n_pos as f64 * n_neg as f64))
+}
+
+/// ROC curve points (false positive rate, true positive rate), thresholds descending.
+pub fn roc_curve(scores: &[f64], positive: &[bool]) -> Vec<(f64, f64)> {
+    let n_pos = positive.iter().filter(|&&p| p).count().max(1) as f64;
+    let n_neg = (positive.len() - positive.iter().filter(|&&p| p).count()).max(1) as f64;
+    let mut idx: Vec<usize> = (0..scores.len()).collect();
+    idx.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    let (mut tp, mut fp) = (0.0, 0.0);
+    let mut points = vec![(0.0, 0.0)];
+    let mut i = 0;
+    while i < idx.len() {
+        let s = scores[idx[i]];
+        while i < idx.len() && scores[idx[i]] == s {
+            if positive[idx[i]] {
+                tp += 1.0
+            } else {
+                fp += 1.0
+            }
+            i += 1;
+        }
+        points.push((fp / n_neg, tp / n_pos));
+    }
+    points
+}
+
+/// Pretraining evaluation: masked-LM loss / accuracy / perplexity and NSP loss / accuracy.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct PretrainMetrics {
+    pub examples: usize,
+    pub mlm_tokens: usize,
+    pub mlm_loss: f64,
+    pub mlm_accuracy: f64,
+    pub perplexity: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nsp_loss: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nsp_accuracy: Option<f64>,
+    /// `mlm_loss + nsp_loss`: what training minimises.
+    pub loss: f64,
+}
+
+/// Sums for [`PretrainMetrics`], filled batch by batch.
+#[derive(Debug, Clone, Default)]
+pub struct PretrainTally {
+    pub examples: usize,
+    pub mlm_tokens: usize,
+    pub mlm_loss_sum: f64,
+    pub mlm_correct: usize,
+    pub nsp_examples: usize,
+    pub nsp_loss_sum: f64,
+    pub nsp_correct: usize,
+}
+
+impl PretrainTally {
+    /// One prediction over `k` classes (vocabulary or NSP) from logits.
+    fn score(logits: &[f32], label: usize) -> (f64, bool) {
+        let p = softmax(logits);
+        (-p[label].max(1e-300).ln(), argmax(&p) == label)
+    }
+
+    pub fn add_mlm(&mut self, logits: &[f32], label: usize) {
+        let (loss, ok) = Self::score(logits, label);
+        self.mlm_tokens += 1;
+        self.mlm_loss_sum += loss;
+        self.mlm_correct += ok as usize;
+    }
+
+    pub fn add_nsp(&mut self, logits: &[f32], label: usize) {
+        let (loss, ok) = Self::score(logits, label);
+        self.nsp_examples += 1;
+        self.nsp_loss_sum += loss;
+        self.nsp_correct += ok as usize;
+    }
+
+    pub fn finish(&self) -> PretrainMetrics {
+        let mlm_loss = ratio(self.mlm_loss_sum, self.mlm_tokens as f64);
+        let nsp = (self.nsp_examples > 0).then(|| {
+            (self.nsp_loss_sum / self.nsp_examples as f64, self.nsp_correct as f64 / self.nsp_examples as f64)
+        });
+        PretrainMetrics {
+            examples: self.examples,
+            mlm_tokens: self.mlm_tokens,
+            mlm_loss,
+            mlm_accuracy: ratio(self.mlm_correct as f64, self.mlm_tokens as f64),
+            perplexity: mlm_loss.exp(),
+            nsp_loss: nsp.map(|n| n.0),
+            nsp_accuracy: nsp.map(|n| n.1),
+            loss: mlm_loss + nsp.map(|n| n.0).unwrap_or(0.0),
+        }
+    }
+}
+
+impl PretrainMetrics {
+    pub fn get(&self, name: &str) -> Option<f64> {
+        Some(match name.strip_prefix("eval_").unwrap_or(name) {
+            "loss" => self.loss,
+            "mlm_loss" => self.mlm_loss,
+            "mlm_accuracy" => self.mlm_accuracy,
+            "perplexity" => self.perplexity,
+            "nsp_loss" => self.nsp_loss?,
+            "nsp_accuracy" => self.nsp_accuracy?,
+            _ => return None,
+        })
+    }
+}
+
+pub const PRETRAIN_METRICS: &[&str] = &["loss", "mlm_loss", "mlm_accuracy", "perplexity", "nsp_loss", "nsp_accuracy"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn preds(rows: &[([f64; 2], usize)]) -> Predictions {
+        let mut p = Predictions::new(2);
+        for (probs, l) in rows {
+            p.push_probs(probs, *l);
+        }
+        p
+    }
+
+    #[test]
+    fn binary_metrics_by_hand() {
+        // labels 1 1 0 0 1; predicted 1 0 0 1 1 → tp 2, fn 1, fp 1, tn 1.
+        let p = preds(&[([0.2, 0.8], 1), ([0.6, 0.4], 1), ([0.9, 0.1], 0), ([0.3, 0.7], 0), ([0.1, 0.9], 1)]);
+        let m = ClassificationMetrics::compute(&p, &["neg".into(), "pos".into()]);
+        assert_eq!(m.confusion, vec![vec![1, 1], vec![1, 2]]);
+        assert!((m.accuracy - 0.6).abs() < 1e-12);
+        assert!((m.precision - 2.0 / 3.0).abs() < 1e-12);
+        assert!((m.recall - 2.0 / 3.0).abs() < 1e-12);
+        assert!((m.f1 - 2.0 / 3.0).abs() < 1e-12);
+        // Positive scores 0.8 0.4 0.9 vs negative 0.1 0.7: pairs won 2+1+2 of 6 → 5/6.
+        assert!((m.roc_auc.unwrap() - 5.0 / 6.0).abs() < 1e-12);
+        let loss = -(0.8f64.ln() + 0.4f64.ln() + 0.9f64.ln() + 0.7f64.ln() + 0.9f64.ln()) / 5.0;
+        assert!((m.loss - loss).abs() < 1e-12);
+        assert_eq!(m.per_class[0].support, 2);
+    }
+
+    #[test]
+    fn auc_counts_ties_half_and_needs_both_classes() {
+        assert_eq!(roc_auc_binary(&[0.5, 0.5], &[true, false]), Some(0.5));
+        assert_eq!(roc_auc_binary(&[0.1, 0.2], &[true, true]), None);
+        let curve = roc_curve(&[0.9, 0.1, 0.8, 0.3], &[true, false, true, false]);
+        assert_eq!(curve.first(), Some(&(0.0, 0.0)));
+        assert_eq!(curve.last(), Some(&(1.0, 1.0)));
+    }
+
+    #[test]
+    fn windows_average_per_document() {
+        let p = preds(&[([0.8, 0.2], 1), ([0.0, 1.0], 1), ([0.7, 0.3], 0)]);
+        let docs = vec!["a".to_string(), "a".into(), "b".into()];
+        let d = p.per_document(&docs);
+        assert_eq!(d.len(), 2);
+        assert!((d.probs(0)[1] - 0.6).abs() < 1e-12);
+        assert_eq!(d.labels, vec![1, 0]);
+    }
+
+    #[test]
+    fn multiclass_is_macro() {
+        let mut p = Predictions::new(3);
+        for (probs, l) in [([0.7, 0.2, 0.1], 0), ([0.1, 0.8, 0.1], 1), ([0.2, 0.5, 0.3], 2), ([0.1, 0.1, 0.8], 2)] {
+            p.push_probs(&probs, l);
+        }
+        let m = ClassificationMetrics::compute(&p, &[]);
+        // per class f1: 1, 2/3, 2/3.
+        assert!((m.f1 - (1.0 + 2.0 / 3.0 + 2.0 / 3.0) / 3.0).abs() < 1e-12);
+        assert!((m.accuracy - 0.75).abs() < 1e-12);
+        assert!(m.roc_auc.is_some());
+    }
+}

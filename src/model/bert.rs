@@ -1,0 +1,345 @@
+//! BERT in candle, one struct per module of HF's `modeling_bert.py`, so the tensor names of a
+//! checkpoint read like this file: `bert.embeddings.*`, `bert.encoder.layer.N.attention.self.*`,
+//! `…attention.output.*`, `…intermediate.dense`, `…output.*`, `bert.pooler.dense`.
+//!
+//! Every op here has a backward pass in candle: LayerNorm and softmax are built from
+//! elementwise ops and reductions, because candle-nn's fused `layer_norm` and
+//! `softmax_last_dim` have none (gradients would silently stop below them).
+
+use candle_core::{DType, Device, Module, Result, Tensor, D};
+
+use super::config::{Activation, BertConfig};
+use super::params::{Init, ParamLoader};
+use crate::rng::Rng;
+
+/// Training or inference, and the dropout randomness: masks come from our own generator
+/// keyed by `(seed, step, site)`, so a run (and a resumed run) is repeatable on any device.
+pub struct Mode {
+    pub train: bool,
+    rng: Rng,
+}
+
+impl Mode {
+    pub fn eval() -> Mode {
+        Mode { train: false, rng: Rng(0) }
+    }
+
+    pub fn train(seed: u64, step: u64) -> Mode {
+        Mode { train: true, rng: Rng::for_key(seed, &[0x4452_4f50, step]) }
+    }
+
+    /// Inverted dropout: zero with probability `p`, scale the rest by 1/(1−p).
+    pub fn dropout(&mut self, x: &Tensor, p: f64) -> Result<Tensor> {
+        if !self.train || p <= 0.0 {
+            return Ok(x.clone());
+        }
+        let scale = (1.0 / (1.0 - p)) as f32;
+        let threshold = (p * (1u64 << 32) as f64) as u64;
+        let n = x.elem_count();
+        let mut mask = Vec::with_capacity(n);
+        while mask.len() < n {
+            let r = self.rng.next_u64();
+            for half in [r & 0xffff_ffff, r >> 32] {
+                if mask.len() < n {
+                    mask.push(if half < threshold { 0.0 } else { scale });
+                }
+            }
+        }
+        let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
+        x * mask
+    }
+}
+
+/// `y = x Wᵀ + b`, with HF's `[out, in]` weight layout.
+pub struct Linear {
+    pub weight: Tensor,
+    pub bias: Tensor,
+}
+
+impl Linear {
+    pub fn load(p: &mut ParamLoader, name: &str, inp: usize, out: usize, std: f64) -> anyhow::Result<Linear> {
+        Ok(Linear {
+            weight: p.get(&format!("{name}.weight"), &[out, inp], Init::Normal(std))?,
+            bias: p.get(&format!("{name}.bias"), &[out], Init::Zeros)?,
+        })
+    }
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let dims = x.dims();
+        let inp = dims[dims.len() - 1];
+        let rows = x.elem_count() / inp;
+        let y = x.reshape((rows, inp))?.matmul(&self.weight.t()?)?.broadcast_add(&self.bias)?;
+        let mut out = dims.to_vec();
+        *out.last_mut().unwrap() = self.weight.dim(0)?;
+        y.reshape(out)
+    }
+}
+
+pub struct LayerNorm {
+    pub weight: Tensor,
+    pub bias: Tensor,
+    eps: f64,
+}
+
+impl LayerNorm {
+    pub fn load(p: &mut ParamLoader, name: &str, size: usize, eps: f64) -> anyhow::Result<LayerNorm> {
+        Ok(LayerNorm {
+            weight: p.get(&format!("{name}.weight"), &[size], Init::Ones)?,
+            bias: p.get(&format!("{name}.bias"), &[size], Init::Zeros)?,
+            eps,
+        })
+    }
+}
+
+impl Module for LayerNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let dtype = x.dtype();
+        let x = x.to_dtype(DType::F32)?;
+        let mean = x.mean_keepdim(D::Minus1)?;
+        let centered = x.broadcast_sub(&mean)?;
+        let var = centered.sqr()?.mean_keepdim(D::Minus1)?;
+        let normed = centered.broadcast_div(&(var + self.eps)?.sqrt()?)?;
+        normed.to_dtype(dtype)?.broadcast_mul(&self.weight)?.broadcast_add(&self.bias)
+    }
+}
+
+/// Softmax over the last axis from ops that backpropagate.
+pub fn softmax(x: &Tensor) -> Result<Tensor> {
+    let max = x.max_keepdim(D::Minus1)?;
+    let e = x.broadcast_sub(&max)?.exp()?;
+    e.broadcast_div(&e.sum_keepdim(D::Minus1)?)
+}
+
+pub fn activation(act: Activation, x: &Tensor) -> Result<Tensor> {
+    match act {
+        Activation::Gelu => x.gelu_erf(),
+        Activation::GeluNew => x.gelu(),
+        Activation::Relu => x.relu(),
+    }
+}
+
+pub struct BertEmbeddings {
+    pub word_embeddings: Tensor,
+    pub position_embeddings: Tensor,
+    pub token_type_embeddings: Tensor,
+    pub layer_norm: LayerNorm,
+    dropout: f64,
+}
+
+impl BertEmbeddings {
+    fn load(p: &mut ParamLoader, c: &BertConfig) -> anyhow::Result<Self> {
+        let std = Init::Normal(c.initializer_range);
+        let word = "bert.embeddings.word_embeddings.weight";
+        let word_embeddings = p.get(word, &[c.vocab_size, c.hidden_size], std)?;
+        p.zero_row_if_initialised(word, c.pad_token_id.unwrap_or(0))?;
+        Ok(BertEmbeddings {
+            word_embeddings,
+            position_embeddings: p.get(
+                "bert.embeddings.position_embeddings.weight",
+                &[c.max_position_embeddings, c.hidden_size],
+                std,
+            )?,
+            token_type_embeddings: p.get(
+                "bert.embeddings.token_type_embeddings.weight",
+                &[c.type_vocab_size, c.hidden_size],
+                std,
+            )?,
+            layer_norm: LayerNorm::load(p, "bert.embeddings.LayerNorm", c.hidden_size, c.layer_norm_eps)?,
+            dropout: c.hidden_dropout_prob,
+        })
+    }
+
+    /// `input_ids`, `token_type_ids`: u32 `[batch, seq]`.
+    pub fn forward(&self, input_ids: &Tensor, token_type_ids: &Tensor, mode: &mut Mode) -> Result<Tensor> {
+        let (b, s) = input_ids.dims2()?;
+        let hidden = self.word_embeddings.dim(1)?;
+        let words = self.word_embeddings.embedding(&input_ids.flatten_all()?)?.reshape((b, s, hidden))?;
+        let types = self.token_type_embeddings.embedding(&token_type_ids.flatten_all()?)?.reshape((b, s, hidden))?;
+        let positions = self.position_embeddings.narrow(0, 0, s)?;
+        let x = (words + types)?.broadcast_add(&positions)?;
+        let x = self.layer_norm.forward(&x)?;
+        mode.dropout(&x, self.dropout)
+    }
+}
+
+pub struct BertSelfAttention {
+    pub query: Linear,
+    pub key: Linear,
+    pub value: Linear,
+    heads: usize,
+    dropout: f64,
+}
+
+impl BertSelfAttention {
+    /// `mask_bias`: additive, broadcastable to `[batch, heads, seq, seq]` (0 keep, −1e9 drop).
+    fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut Mode) -> Result<Tensor> {
+        let (b, s, h) = x.dims3()?;
+        let d = h / self.heads;
+        let split = |t: Tensor| t.reshape((b, s, self.heads, d))?.transpose(1, 2)?.contiguous();
+        let q = split(self.query.forward(x)?)?;
+        let k = split(self.key.forward(x)?)?;
+        let v = split(self.value.forward(x)?)?;
+        let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
+        let scores = scores.broadcast_add(mask_bias)?;
+        let probs = mode.dropout(&softmax(&scores)?, self.dropout)?;
+        probs.matmul(&v)?.transpose(1, 2)?.reshape((b, s, h))
+    }
+}
+
+/// `dense → dropout → LayerNorm(x + residual)`: HF's `BertSelfOutput` and `BertOutput`.
+pub struct BertResidualOutput {
+    pub dense: Linear,
+    pub layer_norm: LayerNorm,
+    dropout: f64,
+}
+
+impl BertResidualOutput {
+    fn load(p: &mut ParamLoader, name: &str, inp: usize, c: &BertConfig) -> anyhow::Result<Self> {
+        Ok(BertResidualOutput {
+            dense: Linear::load(p, &format!("{name}.dense"), inp, c.hidden_size, c.initializer_range)?,
+            layer_norm: LayerNorm::load(p, &format!("{name}.LayerNorm"), c.hidden_size, c.layer_norm_eps)?,
+            dropout: c.hidden_dropout_prob,
+        })
+    }
+
+    fn forward(&self, x: &Tensor, residual: &Tensor, mode: &mut Mode) -> Result<Tensor> {
+        let y = mode.dropout(&self.dense.forward(x)?, self.dropout)?;
+        self.layer_norm.forward(&(y + residual)?)
+    }
+}
+
+pub struct BertLayer {
+    pub attention: BertSelfAttention,
+    pub attention_output: BertResidualOutput,
+    pub intermediate: Linear,
+    pub output: BertResidualOutput,
+    act: Activation,
+}
+
+impl BertLayer {
+    fn load(p: &mut ParamLoader, i: usize, c: &BertConfig) -> anyhow::Result<Self> {
+        let name = format!("bert.encoder.layer.{i}");
+        let (h, r) = (c.hidden_size, c.initializer_range);
+        let attention = BertSelfAttention {
+            query: Linear::load(p, &format!("{name}.attention.self.query"), h, h, r)?,
+            key: Linear::load(p, &format!("{name}.attention.self.key"), h, h, r)?,
+            value: Linear::load(p, &format!("{name}.attention.self.value"), h, h, r)?,
+            heads: c.num_attention_heads,
+            dropout: c.attention_probs_dropout_prob,
+        };
+        Ok(BertLayer {
+            attention,
+            attention_output: BertResidualOutput::load(p, &format!("{name}.attention.output"), h, c)?,
+            intermediate: Linear::load(p, &format!("{name}.intermediate.dense"), h, c.intermediate_size, r)?,
+            output: BertResidualOutput::load(p, &format!("{name}.output"), c.intermediate_size, c)?,
+            act: c.hidden_act,
+        })
+    }
+
+    fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut Mode) -> Result<Tensor> {
+        let a = self.attention.forward(x, mask_bias, mode)?;
+        let a = self.attention_output.forward(&a, x, mode)?;
+        let i = activation(self.act, &self.intermediate.forward(&a)?)?;
+        self.output.forward(&i, &a, mode)
+    }
+}
+
+/// HF's `BertModel`: embeddings, encoder and (optionally) the pooler.
+pub struct BertModel {
+    pub config: BertConfig,
+    pub embeddings: BertEmbeddings,
+    pub layers: Vec<BertLayer>,
+    pub pooler: Option<Linear>,
+}
+
+impl BertModel {
+    pub fn load(p: &mut ParamLoader, c: &BertConfig, with_pooler: bool) -> anyhow::Result<BertModel> {
+        let embeddings = BertEmbeddings::load(p, c)?;
+        let layers = (0..c.num_hidden_layers).map(|i| BertLayer::load(p, i, c)).collect::<anyhow::Result<_>>()?;
+        let pooler = if with_pooler {
+            Some(Linear::load(p, "bert.pooler.dense", c.hidden_size, c.hidden_size, c.initializer_range)?)
+        } else {
+            None
+        };
+        Ok(BertModel { config: c.clone(), embeddings, layers, pooler })
+    }
+
+    /// Last hidden states `[batch, seq, hidden]`. `mask_bias` from [`padding_mask_bias`] or
+    /// [`block_mask_bias`].
+    pub fn forward(&self, batch: &Inputs, mode: &mut Mode) -> Result<Tensor> {
+        let mut x = self.embeddings.forward(&batch.input_ids, &batch.token_type_ids, mode)?;
+        for layer in &self.layers {
+            x = layer.forward(&x, &batch.mask_bias, mode)?;
+        }
+        Ok(x)
+    }
+
+    /// `tanh(dense(hidden[:, 0]))`.
+    pub fn pool(&self, hidden: &Tensor) -> Result<Tensor> {
+        let first = hidden.narrow(1, 0, 1)?.squeeze(1)?;
+        match &self.pooler {
+            Some(p) => p.forward(&first)?.tanh(),
+            None => Ok(first),
+        }
+    }
+}
+
+/// One batch of model inputs on the device.
+pub struct Inputs {
+    pub input_ids: Tensor,
+    pub token_type_ids: Tensor,
+    /// Additive attention bias, `[batch, 1, 1, seq]` or `[batch, 1, seq, seq]`.
+    pub mask_bias: Tensor,
+}
+
+/// Masked positions get −1e9 before the softmax: exp underflows to exactly 0, as with HF's
+/// `finfo.min`, without the overflow risk of adding two huge negatives.
+pub const MASKED: f32 = -1e9;
+
+impl Inputs {
+    /// From row-major `[batch, seq]` host arrays; `attention_mask` 1 = token, 0 = padding.
+    pub fn new(
+        input_ids: &[u32],
+        token_type_ids: &[u32],
+        attention_mask: &[u32],
+        batch: usize,
+        seq: usize,
+        device: &Device,
+    ) -> Result<Inputs> {
+        let bias: Vec<f32> = attention_mask.iter().map(|&m| if m == 0 { MASKED } else { 0.0 }).collect();
+        Ok(Inputs {
+            input_ids: Tensor::from_slice(input_ids, (batch, seq), device)?,
+            token_type_ids: Tensor::from_slice(token_type_ids, (batch, seq), device)?,
+            mask_bias: Tensor::from_vec(bias, (batch, 1, 1, seq), device)?,
+        })
+    }
+
+    /// Packed rows with attention kept inside each document: `segments[b]` holds the start
+    /// of each document in row `b`; padding (`attention_mask` 0) is masked as usual.
+    pub fn with_block_diagonal(
+        mut self,
+        segments: &[Vec<u32>],
+        attention_mask: &[u32],
+        batch: usize,
+        seq: usize,
+    ) -> Result<Inputs> {
+        let mut bias = vec![MASKED; batch * seq * seq];
+        for b in 0..batch {
+            let mut doc = vec![0u32; seq];
+            for (i, d) in doc.iter_mut().enumerate() {
+                *d = segments[b].iter().filter(|&&s| s as usize <= i).count() as u32;
+            }
+            for i in 0..seq {
+                for j in 0..seq {
+                    if doc[i] == doc[j] && attention_mask[b * seq + j] != 0 {
+                        bias[(b * seq + i) * seq + j] = 0.0;
+                    }
+                }
+            }
+        }
+        self.mask_bias = Tensor::from_vec(bias, (batch, 1, seq, seq), self.input_ids.device())?;
+        Ok(self)
+    }
+}

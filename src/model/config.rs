@@ -1,0 +1,216 @@
+//! `config.json` as Hugging Face writes it for BERT (`BertConfig`), plus the size presets of
+//! Google's BERT miniatures (Turc et al. 2019): heads = hidden / 64.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// The fields of HF's `BertConfig` that shape the model. Unknown fields of a checkpoint's
+/// config are kept in `extra` and written back unchanged.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BertConfig {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    #[serde(default = "default_act")]
+    pub hidden_act: Activation,
+    #[serde(default = "default_dropout")]
+    pub hidden_dropout_prob: f64,
+    #[serde(default = "default_dropout")]
+    pub attention_probs_dropout_prob: f64,
+    #[serde(default = "default_positions")]
+    pub max_position_embeddings: usize,
+    #[serde(default = "default_type_vocab")]
+    pub type_vocab_size: usize,
+    #[serde(default = "default_init_range")]
+    pub initializer_range: f64,
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    /// HF writes `null` in some configs; the padding row is 0 then.
+    #[serde(default)]
+    pub pad_token_id: Option<usize>,
+    #[serde(default = "default_position_type")]
+    pub position_embedding_type: String,
+    /// Dropout before the classifier; `None`: `hidden_dropout_prob`.
+    #[serde(default)]
+    pub classifier_dropout: Option<f64>,
+    /// Class index → name, as strings keyed by the index (HF's JSON form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id2label: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label2id: Option<BTreeMap<String, usize>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architectures: Option<Vec<String>>,
+    #[serde(default = "default_model_type")]
+    pub model_type: String,
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// Exact GELU, x·Φ(x) with erf (BERT's).
+    Gelu,
+    /// The tanh approximation.
+    #[serde(alias = "gelu_pytorch_tanh", alias = "gelu_fast")]
+    GeluNew,
+    Relu,
+}
+
+fn default_act() -> Activation {
+    Activation::Gelu
+}
+fn default_dropout() -> f64 {
+    0.1
+}
+fn default_positions() -> usize {
+    512
+}
+fn default_type_vocab() -> usize {
+    2
+}
+fn default_init_range() -> f64 {
+    0.02
+}
+fn default_eps() -> f64 {
+    1e-12
+}
+fn default_position_type() -> String {
+    "absolute".into()
+}
+fn default_model_type() -> String {
+    "bert".into()
+}
+
+/// Named sizes: layers, hidden size.
+pub const PRESETS: &[(&str, usize, usize)] = &[
+    ("tiny", 2, 128),
+    ("mini", 4, 256),
+    ("small", 4, 512),
+    ("medium", 8, 512),
+    ("base", 12, 768),
+    ("large", 24, 1024),
+];
+
+impl BertConfig {
+    /// A preset architecture (`tiny`, `mini`, `small`, `medium`, `base`, `large`).
+    pub fn preset(name: &str, vocab_size: usize) -> Result<BertConfig> {
+        let Some(&(_, layers, hidden)) = PRESETS.iter().find(|(n, _, _)| *n == name) else {
+            let names: Vec<&str> = PRESETS.iter().map(|p| p.0).collect();
+            bail!("unknown model preset `{name}` (valid: {})", names.join(", "));
+        };
+        Ok(BertConfig::new(vocab_size, layers, hidden, hidden / 64, hidden * 4))
+    }
+
+    pub fn new(vocab_size: usize, layers: usize, hidden: usize, heads: usize, intermediate: usize) -> BertConfig {
+        BertConfig {
+            vocab_size,
+            hidden_size: hidden,
+            num_hidden_layers: layers,
+            num_attention_heads: heads.max(1),
+            intermediate_size: intermediate,
+            hidden_act: default_act(),
+            hidden_dropout_prob: default_dropout(),
+            attention_probs_dropout_prob: default_dropout(),
+            max_position_embeddings: default_positions(),
+            type_vocab_size: default_type_vocab(),
+            initializer_range: default_init_range(),
+            layer_norm_eps: default_eps(),
+            pad_token_id: Some(0),
+            position_embedding_type: default_position_type(),
+            classifier_dropout: None,
+            id2label: None,
+            label2id: None,
+            architectures: None,
+            model_type: default_model_type(),
+            extra: Default::default(),
+        }
+    }
+
+    pub fn read(path: &Path) -> Result<BertConfig> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("could not read '{}'", path.display()))?;
+        let c: BertConfig =
+            serde_json::from_str(&text).with_context(|| format!("'{}' is not a BERT config.json", path.display()))?;
+        c.check().with_context(|| format!("in '{}'", path.display()))?;
+        Ok(c)
+    }
+
+    pub fn check(&self) -> Result<()> {
+        if !matches!(self.model_type.as_str(), "bert") {
+            bail!("model_type `{}` is not BERT; bertpipe trains BERT models", self.model_type);
+        }
+        if self.position_embedding_type != "absolute" {
+            bail!("position_embedding_type `{}` is not supported (only `absolute`)", self.position_embedding_type);
+        }
+        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+            bail!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                self.hidden_size,
+                self.num_attention_heads
+            );
+        }
+        Ok(())
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_attention_heads
+    }
+
+    /// Number of classes from `id2label` (2 when absent, as in HF).
+    pub fn num_labels(&self) -> usize {
+        self.id2label.as_ref().map(|m| m.len()).unwrap_or(2)
+    }
+
+    /// Sets `id2label` / `label2id` from names in class order.
+    pub fn set_labels(&mut self, names: &[String]) {
+        self.id2label = Some(names.iter().enumerate().map(|(i, n)| (i.to_string(), n.clone())).collect());
+        self.label2id = Some(names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect());
+    }
+
+    /// Class names in index order (`LABEL_i` where unnamed).
+    pub fn label_names(&self) -> Vec<String> {
+        (0..self.num_labels())
+            .map(|i| {
+                self.id2label.as_ref().and_then(|m| m.get(&i.to_string()).cloned()).unwrap_or(format!("LABEL_{i}"))
+            })
+            .collect()
+    }
+
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).expect("a config serialises");
+        s.push('\n');
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hf_config_round_trips_with_unknown_fields() {
+        let text = r#"{"architectures":["BertModel"],"attention_probs_dropout_prob":0.1,"gradient_checkpointing":false,
+            "hidden_act":"gelu","hidden_dropout_prob":0.1,"hidden_size":384,"initializer_range":0.02,
+            "intermediate_size":1536,"layer_norm_eps":1e-12,"max_position_embeddings":512,"model_type":"bert",
+            "num_attention_heads":12,"num_hidden_layers":6,"pad_token_id":0,"position_embedding_type":"absolute",
+            "transformers_version":"4.8.2","type_vocab_size":2,"use_cache":true,"vocab_size":30522}"#;
+        let c: BertConfig = serde_json::from_str(text).unwrap();
+        assert_eq!((c.num_hidden_layers, c.hidden_size, c.head_dim()), (6, 384, 32));
+        assert_eq!(c.extra["transformers_version"], "4.8.2");
+        let again: BertConfig = serde_json::from_str(&c.to_json()).unwrap();
+        assert_eq!(again, c);
+        assert_eq!(c.num_labels(), 2);
+    }
+
+    #[test]
+    fn presets_follow_the_miniatures() {
+        let c = BertConfig::preset("mini", 30522).unwrap();
+        assert_eq!((c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.intermediate_size), (4, 256, 4, 1024));
+        assert!(BertConfig::preset("huge", 10).unwrap_err().to_string().contains("valid: tiny"));
+    }
+}

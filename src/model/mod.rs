@@ -1,0 +1,263 @@
+//! BERT for training and inference: [`bert`] mirrors HF's module tree, [`config`] reads and
+//! writes `config.json`, [`params`] maps checkpoint tensors to parameters. This file holds the
+//! task heads and the checkpoint directory (HF layout) in and out.
+
+pub mod bert;
+pub mod config;
+pub mod params;
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use candle_core::{Device, Module, Tensor};
+
+use bert::{activation, BertModel, Inputs, LayerNorm, Linear, Mode};
+use config::BertConfig;
+use params::{Init, ParamLoader, Params};
+
+/// Which HF class the model is; decides the heads and `architectures` in config.json.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    /// `BertForSequenceClassification`: pooler → dropout → `classifier`.
+    SequenceClassification,
+    /// `BertForPreTraining`: MLM head (`cls.predictions`) + NSP (`cls.seq_relationship`).
+    PreTraining,
+    /// `BertForMaskedLM`: MLM head only, no pooler.
+    MaskedLm,
+}
+
+impl ModelKind {
+    pub fn architecture(self) -> &'static str {
+        match self {
+            ModelKind::SequenceClassification => "BertForSequenceClassification",
+            ModelKind::PreTraining => "BertForPreTraining",
+            ModelKind::MaskedLm => "BertForMaskedLM",
+        }
+    }
+}
+
+/// `cls.predictions`: transform (dense, activation, LayerNorm), then the decoder tied to the
+/// word embeddings plus its own bias.
+pub struct MlmHead {
+    pub dense: Linear,
+    pub layer_norm: LayerNorm,
+    pub bias: Tensor,
+    act: config::Activation,
+}
+
+impl MlmHead {
+    fn load(p: &mut ParamLoader, c: &BertConfig) -> Result<MlmHead> {
+        Ok(MlmHead {
+            dense: Linear::load(
+                p,
+                "cls.predictions.transform.dense",
+                c.hidden_size,
+                c.hidden_size,
+                c.initializer_range,
+            )?,
+            layer_norm: LayerNorm::load(p, "cls.predictions.transform.LayerNorm", c.hidden_size, c.layer_norm_eps)?,
+            bias: p.get("cls.predictions.bias", &[c.vocab_size], Init::Zeros)?,
+            act: c.hidden_act,
+        })
+    }
+
+    /// Vocabulary logits for hidden states `[n, hidden]`.
+    pub fn forward(&self, hidden: &Tensor, word_embeddings: &Tensor) -> candle_core::Result<Tensor> {
+        let t = self.layer_norm.forward(&activation(self.act, &self.dense.forward(hidden)?)?)?;
+        t.matmul(&word_embeddings.t()?)?.broadcast_add(&self.bias)
+    }
+}
+
+pub enum Head {
+    Classifier { classifier: Linear, dropout: f64 },
+    Pretraining { mlm: MlmHead, nsp: Option<Linear> },
+}
+
+/// A BERT with its task head and the parameters behind both.
+pub struct BertTask {
+    pub kind: ModelKind,
+    pub config: BertConfig,
+    pub bert: BertModel,
+    pub head: Head,
+    pub params: Params,
+    /// Parameters that were not in the checkpoint (initialised), and checkpoint tensors the
+    /// model did not use: both are shown to the user.
+    pub initialised: Vec<String>,
+    pub unexpected: Vec<String>,
+}
+
+/// What a forward pass produced.
+pub struct Outputs {
+    /// Classification logits `[batch, num_labels]`, or NSP logits `[batch, 2]`.
+    pub logits: Option<Tensor>,
+    /// MLM logits `[n, vocab]` for the gathered positions.
+    pub mlm_logits: Option<Tensor>,
+}
+
+impl BertTask {
+    /// Builds the model from `config`, taking tensors from `loader` where it has them.
+    pub fn build(kind: ModelKind, config: &BertConfig, mut loader: ParamLoader) -> Result<BertTask> {
+        config.check()?;
+        let with_pooler = kind != ModelKind::MaskedLm;
+        let bert = BertModel::load(&mut loader, config, with_pooler)?;
+        let head = match kind {
+            ModelKind::SequenceClassification => Head::Classifier {
+                classifier: Linear::load(
+                    &mut loader,
+                    "classifier",
+                    config.hidden_size,
+                    config.num_labels(),
+                    config.initializer_range,
+                )?,
+                dropout: config.classifier_dropout.unwrap_or(config.hidden_dropout_prob),
+            },
+            ModelKind::PreTraining | ModelKind::MaskedLm => Head::Pretraining {
+                mlm: MlmHead::load(&mut loader, config)?,
+                nsp: if kind == ModelKind::PreTraining {
+                    Some(Linear::load(
+                        &mut loader,
+                        "cls.seq_relationship",
+                        config.hidden_size,
+                        2,
+                        config.initializer_range,
+                    )?)
+                } else {
+                    None
+                },
+            },
+        };
+        let unexpected = loader.unexpected();
+        let mut config = config.clone();
+        config.architectures = Some(vec![kind.architecture().to_string()]);
+        Ok(BertTask {
+            kind,
+            config,
+            bert,
+            head,
+            initialised: loader.initialised.clone(),
+            unexpected,
+            params: loader.params,
+        })
+    }
+
+    /// A fresh model, seeded.
+    pub fn fresh(kind: ModelKind, config: &BertConfig, device: &Device, seed: u64) -> Result<BertTask> {
+        BertTask::build(kind, config, ParamLoader::fresh(device, seed))
+    }
+
+    /// Loads an HF checkpoint folder (`config.json` + `model.safetensors`), ours or theirs.
+    /// `config` replaces the folder's config (e.g. to set labels); heads the checkpoint lacks
+    /// are initialised from `seed`.
+    pub fn from_checkpoint(
+        kind: ModelKind,
+        dir: &Path,
+        config: Option<&BertConfig>,
+        device: &Device,
+        seed: u64,
+    ) -> Result<BertTask> {
+        let weights = dir.join("model.safetensors");
+        if !weights.exists() {
+            if dir.join("pytorch_model.bin").exists() {
+                bail!(
+                    "'{}' has only pytorch_model.bin (pickle); bertpipe loads safetensors only: save it with `save_pretrained(..., safe_serialization=True)`",
+                    dir.display()
+                );
+            }
+            bail!("'{}' has no model.safetensors", weights.parent().unwrap_or(dir).display());
+        }
+        let config = match config {
+            Some(c) => c.clone(),
+            None => BertConfig::read(&dir.join("config.json"))?,
+        };
+        let loader = ParamLoader::from_safetensors(&weights, device, seed)?;
+        BertTask::build(kind, &config, loader).with_context(|| format!("loading '{}'", dir.display()))
+    }
+
+    /// Forward pass. `mlm_positions`: flat indices into `batch × seq` whose MLM logits are
+    /// wanted (pretraining heads only).
+    pub fn forward(&self, inputs: &Inputs, mlm_positions: Option<&Tensor>, mode: &mut Mode) -> Result<Outputs> {
+        let hidden = self.bert.forward(inputs, mode)?;
+        Ok(match &self.head {
+            Head::Classifier { classifier, dropout } => {
+                let pooled = mode.dropout(&self.bert.pool(&hidden)?, *dropout)?;
+                Outputs { logits: Some(classifier.forward(&pooled)?), mlm_logits: None }
+            }
+            Head::Pretraining { mlm, nsp } => {
+                let mlm_logits = match mlm_positions {
+                    Some(pos) => {
+                        let (b, s, h) = hidden.dims3()?;
+                        let picked = hidden.reshape((b * s, h))?.index_select(pos, 0)?;
+                        Some(mlm.forward(&picked, &self.bert.embeddings.word_embeddings)?)
+                    }
+                    None => None,
+                };
+                let logits = match nsp {
+                    Some(nsp) => Some(nsp.forward(&self.bert.pool(&hidden)?)?),
+                    None => None,
+                };
+                Outputs { logits, mlm_logits }
+            }
+        })
+    }
+
+    /// Gradients in parameter order (zeros where a parameter got none). The padding token's
+    /// row of the word embeddings gets none, as with HF's `nn.Embedding(padding_idx=…)`.
+    pub fn gradients(&self, grads: &candle_core::backprop::GradStore) -> Result<Vec<Tensor>> {
+        let mut out = Vec::with_capacity(self.params.vars.len());
+        for (name, var) in &self.params.vars {
+            let mut g = match grads.get(var.as_tensor()) {
+                Some(g) => g.to_dtype(candle_core::DType::F32)?,
+                None => var.as_tensor().zeros_like()?,
+            };
+            if name == "bert.embeddings.word_embeddings.weight" {
+                let pad = self.config.pad_token_id.unwrap_or(0);
+                let (v, h) = g.dims2()?;
+                if pad < v {
+                    let zero = Tensor::zeros((1, h), g.dtype(), g.device())?;
+                    g = g.slice_assign(&[pad..pad + 1, 0..h], &zero)?;
+                }
+            }
+            out.push(g);
+        }
+        Ok(out)
+    }
+
+    /// Writes `config.json` and `model.safetensors` (HF names; the tied decoder weight is not
+    /// stored, as `save_pretrained` does) into `dir`.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
+        std::fs::write(dir.join("config.json"), self.config.to_json())?;
+        let tensors = self.params.tensors();
+        let mut meta = std::collections::HashMap::new();
+        meta.insert("format".to_string(), "pt".to_string());
+        let views: Vec<(String, Tensor)> = tensors.into_iter().collect();
+        save_safetensors(&views, Some(meta), &dir.join("model.safetensors"))
+    }
+}
+
+/// Writes tensors as safetensors with optional metadata (HF wants `format: pt`).
+pub fn save_safetensors(
+    tensors: &[(String, Tensor)],
+    metadata: Option<std::collections::HashMap<String, String>>,
+    path: &Path,
+) -> Result<()> {
+    let data: Vec<(String, Vec<u8>, Vec<usize>, safetensors::Dtype)> = tensors
+        .iter()
+        .map(|(n, t)| {
+            let t = t.to_device(&Device::Cpu)?.to_dtype(candle_core::DType::F32)?.flatten_all()?;
+            let bytes: Vec<u8> = t.to_vec1::<f32>()?.iter().flat_map(|x| x.to_le_bytes()).collect();
+            Ok((n.clone(), bytes, t.dims().to_vec(), safetensors::Dtype::F32))
+        })
+        .collect::<Result<_>>()?;
+    let shapes: Vec<Vec<usize>> = tensors.iter().map(|(_, t)| t.dims().to_vec()).collect();
+    let views: Vec<(String, safetensors::tensor::TensorView)> = data
+        .iter()
+        .zip(&shapes)
+        .map(|((n, bytes, _, dtype), shape)| {
+            Ok((n.clone(), safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes)?))
+        })
+        .collect::<Result<_>>()?;
+    safetensors::tensor::serialize_to_file(views, metadata, path)
+        .with_context(|| format!("could not write '{}'", path.display()))?;
+    Ok(())
+}

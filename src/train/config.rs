@@ -1,0 +1,344 @@
+//! The training YAML: one typed struct whose field names follow HF `TrainingArguments`
+//! (`learning_rate`, `warmup_ratio`, `per_device_train_batch_size`, `save_total_limit`, …),
+//! loaded with the same located errors as pipelines (`file:line:col`, nearest name, exit 78).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ConfigErrors, YamlFile};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    /// `classify` (sequence classification on classification shards) or `pretrain` (MLM + NSP,
+    /// or MLM only on packed rows, on pretraining shards).
+    pub task: Task,
+    /// A shard folder written by `bertpipe pipeline run`.
+    pub data: PathBuf,
+    /// The split trained on.
+    #[serde(default = "default_train_split")]
+    pub train_split: String,
+    /// The split evaluated during training; default `test` when the shards have it. `none`
+    /// evaluates nothing.
+    #[serde(default)]
+    pub eval_split: Option<String>,
+    pub model: ModelSpec,
+    /// Checkpoints, `metrics.jsonl`, curves and `final/` go here.
+    pub output_dir: PathBuf,
+    /// Seeds initialisation, shuffling, dropout and dynamic masking.
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// `cpu`, `cuda` or `cuda:N` (CUDA needs a build with `--features cuda`).
+    #[serde(default = "default_device")]
+    pub device: String,
+    /// `f32`, or `bf16` compute on CUDA (master weights stay f32).
+    #[serde(default)]
+    pub dtype: ComputeDtype,
+    #[serde(default = "default_epochs")]
+    pub num_train_epochs: f64,
+    /// Stop after this many optimiser steps (overrides `num_train_epochs`).
+    #[serde(default)]
+    pub max_steps: Option<u64>,
+    #[serde(default = "default_batch")]
+    pub per_device_train_batch_size: usize,
+    #[serde(default = "default_eval_batch")]
+    pub per_device_eval_batch_size: usize,
+    /// Micro-batches whose gradients are summed into one optimiser step.
+    #[serde(default = "one")]
+    pub gradient_accumulation_steps: usize,
+    #[serde(default = "default_lr")]
+    pub learning_rate: f64,
+    /// Decoupled (AdamW) weight decay; biases and LayerNorm parameters get none.
+    #[serde(default = "default_wd")]
+    pub weight_decay: f64,
+    #[serde(default = "default_beta1")]
+    pub adam_beta1: f64,
+    #[serde(default = "default_beta2")]
+    pub adam_beta2: f64,
+    #[serde(default = "default_adam_eps")]
+    pub adam_epsilon: f64,
+    /// Global-norm gradient clipping; 0 turns it off.
+    #[serde(default = "default_clip")]
+    pub max_grad_norm: f64,
+    /// `linear` (warmup, then linear decay to 0), `cosine` or `constant` (after warmup).
+    #[serde(default)]
+    pub lr_scheduler_type: Schedule,
+    /// Warmup as a share of all optimiser steps…
+    #[serde(default)]
+    pub warmup_ratio: f64,
+    /// …or as a number of steps (wins over `warmup_ratio`).
+    #[serde(default)]
+    pub warmup_steps: Option<u64>,
+    /// Log the training loss every N optimiser steps.
+    #[serde(default = "default_logging")]
+    pub logging_steps: u64,
+    /// Evaluate every N optimiser steps (and always at each epoch end).
+    #[serde(default)]
+    pub eval_steps: Option<u64>,
+    /// Write a checkpoint every N optimiser steps (and always at each epoch end).
+    #[serde(default)]
+    pub save_steps: Option<u64>,
+    /// Keep the newest N `checkpoint-*` folders (`best/` and `final/` are extra).
+    #[serde(default = "default_keep")]
+    pub save_total_limit: usize,
+    /// Metric that picks `best/`: `accuracy`, `f1`, `roc_auc`, `loss`, … (default: `accuracy`
+    /// for classify, `loss` for pretrain).
+    #[serde(default)]
+    pub metric_for_best_model: Option<String>,
+    /// Default: true for everything but losses and perplexity.
+    #[serde(default)]
+    pub greater_is_better: Option<bool>,
+    /// Rows held for shuffling; memory stays bounded whatever the corpus size.
+    #[serde(default = "default_shuffle")]
+    pub shuffle_buffer: usize,
+    /// Batch rows of similar length (less padding); shuffled batch order.
+    #[serde(default = "yes")]
+    pub group_by_length: bool,
+    /// Pad every batch to the shards' `max_len` instead of its longest row.
+    #[serde(default)]
+    pub pad_to_max_length: bool,
+    /// Packed MLM rows: `full` attention across the documents of a row, or `block_diagonal`.
+    #[serde(default)]
+    pub attention: AttentionKind,
+    /// Compute threads (default: all cores).
+    #[serde(default)]
+    pub threads: usize,
+}
+
+/// Where the model comes from: a preset size, an HF `config.json`, or a checkpoint.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    /// `tiny` (2L/128H), `mini` (4L/256H), `small` (4L/512H), `medium` (8L/512H), `base`
+    /// (12L/768H), `large` (24L/1024H); the vocabulary size comes from the shards.
+    #[serde(default)]
+    pub preset: Option<String>,
+    /// An HF BERT `config.json` for a model trained from scratch.
+    #[serde(default)]
+    pub config: Option<PathBuf>,
+    /// An HF checkpoint folder (`config.json`, `model.safetensors`, `vocab.txt`): ours or any
+    /// BERT from the Hub, with or without heads.
+    #[serde(default)]
+    pub init_from: Option<PathBuf>,
+    #[serde(default)]
+    pub hidden_dropout_prob: Option<f64>,
+    #[serde(default)]
+    pub attention_probs_dropout_prob: Option<f64>,
+    #[serde(default)]
+    pub classifier_dropout: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Task {
+    Classify,
+    Pretrain,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Schedule {
+    #[default]
+    Linear,
+    Cosine,
+    Constant,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ComputeDtype {
+    #[default]
+    F32,
+    Bf16,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionKind {
+    #[default]
+    Full,
+    BlockDiagonal,
+}
+
+fn default_train_split() -> String {
+    "train".into()
+}
+fn default_seed() -> u64 {
+    42
+}
+fn default_device() -> String {
+    "cpu".into()
+}
+fn default_epochs() -> f64 {
+    3.0
+}
+fn default_batch() -> usize {
+    32
+}
+fn default_eval_batch() -> usize {
+    64
+}
+fn one() -> usize {
+    1
+}
+fn default_lr() -> f64 {
+    5e-5
+}
+fn default_wd() -> f64 {
+    0.01
+}
+fn default_beta1() -> f64 {
+    0.9
+}
+fn default_beta2() -> f64 {
+    0.999
+}
+fn default_adam_eps() -> f64 {
+    1e-8
+}
+fn default_clip() -> f64 {
+    1.0
+}
+fn default_logging() -> u64 {
+    10
+}
+fn default_keep() -> usize {
+    2
+}
+fn default_shuffle() -> usize {
+    10_000
+}
+fn yes() -> bool {
+    true
+}
+
+impl TrainConfig {
+    /// Reads, overrides, validates and resolves a training file; every problem at once.
+    pub fn load(path: &Path, overrides: &[String]) -> Result<TrainConfig, ConfigErrors> {
+        let mut y = YamlFile::load(path, overrides)?;
+        let Some(mut c) = y.deserialize::<TrainConfig>("train config") else {
+            return Err(y.finish().expect_err("deserialisation failed"));
+        };
+        y.resolve(&mut c.data);
+        y.resolve(&mut c.output_dir);
+        for p in [&mut c.model.config, &mut c.model.init_from].into_iter().flatten() {
+            y.resolve(p);
+        }
+        c.check(&mut y);
+        y.finish().map(|_| c)
+    }
+
+    fn check(&self, y: &mut YamlFile) {
+        if !self.data.join(crate::sink::manifest::MANIFEST).exists() {
+            y.error(
+                "data",
+                format!(
+                    "'{}' is not a finished shard folder (no manifest.json); run `bertpipe pipeline run` first",
+                    self.data.display()
+                ),
+            );
+        }
+        let m = &self.model;
+        let sources = [m.preset.is_some(), m.config.is_some(), m.init_from.is_some()];
+        if sources.iter().filter(|&&s| s).count() != 1 {
+            y.error(
+                "model",
+                "give exactly one of `preset`, `config` (a config.json) or `init_from` (a checkpoint)".into(),
+            );
+        }
+        if let Some(p) = &m.preset {
+            if !crate::model::config::PRESETS.iter().any(|(n, _, _)| n == p) {
+                let names: Vec<&str> = crate::model::config::PRESETS.iter().map(|p| p.0).collect();
+                let hint =
+                    crate::config::suggest(p, &names).map(|s| format!(", did you mean `{s}`?")).unwrap_or_default();
+                y.error("model.preset", format!("unknown preset `{p}`{hint} (valid: {})", names.join(", ")));
+            }
+        }
+        for (key, path) in [("model.config", &m.config), ("model.init_from", &m.init_from)] {
+            if let Some(p) = path {
+                if !p.exists() {
+                    y.error(key, format!("'{}' does not exist", p.display()));
+                }
+            }
+        }
+        for (key, p) in [
+            ("model.hidden_dropout_prob", m.hidden_dropout_prob),
+            ("model.attention_probs_dropout_prob", m.attention_probs_dropout_prob),
+            ("model.classifier_dropout", m.classifier_dropout),
+        ] {
+            if let Some(p) = p {
+                if !(0.0..1.0).contains(&p) {
+                    y.error(key, format!("must be in [0, 1), got {p}"));
+                }
+            }
+        }
+        for (key, v) in [
+            ("per_device_train_batch_size", self.per_device_train_batch_size),
+            ("per_device_eval_batch_size", self.per_device_eval_batch_size),
+            ("gradient_accumulation_steps", self.gradient_accumulation_steps),
+            ("shuffle_buffer", self.shuffle_buffer),
+        ] {
+            if v == 0 {
+                y.error(key, "must be at least 1".into());
+            }
+        }
+        if !(self.learning_rate > 0.0) {
+            y.error("learning_rate", format!("must be positive, got {}", self.learning_rate));
+        }
+        if !(0.0..=1.0).contains(&self.warmup_ratio) {
+            y.error("warmup_ratio", format!("must be in [0, 1], got {}", self.warmup_ratio));
+        }
+        if self.weight_decay < 0.0 || self.max_grad_norm < 0.0 {
+            y.error("weight_decay", "weight_decay and max_grad_norm must not be negative".into());
+        }
+        if !(0.0..1.0).contains(&self.adam_beta1) || !(0.0..1.0).contains(&self.adam_beta2) {
+            y.error("adam_beta1", "adam_beta1 and adam_beta2 must be in [0, 1)".into());
+        }
+        if self.max_steps.is_none() && !(self.num_train_epochs > 0.0) {
+            y.error("num_train_epochs", format!("must be positive, got {}", self.num_train_epochs));
+        }
+        if self.max_steps == Some(0) {
+            y.error("max_steps", "must be at least 1".into());
+        }
+        if self.logging_steps == 0 || self.eval_steps == Some(0) || self.save_steps == Some(0) {
+            y.error("logging_steps", "logging_steps, eval_steps and save_steps must be at least 1".into());
+        }
+        if let Err(e) = crate::train::device::parse(&self.device) {
+            y.error("device", e.to_string());
+        }
+        if self.dtype == ComputeDtype::Bf16 && !self.device.starts_with("cuda") {
+            y.error("dtype", "bf16 compute is for CUDA; on CPU train in f32".into());
+        }
+        if let Some(name) = &self.metric_for_best_model {
+            let valid = match self.task {
+                Task::Classify => crate::metrics::CLASSIFY_METRICS,
+                Task::Pretrain => crate::metrics::PRETRAIN_METRICS,
+            };
+            let bare = name.strip_prefix("eval_").unwrap_or(name);
+            if !valid.contains(&bare) {
+                let hint =
+                    crate::config::suggest(bare, valid).map(|s| format!(", did you mean `{s}`?")).unwrap_or_default();
+                y.error(
+                    "metric_for_best_model",
+                    format!("unknown metric `{name}`{hint} (valid: {})", valid.join(", ")),
+                );
+            }
+        }
+    }
+
+    /// The metric that picks `best/`, and whether larger is better.
+    pub fn best_metric(&self) -> (String, bool) {
+        let name = self.metric_for_best_model.clone().unwrap_or_else(|| {
+            match self.task {
+                Task::Classify => "accuracy",
+                Task::Pretrain => "loss",
+            }
+            .to_string()
+        });
+        let bare = name.strip_prefix("eval_").unwrap_or(&name).to_string();
+        let greater =
+            self.greater_is_better.unwrap_or(!matches!(bare.as_str(), "loss" | "mlm_loss" | "nsp_loss" | "perplexity"));
+        (bare, greater)
+    }
+}

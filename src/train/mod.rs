@@ -1,0 +1,606 @@
+//! `bertpipe train`: BERT fine-tuning and pretraining on our shards with candle.
+//!
+//! The loop (see [`Trainer::run`]) reads like nanoGPT's: get a batch, forward, backward,
+//! clip, step, log, evaluate, checkpoint. Everything else lives in the modules: [`config`]
+//! (the YAML), [`data`] (shards → batches), [`optim`] (AdamW and schedules),
+//! [`checkpoint`] (HF folders + resume state), [`crate::metrics`] (shared with `eval`).
+
+pub mod checkpoint;
+pub mod config;
+pub mod data;
+pub mod device;
+pub mod optim;
+mod setup;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Tensor};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::{json, Value};
+
+use crate::metrics::{ClassificationMetrics, Predictions, PretrainTally};
+use crate::model::bert::{Inputs, Mode};
+use crate::model::{BertTask, Outputs};
+use checkpoint::TrainerState;
+use config::{AttentionKind, Task, TrainConfig};
+use data::{Batch, LoaderSpec};
+
+/// Command-line options beside the YAML.
+#[derive(Debug, Clone, Default)]
+pub struct TrainOptions {
+    /// Continue from the newest complete checkpoint in `output_dir`.
+    pub resume: bool,
+    /// Replace an `output_dir` that already holds a run.
+    pub overwrite: bool,
+    pub quiet: bool,
+    /// Overrides `device:` from the YAML.
+    pub device: Option<String>,
+}
+
+/// What a finished (or interrupted) run reports.
+#[derive(Debug, Clone)]
+pub struct TrainSummary {
+    pub steps: u64,
+    pub epochs: f64,
+    pub seconds: f64,
+    pub samples: u64,
+    pub tokens: u64,
+    pub final_dir: Option<PathBuf>,
+    pub best: Option<(String, f64, PathBuf)>,
+    pub last_eval: Option<Value>,
+    pub interrupted: bool,
+    pub device: String,
+    pub notes: Vec<String>,
+}
+
+/// Set by Ctrl-C / SIGTERM; the loop checkpoints and stops at the next optimiser step.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Test hook: behave as if Ctrl-C came during optimiser step N (`BERTPIPE_STOP_AT_STEP=N`).
+fn stop_at_step() -> Option<u64> {
+    std::env::var("BERTPIPE_STOP_AT_STEP").ok()?.parse().ok()
+}
+
+/// Test hook: a loss that is NaN from this optimiser step on (`BERTPIPE_NAN_AT_STEP=N`).
+fn nan_at_step() -> Option<u64> {
+    std::env::var("BERTPIPE_NAN_AT_STEP").ok()?.parse().ok()
+}
+
+pub fn run(cfg: &TrainConfig, opts: &TrainOptions) -> Result<TrainSummary> {
+    keep_freed_memory();
+    let mut t = Trainer::new(cfg, opts)?;
+    let _ = ctrlc::set_handler(|| {
+        if STOP.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+    });
+    t.run()
+}
+
+/// Every training op allocates tensors of the same few sizes; by default glibc serves the large
+/// ones with fresh `mmap`s, whose page faults and zeroing cost more system time than the math.
+/// Raising the thresholds keeps freed buffers for reuse (peak memory is unchanged).
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator tuning parameters; called before the hot loop.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
+}
+
+/// Everything the loop needs, prepared by [`setup`].
+pub struct Trainer {
+    cfg: TrainConfig,
+    opts: TrainOptions,
+    device: Device,
+    model: BertTask,
+    optimizer: optim::AdamW,
+    train: LoaderSpec,
+    eval: Option<LoaderSpec>,
+    label_names: Vec<String>,
+    /// Files copied into every checkpoint (vocab.txt, tokenizer_config.json).
+    extra_files: Vec<(String, Vec<u8>)>,
+    state: TrainerState,
+    batches_per_epoch: u64,
+    total_steps: u64,
+    warmup_steps: u64,
+    metrics_log: std::fs::File,
+    notes: Vec<String>,
+}
+
+impl Trainer {
+    fn run(&mut self) -> Result<TrainSummary> {
+        let started = Instant::now();
+        let bar = self.progress_bar();
+        let accum = self.cfg.gradient_accumulation_steps as u64;
+        let (mut samples, mut tokens) = (0u64, 0u64);
+        let mut window = LogWindow::default();
+        let mut last_eval: Option<Value> = None;
+        let mut interrupted = false;
+        'epochs: while self.state.global_step < self.total_steps {
+            let epoch = self.state.epoch_index;
+            let batches = self.train.spawn(epoch, self.state.batch_in_epoch);
+            let mut micro: Vec<Vec<Tensor>> = Vec::new();
+            let mut pending = 0u64;
+            let mut consumed = self.state.batch_in_epoch;
+            for batch in batches {
+                let batch = batch?;
+                consumed += 1;
+                // Forward + backward of one micro-batch; gradients summed over `accum`.
+                let step_mode = Mode::train(self.cfg.seed, self.state.global_step * accum + pending);
+                let loss = self.loss(&batch, step_mode)?;
+                let value = self.check_finite(&loss)?;
+                let grads = (loss / accum as f64)?.backward()?;
+                micro.push(self.model.gradients(&grads)?);
+                pending += 1;
+                window.add(value, batch.rows, batch.tokens);
+                (samples, tokens) = (samples + batch.rows as u64, tokens + batch.tokens as u64);
+                let epoch_done = consumed == self.batches_per_epoch;
+                if pending < accum && !epoch_done {
+                    continue;
+                }
+                // Optimiser step: sum, clip, AdamW at the scheduled rate.
+                let lr = optim::learning_rate(
+                    self.cfg.lr_scheduler_type,
+                    self.cfg.learning_rate,
+                    self.state.global_step,
+                    self.warmup_steps,
+                    self.total_steps,
+                );
+                let grad_norm = self.apply(std::mem::take(&mut micro), lr)?;
+                pending = 0;
+                self.state.global_step += 1;
+                self.state.batch_in_epoch = consumed;
+                if epoch_done {
+                    self.state.epoch_index += 1;
+                    self.state.batch_in_epoch = 0;
+                }
+                let step = self.state.global_step;
+                window.grad_norm = grad_norm;
+                bar.set_position(step);
+                bar.set_message(window.status(lr));
+                if step % self.cfg.logging_steps == 0 || step == self.total_steps {
+                    let line = window.take(step, self.epoch_progress(), lr);
+                    self.log(line)?;
+                }
+                let eval_now =
+                    self.cfg.eval_steps.is_some_and(|n| step % n == 0) || epoch_done || step == self.total_steps;
+                if eval_now && self.eval.is_some() {
+                    let metrics = self.evaluate(&bar)?;
+                    self.log(metrics.clone())?;
+                    self.track_best(&metrics);
+                    last_eval = Some(metrics);
+                }
+                let save_now =
+                    self.cfg.save_steps.is_some_and(|n| step % n == 0) || epoch_done || step == self.total_steps;
+                let stop = STOP.load(Ordering::SeqCst) || stop_at_step() == Some(step);
+                if save_now || stop {
+                    self.save_checkpoint()?;
+                }
+                if stop {
+                    interrupted = true;
+                    break 'epochs;
+                }
+                if step >= self.total_steps {
+                    break 'epochs;
+                }
+            }
+        }
+        bar.finish_and_clear();
+        let final_dir = if interrupted {
+            None
+        } else {
+            let dir = self.cfg.output_dir.join("final");
+            checkpoint::write_atomic(&dir, |tmp| self.write_model(tmp))?;
+            Some(dir)
+        };
+        self.plot_curves()?;
+        Ok(TrainSummary {
+            steps: self.state.global_step,
+            epochs: self.epoch_progress(),
+            seconds: started.elapsed().as_secs_f64(),
+            samples,
+            tokens,
+            final_dir,
+            best: self.state.best.as_ref().map(|b| (b.metric.clone(), b.value, self.cfg.output_dir.join("best"))),
+            last_eval,
+            interrupted,
+            device: device::describe(&self.device),
+            notes: self.notes.clone(),
+        })
+    }
+
+    /// The training loss of one batch.
+    fn loss(&self, batch: &Batch, mut mode: Mode) -> Result<Tensor> {
+        let (out, inputs) = self.forward(batch, &mut mode)?;
+        drop(inputs);
+        self.batch_loss(batch, &out)
+    }
+
+    fn forward(&self, batch: &Batch, mode: &mut Mode) -> Result<(Outputs, Inputs)> {
+        EvalContext { model: &self.model, device: &self.device, attention: self.cfg.attention }.forward(batch, mode)
+    }
+
+    /// Mean cross-entropy: of the labels (classify), or MLM over masked tokens + NSP.
+    fn batch_loss(&self, batch: &Batch, out: &Outputs) -> Result<Tensor> {
+        let d = &self.device;
+        let ce = |logits: &Tensor, labels: &[u32]| -> Result<Tensor> {
+            let target = Tensor::from_slice(labels, labels.len(), d)?;
+            Ok(candle_nn::loss::cross_entropy(&logits.to_dtype(DType::F32)?, &target)?)
+        };
+        match self.cfg.task {
+            Task::Classify => ce(out.logits.as_ref().context("classifier logits")?, &batch.labels),
+            Task::Pretrain => {
+                let mut loss = ce(out.mlm_logits.as_ref().context("MLM logits")?, &batch.mlm_labels)?;
+                if let Some(nsp) = &out.logits {
+                    if batch.nsp_labels.len() == batch.rows {
+                        loss = (loss + ce(nsp, &batch.nsp_labels)?)?;
+                    }
+                }
+                Ok(loss)
+            }
+        }
+    }
+
+    fn check_finite(&self, loss: &Tensor) -> Result<f64> {
+        let mut v = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+        if nan_at_step().is_some_and(|s| self.state.global_step + 1 >= s) {
+            v = f64::NAN;
+        }
+        if !v.is_finite() {
+            let last = checkpoint::newest(&self.cfg.output_dir)
+                .map(|(_, p)| format!("the last good checkpoint is '{}' (intact)", p.display()))
+                .unwrap_or_else(|| "no checkpoint was written before it".into());
+            bail!(
+                "the training loss is {v} at step {} (epoch {:.2}); stopping. {last}. Try a lower learning_rate, more warmup, or max_grad_norm: 1.0",
+                self.state.global_step + 1,
+                self.epoch_progress()
+            );
+        }
+        Ok(v)
+    }
+
+    /// Sums micro-batch gradients, clips, steps; returns the norm before clipping.
+    fn apply(&mut self, micro: Vec<Vec<Tensor>>, lr: f64) -> Result<f64> {
+        let mut iter = micro.into_iter();
+        let mut sum = iter.next().context("no gradients")?;
+        for g in iter {
+            for (s, x) in sum.iter_mut().zip(g) {
+                *s = (&*s + x)?;
+            }
+        }
+        let (grads, norm) = optim::clip_grad_norm(&sum, self.cfg.max_grad_norm)?;
+        self.optimizer.step(&self.model.params, &grads, lr)?;
+        Ok(norm)
+    }
+
+    /// Evaluation on the eval split: metrics as one `metrics.jsonl` record.
+    fn evaluate(&self, bar: &ProgressBar) -> Result<Value> {
+        let spec = self.eval.as_ref().expect("evaluate is called with an eval split");
+        bar.set_message(format!("evaluating on `{}`", spec.split));
+        let mut record =
+            json!({"step": self.state.global_step, "epoch": round4(self.epoch_progress()), "split": spec.split});
+        let ctx = EvalContext { model: &self.model, device: &self.device, attention: self.cfg.attention };
+        match self.cfg.task {
+            Task::Classify => {
+                let (rows, docs) = evaluate_classify(&ctx, spec, &self.label_names)?;
+                put_metrics(&mut record, "eval_", &serde_json::to_value(&rows)?);
+                if let Some(d) = docs {
+                    put_metrics(&mut record, "eval_doc_", &serde_json::to_value(&d)?);
+                }
+            }
+            Task::Pretrain => {
+                put_metrics(&mut record, "eval_", &serde_json::to_value(evaluate_pretrain(&ctx, spec)?)?);
+            }
+        }
+        Ok(record)
+    }
+
+    fn track_best(&mut self, metrics: &Value) {
+        let (name, greater) = self.cfg.best_metric();
+        let Some(value) = metrics.get(format!("eval_{name}")).and_then(Value::as_f64) else { return };
+        let better = match &self.state.best {
+            None => true,
+            Some(b) => (greater && value > b.value) || (!greater && value < b.value),
+        };
+        if better {
+            self.state.best =
+                Some(checkpoint::Best { metric: name, value, step: self.state.global_step, saved: false });
+        }
+    }
+
+    /// `checkpoint-<step>/` (atomic), then `best/` when this step is the best so far, then the
+    /// oldest checkpoints beyond `save_total_limit` go.
+    fn save_checkpoint(&mut self) -> Result<()> {
+        let step = self.state.global_step;
+        let dir = self.cfg.output_dir.join(format!("checkpoint-{step}"));
+        let best_is_now = self.state.best.as_ref().is_some_and(|b| b.step == step && !b.saved);
+        if let Some(b) = self.state.best.as_mut() {
+            if best_is_now {
+                b.saved = true;
+            }
+        }
+        checkpoint::write_atomic(&dir, |tmp| {
+            self.write_model(tmp)?;
+            let tensors = self.optimizer.state_tensors(&self.model.params);
+            crate::model::save_safetensors(&tensors, None, &tmp.join(checkpoint::OPTIMIZER))?;
+            self.state.write(tmp)
+        })?;
+        if best_is_now {
+            checkpoint::write_atomic(&self.cfg.output_dir.join("best"), |tmp| {
+                self.write_model(tmp)?;
+                self.state.write(tmp)
+            })?;
+        }
+        checkpoint::rotate(&self.cfg.output_dir, self.cfg.save_total_limit)?;
+        Ok(())
+    }
+
+    /// The HF part of a checkpoint: config.json, model.safetensors, vocab and tokenizer config.
+    fn write_model(&self, dir: &std::path::Path) -> Result<()> {
+        self.model.save(dir)?;
+        for (name, bytes) in &self.extra_files {
+            std::fs::write(dir.join(name), bytes)?;
+        }
+        Ok(())
+    }
+
+    fn log(&mut self, record: Value) -> Result<()> {
+        writeln!(self.metrics_log, "{record}")?;
+        self.state.log_history.push(record);
+        Ok(())
+    }
+
+    fn epoch_progress(&self) -> f64 {
+        self.state.epoch_index as f64 + self.state.batch_in_epoch as f64 / self.batches_per_epoch.max(1) as f64
+    }
+
+    fn progress_bar(&self) -> ProgressBar {
+        let target = if self.opts.quiet { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr_with_hz(4) };
+        let bar = ProgressBar::with_draw_target(Some(self.total_steps), target);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "train [{elapsed_precise}] {wide_bar:.cyan/blue} {pos}/{len} steps ETA {eta} {msg}",
+            )
+            .expect("valid template")
+            .progress_chars("=> "),
+        );
+        bar.set_position(self.state.global_step);
+        bar
+    }
+
+    /// Loss and metric curves as SVG + PNG next to `metrics.jsonl`.
+    fn plot_curves(&self) -> Result<()> {
+        let series = |key: &str| -> Vec<(f64, f64)> {
+            self.state
+                .log_history
+                .iter()
+                .filter_map(|r| Some((r.get("step")?.as_f64()?, r.get(key)?.as_f64()?)))
+                .collect()
+        };
+        let dir = self.cfg.output_dir.join("plots");
+        let losses = vec![("train loss".to_string(), series("loss")), ("eval loss".to_string(), series("eval_loss"))];
+        crate::stats::plot::line_chart(&dir, "loss", "Loss", "loss", &losses)?;
+        let metrics: Vec<(String, Vec<(f64, f64)>)> = match self.cfg.task {
+            Task::Classify => {
+                ["accuracy", "f1", "roc_auc"].iter().map(|m| (m.to_string(), series(&format!("eval_{m}")))).collect()
+            }
+            Task::Pretrain => {
+                ["mlm_accuracy", "nsp_accuracy"].iter().map(|m| (m.to_string(), series(&format!("eval_{m}")))).collect()
+            }
+        };
+        if metrics.iter().any(|(_, s)| !s.is_empty()) {
+            crate::stats::plot::line_chart(&dir, "eval", "Evaluation", "metric", &metrics)?;
+        }
+        Ok(())
+    }
+}
+
+/// A model on a device, ready to run batches.
+pub struct EvalContext<'a> {
+    pub model: &'a BertTask,
+    pub device: &'a Device,
+    pub attention: AttentionKind,
+}
+
+impl EvalContext<'_> {
+    pub fn forward(&self, batch: &Batch, mode: &mut Mode) -> Result<(Outputs, Inputs)> {
+        let d = self.device;
+        let mut inputs =
+            Inputs::new(&batch.input_ids, &batch.token_type_ids, &batch.attention_mask, batch.rows, batch.seq, d)?;
+        if self.attention == AttentionKind::BlockDiagonal && batch.doc_boundaries.iter().any(|b| !b.is_empty()) {
+            inputs = inputs.with_block_diagonal(&batch.doc_boundaries, &batch.attention_mask, batch.rows, batch.seq)?;
+        }
+        let positions = match self.model.kind {
+            crate::model::ModelKind::SequenceClassification => None,
+            _ => Some(Tensor::from_slice(&batch.mlm_positions, batch.mlm_positions.len(), d)?),
+        };
+        let out = self.model.forward(&inputs, positions.as_ref(), mode)?;
+        Ok((out, inputs))
+    }
+}
+
+/// Classification metrics over a split, per row and (when rows are windows) per document.
+pub fn evaluate_classify(
+    ctx: &EvalContext,
+    spec: &LoaderSpec,
+    names: &[String],
+) -> Result<(ClassificationMetrics, Option<ClassificationMetrics>)> {
+    let mut mode = Mode::eval();
+    let mut preds = Predictions::new(ctx.model.config.num_labels());
+    let mut docs = Vec::new();
+    for batch in spec.epoch(0)? {
+        let batch = batch?;
+        let (out, _) = ctx.forward(&batch, &mut mode)?;
+        let logits = out.logits.context("classifier logits")?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+        for (i, row) in logits.iter().enumerate() {
+            preds.push_logits(row, batch.labels[i] as usize);
+        }
+        docs.extend(batch.doc_ids);
+    }
+    let rows = ClassificationMetrics::compute(&preds, names);
+    let per_doc = preds.per_document(&docs);
+    let docs = (per_doc.len() < preds.len()).then(|| ClassificationMetrics::compute(&per_doc, names));
+    Ok((rows, docs))
+}
+
+/// MLM (and NSP) metrics over a split.
+pub fn evaluate_pretrain(ctx: &EvalContext, spec: &LoaderSpec) -> Result<crate::metrics::PretrainMetrics> {
+    let mut mode = Mode::eval();
+    let mut tally = PretrainTally::default();
+    for batch in spec.epoch(0)? {
+        let batch = batch?;
+        let (out, _) = ctx.forward(&batch, &mut mode)?;
+        tally.examples += batch.rows;
+        let mlm = out.mlm_logits.context("MLM logits")?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+        for (row, &label) in mlm.iter().zip(&batch.mlm_labels) {
+            tally.add_mlm(row, label as usize);
+        }
+        if let Some(nsp) = out.logits {
+            if batch.nsp_labels.len() == batch.rows {
+                for (row, &label) in nsp.to_dtype(DType::F32)?.to_vec2::<f32>()?.iter().zip(&batch.nsp_labels) {
+                    tally.add_nsp(row, label as usize);
+                }
+            }
+        }
+    }
+    Ok(tally.finish())
+}
+
+/// Copies metric fields into `record` with a prefix (`eval_accuracy`, …).
+fn put_metrics(record: &mut Value, prefix: &str, metrics: &Value) {
+    let Some(obj) = metrics.as_object() else { return };
+    for (k, v) in obj {
+        record[format!("{prefix}{k}")] = v.clone();
+    }
+}
+
+fn round4(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
+}
+
+/// Training figures between two log lines.
+#[derive(Default)]
+struct LogWindow {
+    loss_sum: f64,
+    batches: u64,
+    rows: u64,
+    tokens: u64,
+    since: Option<Instant>,
+    grad_norm: f64,
+    last_loss: f64,
+}
+
+impl LogWindow {
+    fn add(&mut self, loss: f64, rows: usize, tokens: usize) {
+        self.since.get_or_insert_with(Instant::now);
+        self.loss_sum += loss;
+        self.batches += 1;
+        self.rows += rows as u64;
+        self.tokens += tokens as u64;
+        self.last_loss = loss;
+    }
+
+    fn rates(&self) -> (f64, f64) {
+        let secs = self.since.map(|s| s.elapsed().as_secs_f64()).unwrap_or(0.0).max(1e-9);
+        (self.rows as f64 / secs, self.tokens as f64 / secs)
+    }
+
+    fn status(&self, lr: f64) -> String {
+        let (sps, tps) = self.rates();
+        format!("loss {:.4} lr {lr:.2e} {sps:.1} samples/s {tps:.0} tokens/s", self.last_loss)
+    }
+
+    fn take(&mut self, step: u64, epoch: f64, lr: f64) -> Value {
+        let (sps, tps) = self.rates();
+        let v = json!({
+            "step": step,
+            "epoch": round4(epoch),
+            "loss": self.loss_sum / self.batches.max(1) as f64,
+            "learning_rate": lr,
+            "grad_norm": self.grad_norm,
+            "samples_per_second": (sps * 100.0).round() / 100.0,
+            "tokens_per_second": tps.round(),
+        });
+        *self = LogWindow::default();
+        v
+    }
+}
+
+pub use setup::vocab_of_shards;
+
+/// The closing lines of a run.
+pub fn format_summary(s: &TrainSummary) -> String {
+    let mut out = Vec::new();
+    for n in &s.notes {
+        out.push(format!("note: {n}"));
+    }
+    let secs = s.seconds.max(1e-9);
+    out.push(format!(
+        "{} {} steps ({:.2} epochs) in {:.1}s on {}: {:.1} samples/s, {:.0} tokens/s",
+        if s.interrupted { "interrupted after" } else { "trained" },
+        s.steps,
+        s.epochs,
+        s.seconds,
+        s.device,
+        s.samples as f64 / secs,
+        s.tokens as f64 / secs
+    ));
+    if let Some(e) = &s.last_eval {
+        let mut parts = Vec::new();
+        if let Some(obj) = e.as_object() {
+            for (k, v) in obj {
+                if let (Some(name), Some(x)) = (k.strip_prefix("eval_"), v.as_f64()) {
+                    if !name.starts_with("doc_") || name.ends_with("accuracy") || name.ends_with("f1") {
+                        parts.push(format!("{name} {x:.4}"));
+                    }
+                }
+            }
+        }
+        out.push(format!("eval on `{}`: {}", e["split"].as_str().unwrap_or("?"), parts.join(", ")));
+    }
+    if let Some((metric, value, dir)) = &s.best {
+        out.push(format!("best {metric} {value:.4}: {}", dir.display()));
+    }
+    match &s.final_dir {
+        Some(d) => out.push(format!("final model: {}", d.display())),
+        None => out.push("checkpoint written; continue with --resume".to_string()),
+    }
+    out.join("\n")
+}
+
+/// Classification metrics of a checkpoint folder on one split of a shard folder (per row,
+/// and per document when rows are windows), on the CPU.
+pub fn evaluate_checkpoint(
+    checkpoint: &std::path::Path,
+    data: &std::path::Path,
+    split: &str,
+    batch_size: usize,
+) -> Result<(ClassificationMetrics, Option<ClassificationMetrics>)> {
+    let device = Device::Cpu;
+    let model =
+        BertTask::from_checkpoint(crate::model::ModelKind::SequenceClassification, checkpoint, None, &device, 0)?;
+    let shards = crate::shards::ShardSet::open(data)?;
+    let pad_id = shards.manifest.tokenizer.as_ref().and_then(|t| t["special_ids"]["pad"].as_u64()).unwrap_or(0) as u32;
+    let spec = LoaderSpec {
+        shards: Arc::new(shards),
+        split: split.to_string(),
+        kind: data::RowKind::Classify,
+        batch_size,
+        shuffle: false,
+        shuffle_buffer: 1,
+        group_by_length: true,
+        pad_to: None,
+        pad_id,
+        seed: 0,
+    };
+    let names = model.config.label_names();
+    let ctx = EvalContext { model: &model, device: &device, attention: AttentionKind::Full };
+    evaluate_classify(&ctx, &spec, &names)
+}

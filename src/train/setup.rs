@@ -1,0 +1,392 @@
+//! Preparing a run: shards checked against the task and the vocabulary, the model built or
+//! loaded (or restored for `--resume`), loaders, schedule length, and the output folder.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use sha2::{Digest, Sha256};
+
+use super::checkpoint::{self, TrainerState};
+use super::config::{Task, TrainConfig};
+use super::data::{LoaderSpec, RowKind};
+use super::{device, optim, TrainOptions, Trainer};
+use crate::clean::PipelineStep;
+use crate::config::Pipeline;
+use crate::model::config::BertConfig;
+use crate::model::{BertTask, ModelKind};
+use crate::sequence::mask::MaskSpec;
+use crate::sequence::pretrain::Masking;
+use crate::shards::ShardSet;
+use crate::sink::manifest::Manifest;
+
+/// The tokenizer file (vocab.txt or tokenizer.json) the shards were made with, from the
+/// manifest's resolved pipeline.
+pub fn vocab_of_shards(manifest: &Manifest) -> Option<PathBuf> {
+    let steps = manifest.config.get("steps")?.as_array()?;
+    let t = steps.iter().find(|s| s.get("type").and_then(|t| t.as_str()) == Some("tokenize"))?;
+    let path = t.get("vocab").or_else(|| t.get("tokenizer")).and_then(|p| p.as_str())?;
+    Some(PathBuf::from(path))
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// The manifest's pipeline, typed (it is the resolved pipeline the shards were made with).
+fn pipeline_of(manifest: &Manifest) -> Option<Pipeline> {
+    serde_json::from_value(manifest.config.clone()).ok()
+}
+
+/// Class names in label order: aclImdb folders, an inverted `label_map`, or `LABEL_i`.
+fn label_names(manifest: &Manifest, max_label: usize) -> Vec<String> {
+    let source = manifest.config.get("source");
+    let mut names: Vec<String> = Vec::new();
+    if let Some(map) = source.and_then(|s| s.get("label_map")).and_then(|m| m.as_object()) {
+        let mut pairs: Vec<(i64, String)> = map.iter().filter_map(|(k, v)| Some((v.as_i64()?, k.clone()))).collect();
+        pairs.sort();
+        if pairs.iter().enumerate().all(|(i, (id, _))| *id == i as i64) {
+            names = pairs.into_iter().map(|(_, n)| n).collect();
+        }
+    } else if source.and_then(|s| s.get("type")).and_then(|t| t.as_str()) == Some("aclimdb") {
+        names = vec!["neg".into(), "pos".into()];
+    }
+    while names.len() <= max_label {
+        names.push(format!("LABEL_{}", names.len()));
+    }
+    names
+}
+
+impl Trainer {
+    pub fn new(cfg: &TrainConfig, opts: &TrainOptions) -> Result<Trainer> {
+        if cfg.threads > 0 {
+            std::env::set_var("RAYON_NUM_THREADS", cfg.threads.to_string());
+        }
+        let dev = device::open(opts.device.as_deref().unwrap_or(&cfg.device))?;
+        let shards = Arc::new(ShardSet::open(&cfg.data)?);
+        shards.verify()?;
+        let m = &shards.manifest;
+        let want = match cfg.task {
+            Task::Classify => "classify",
+            Task::Pretrain => "pretrain",
+        };
+        if m.task != want {
+            bail!(
+                "task `{want}` needs {want} shards, but '{}' holds `{}` shards (pipeline `{}`); point `data` at the output of a pipeline with a {} step",
+                cfg.data.display(),
+                m.task,
+                m.name,
+                if want == "classify" { "classify_sequences" } else { "pretrain_sequences" }
+            );
+        }
+        let tok = m.tokenizer.as_ref().context("the shards record no tokenizer")?;
+        let shard_sha = tok["vocab_sha256"].as_str().unwrap_or_default().to_string();
+        let vocab_size = tok["vocab_size"].as_u64().unwrap_or(0) as usize;
+        let pad_id = tok["special_ids"]["pad"].as_u64().unwrap_or(0) as u32;
+        let pipeline = pipeline_of(m);
+
+        // The vocabulary: the checkpoint's must be the shards'; every checkpoint carries it.
+        let mut extra_files = Vec::new();
+        let shard_vocab = vocab_of_shards(m);
+        let init_vocab = cfg.model.init_from.as_ref().map(|d| d.join("vocab.txt")).filter(|p| p.exists());
+        if let Some(v) = &init_vocab {
+            let bytes = std::fs::read(v)?;
+            let sha = sha256_hex(&bytes);
+            if sha != shard_sha {
+                let shard_file =
+                    shard_vocab.as_ref().map(|p| format!("'{}'", p.display())).unwrap_or("their vocabulary".into());
+                bail!(
+                    "vocab mismatch: the shards in '{}' were tokenized with {shard_file} (sha256 {shard_sha}), but the checkpoint's '{}' has sha256 {sha}; run the pipeline with `vocab: {}`",
+                    cfg.data.display(),
+                    v.display(),
+                    v.display()
+                );
+            }
+            extra_files.push(("vocab.txt".to_string(), bytes));
+        } else if let Some(v) = shard_vocab.as_ref().filter(|v| v.extension().is_some_and(|e| e == "txt")) {
+            let bytes =
+                std::fs::read(v).with_context(|| format!("could not read the shards' vocabulary '{}'", v.display()))?;
+            if sha256_hex(&bytes) != shard_sha {
+                bail!(
+                    "'{}' changed since the shards were written (sha256 differs from the manifest's {shard_sha})",
+                    v.display()
+                );
+            }
+            extra_files.push(("vocab.txt".to_string(), bytes));
+        }
+        let lowercase = tok["lowercase"].as_bool().unwrap_or(true);
+        let tokenizer_config = serde_json::json!({
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": lowercase,
+            "model_max_length": m.max_len.unwrap_or(512),
+        });
+        extra_files.push((
+            "tokenizer_config.json".to_string(),
+            (serde_json::to_string_pretty(&tokenizer_config)? + "\n").into_bytes(),
+        ));
+
+        // Rows → examples.
+        let steps = pipeline.as_ref().map(|p| p.steps.clone()).unwrap_or_default();
+        let pretrain_step = steps.iter().find_map(|s| match s {
+            PipelineStep::PretrainSequences(p) => Some(p.clone()),
+            _ => None,
+        });
+        let kind = match cfg.task {
+            Task::Classify => RowKind::Classify,
+            Task::Pretrain => {
+                let step = pretrain_step.as_ref().context("the shards' pipeline has no pretrain_sequences step")?;
+                let mask = if step.masking == Masking::Dynamic {
+                    let t = steps.iter().find_map(|s| match s {
+                        PipelineStep::Tokenize(t) => Some(t.clone()),
+                        _ => None,
+                    });
+                    let encoder = t.context("the shards' pipeline has no tokenize step")?.load()?;
+                    let info = encoder.info();
+                    let s = info.special_ids;
+                    Some(Arc::new(MaskSpec {
+                        masked_lm_prob: step.masked_lm_prob,
+                        max_predictions_per_seq: step.max_predictions(),
+                        whole_word_mask: step.whole_word_mask,
+                        mask_id: s.mask,
+                        special_ids: vec![s.pad, s.unk, s.cls, s.sep, s.mask],
+                        vocab_size: info.vocab_size as u32,
+                        is_continuation: encoder.continuation_table(),
+                    }))
+                } else {
+                    None
+                };
+                RowKind::Pretrain { mask }
+            }
+        };
+        let train = LoaderSpec {
+            shards: shards.clone(),
+            split: cfg.train_split.clone(),
+            kind: kind.clone(),
+            batch_size: cfg.per_device_train_batch_size,
+            shuffle: true,
+            shuffle_buffer: cfg.shuffle_buffer,
+            group_by_length: cfg.group_by_length,
+            pad_to: cfg.pad_to_max_length.then(|| m.max_len.unwrap_or(512) as usize),
+            pad_id,
+            seed: cfg.seed,
+        };
+        let mut notes = Vec::new();
+        let eval_split = match cfg.eval_split.as_deref() {
+            Some("none") => None,
+            Some(s) => Some(s.to_string()),
+            None if m.splits.contains_key("test") && cfg.train_split != "test" => Some("test".to_string()),
+            None => {
+                notes.push("no `test` split and no eval_split: nothing is evaluated during training".into());
+                None
+            }
+        };
+        for split in std::iter::once(&cfg.train_split).chain(eval_split.as_ref()) {
+            if !m.splits.contains_key(split) {
+                bail!(
+                    "no split `{split}` in '{}'; it has: {}",
+                    cfg.data.display(),
+                    m.splits.keys().cloned().collect::<Vec<_>>().join(", ")
+                );
+            }
+        }
+        let eval = eval_split.map(|split| LoaderSpec {
+            split,
+            shuffle: false,
+            batch_size: cfg.per_device_eval_batch_size,
+            ..train.clone()
+        });
+        let (batches_per_epoch, max_label) = count_rows(&train)?;
+
+        // The model: from the newest checkpoint (resume), a checkpoint, a config or a preset.
+        let model_kind = match cfg.task {
+            Task::Classify => ModelKind::SequenceClassification,
+            Task::Pretrain if pretrain_step.as_ref().is_some_and(|p| p.nsp) => ModelKind::PreTraining,
+            Task::Pretrain => ModelKind::MaskedLm,
+        };
+        let label_names = label_names(m, max_label);
+        let config_sha = sha256_hex(serde_json::to_string(cfg)?.as_bytes());
+        let out = &cfg.output_dir;
+        let resume_from = if opts.resume {
+            let Some((_, dir)) = checkpoint::newest(out) else {
+                bail!("--resume: '{}' holds no complete checkpoint to continue from", out.display());
+            };
+            Some(dir)
+        } else {
+            prepare_output(out, opts.overwrite)?;
+            None
+        };
+        let (model, state) = match &resume_from {
+            Some(dir) => {
+                let state = TrainerState::read(dir)?;
+                if state.config_sha256 != config_sha {
+                    bail!(
+                        "--resume: the training config differs from the one that wrote '{}'; resume with the same config (and --set values), or start a new output_dir",
+                        dir.display()
+                    );
+                }
+                (BertTask::from_checkpoint(model_kind, dir, None, &dev, cfg.seed)?, state)
+            }
+            None => {
+                let mut c = model_config(cfg, vocab_size)?;
+                if c.vocab_size < vocab_size {
+                    bail!(
+                        "the model's vocab_size {} is smaller than the shards' vocabulary ({vocab_size} tokens)",
+                        c.vocab_size
+                    );
+                }
+                let max_len = m.max_len.unwrap_or(0) as usize;
+                if c.max_position_embeddings < max_len {
+                    bail!(
+                        "the model has {} positions but the shards' rows are up to {max_len} tokens; rebuild the shards with max_len ≤ {}",
+                        c.max_position_embeddings,
+                        c.max_position_embeddings
+                    );
+                }
+                if cfg.task == Task::Classify {
+                    c.set_labels(&label_names);
+                }
+                let model = match &cfg.model.init_from {
+                    Some(dir) => BertTask::from_checkpoint(model_kind, dir, Some(&c), &dev, cfg.seed)?,
+                    None => BertTask::fresh(model_kind, &c, &dev, cfg.seed)?,
+                };
+                let state = TrainerState {
+                    format: checkpoint::STATE_FORMAT.into(),
+                    config_sha256: config_sha.clone(),
+                    ..Default::default()
+                };
+                (model, state)
+            }
+        };
+        if cfg.model.init_from.is_some() && resume_from.is_none() {
+            if !model.initialised.is_empty() {
+                notes.push(format!("initialised (not in the checkpoint): {}", model.initialised.join(", ")));
+            }
+            if !model.unexpected.is_empty() {
+                notes.push(format!("not used from the checkpoint: {}", model.unexpected.join(", ")));
+            }
+        }
+        let mut optimizer =
+            optim::AdamW::new(&model.params, cfg.adam_beta1, cfg.adam_beta2, cfg.adam_epsilon, cfg.weight_decay)?;
+        if let Some(dir) = &resume_from {
+            let saved = candle_core::safetensors::load(dir.join(checkpoint::OPTIMIZER), &dev)?;
+            optimizer.load_state(&model.params, &saved.into_iter().collect(), state.global_step)?;
+        }
+
+        let accum = cfg.gradient_accumulation_steps as u64;
+        let steps_per_epoch = batches_per_epoch.div_ceil(accum);
+        let total_steps =
+            cfg.max_steps.unwrap_or_else(|| (cfg.num_train_epochs * steps_per_epoch as f64).ceil() as u64).max(1);
+        let warmup_steps = cfg.warmup_steps.unwrap_or_else(|| (cfg.warmup_ratio * total_steps as f64).ceil() as u64);
+        std::fs::create_dir_all(out).with_context(|| format!("could not create '{}'", out.display()))?;
+        let metrics_path = out.join("metrics.jsonl");
+        if resume_from.is_some() {
+            // Drop log lines written after the checkpoint: the resumed run writes them again.
+            let kept: String = state.log_history.iter().map(|r| format!("{r}\n")).collect();
+            std::fs::write(&metrics_path, kept)?;
+        }
+        let metrics_log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&metrics_path)
+            .with_context(|| format!("could not open '{}'", metrics_path.display()))?;
+        let mut state = state;
+        state.total_steps = total_steps;
+        Ok(Trainer {
+            cfg: cfg.clone(),
+            opts: opts.clone(),
+            device: dev,
+            model,
+            optimizer,
+            train,
+            eval,
+            label_names,
+            extra_files,
+            state,
+            batches_per_epoch,
+            total_steps,
+            warmup_steps,
+            metrics_log,
+            notes,
+        })
+    }
+
+    pub fn model(&self) -> &BertTask {
+        &self.model
+    }
+
+    pub fn total_steps(&self) -> u64 {
+        self.total_steps
+    }
+}
+
+/// Batches per epoch and the largest label (classification), from one pass over the split.
+fn count_rows(spec: &LoaderSpec) -> Result<(u64, usize)> {
+    let batches = spec.batches_per_epoch()?;
+    let mut max_label = 0;
+    if matches!(spec.kind, RowKind::Classify) {
+        for b in spec.shards.rows(&spec.split)? {
+            if let Some(l) = b?.label {
+                max_label = max_label.max(l.max(0) as usize);
+            }
+        }
+    }
+    Ok((batches, max_label))
+}
+
+/// The architecture to start from, with the YAML's dropout overrides.
+fn model_config(cfg: &TrainConfig, vocab_size: usize) -> Result<BertConfig> {
+    let m = &cfg.model;
+    let mut c = if let Some(p) = &m.preset {
+        BertConfig::preset(p, vocab_size)?
+    } else if let Some(p) = &m.config {
+        BertConfig::read(p)?
+    } else if let Some(d) = &m.init_from {
+        BertConfig::read(&d.join("config.json"))?
+    } else {
+        bail!("model: give `preset`, `config` or `init_from`");
+    };
+    if let Some(p) = m.hidden_dropout_prob {
+        c.hidden_dropout_prob = p;
+    }
+    if let Some(p) = m.attention_probs_dropout_prob {
+        c.attention_probs_dropout_prob = p;
+    }
+    if let Some(p) = m.classifier_dropout {
+        c.classifier_dropout = Some(p);
+    }
+    Ok(c)
+}
+
+/// A new run needs an output folder without an earlier run in it, unless `--overwrite`.
+fn prepare_output(out: &Path, overwrite: bool) -> Result<()> {
+    let ours = |name: &str| {
+        name.starts_with("checkpoint-")
+            || name.starts_with(".tmp-")
+            || name.starts_with(".old-")
+            || matches!(name, "best" | "final" | "metrics.jsonl" | "plots")
+    };
+    let existing: Vec<PathBuf> = std::fs::read_dir(out)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| ours(&e.file_name().to_string_lossy()))
+        .map(|e| e.path())
+        .collect();
+    if existing.is_empty() {
+        return Ok(());
+    }
+    if !overwrite {
+        bail!(
+            "'{}' already holds a training run; pass --resume to continue it or --overwrite to start again",
+            out.display()
+        );
+    }
+    for p in existing {
+        if p.is_dir() {
+            std::fs::remove_dir_all(&p)?;
+        } else {
+            std::fs::remove_file(&p)?;
+        }
+    }
+    Ok(())
+}

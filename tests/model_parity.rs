@@ -1,0 +1,167 @@
+//! Our candle BERT against PyTorch `transformers` (golden fixtures from
+//! `scripts/make_golden_model.py`): hidden states, every head's logits, losses, gradients after
+//! one backward, and parameters after one clipped AdamW step — within 1e-5.
+
+use std::path::{Path, PathBuf};
+
+use bertpipe::model::bert::{Inputs, Mode};
+use bertpipe::model::{BertTask, ModelKind};
+use bertpipe::train::optim::{clip_grad_norm, AdamW};
+use candle_core::{DType, Device, Tensor};
+use serde_json::Value;
+
+const TOL: f64 = 1e-5;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn golden() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(fixtures().join("golden_model.json")).unwrap()).unwrap()
+}
+
+fn ints(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32))
+        .collect()
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    match v {
+        Value::Array(xs) => xs.iter().flat_map(floats).collect(),
+        Value::Number(n) => vec![n.as_f64().unwrap()],
+        _ => panic!("not a number: {v}"),
+    }
+}
+
+fn close(what: &str, ours: &[f64], theirs: &[f64], tol: f64) {
+    assert_eq!(ours.len(), theirs.len(), "{what}: lengths differ");
+    let worst = ours.iter().zip(theirs).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    assert!(worst <= tol, "{what}: max |Δ| {worst:e} > {tol:e}");
+    assert!(theirs.iter().any(|x| x.abs() > 1e-4), "{what}: the reference is all zeros; the test would prove nothing");
+}
+
+fn tensor_f64(t: &Tensor) -> Vec<f64> {
+    t.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+}
+
+fn inputs(g: &Value) -> (Inputs, usize, usize) {
+    let ids = ints(&g["input_ids"]);
+    let b = g["input_ids"].as_array().unwrap().len();
+    let s = ids.len() / b;
+    let inputs =
+        Inputs::new(&ids, &ints(&g["token_type_ids"]), &ints(&g["attention_mask"]), b, s, &Device::Cpu).unwrap();
+    (inputs, b, s)
+}
+
+fn load(kind: ModelKind, name: &str) -> BertTask {
+    let m = BertTask::from_checkpoint(kind, &fixtures().join(name), None, &Device::Cpu, 0).unwrap();
+    assert!(m.initialised.is_empty(), "{name}: initialised {:?}", m.initialised);
+    assert!(m.unexpected.is_empty(), "{name}: unexpected {:?}", m.unexpected);
+    m
+}
+
+#[test]
+fn hidden_states_and_pretraining_heads_match_transformers() {
+    let g = golden();
+    let m = load(ModelKind::PreTraining, "tiny-bert-pretrain");
+    let (inputs, _, s) = inputs(&g);
+    let hidden = m.bert.forward(&inputs, &mut Mode::eval()).unwrap();
+    close("last_hidden_state", &tensor_f64(&hidden), &floats(&g["hidden"]), TOL);
+
+    let pos: Vec<u32> = g["mlm_positions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_u64().unwrap() as usize * s + p[1].as_u64().unwrap() as usize) as u32)
+        .collect();
+    let pos_t = Tensor::from_slice(&pos, pos.len(), &Device::Cpu).unwrap();
+    let out = m.forward(&inputs, Some(&pos_t), &mut Mode::eval()).unwrap();
+    let mlm = out.mlm_logits.unwrap();
+    close("prediction_logits", &tensor_f64(&mlm), &floats(&g["mlm_logits"]), TOL);
+    let nsp = out.logits.unwrap();
+    close("seq_relationship_logits", &tensor_f64(&nsp), &floats(&g["nsp_logits"]), TOL);
+
+    let ce = |logits: &Tensor, labels: &Value| {
+        let l: Vec<u32> = labels.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+        let t = Tensor::from_slice(&l, l.len(), &Device::Cpu).unwrap();
+        candle_nn::loss::cross_entropy(logits, &t).unwrap().to_scalar::<f32>().unwrap() as f64
+    };
+    let loss = ce(&mlm, &g["mlm_labels"]) + ce(&nsp, &g["nsp_labels"]);
+    close("pretraining loss", &[loss], &[g["pretrain_loss"].as_f64().unwrap()], TOL);
+}
+
+#[test]
+fn classifier_logits_gradients_and_one_adamw_step_match_pytorch() {
+    let g = golden();
+    let m = load(ModelKind::SequenceClassification, "tiny-bert-cls");
+    let (inputs, _, _) = inputs(&g);
+    // Dropout is 0 in the fixture's config, so training mode computes what PyTorch did.
+    let logits = m.forward(&inputs, None, &mut Mode::train(1, 0)).unwrap().logits.unwrap();
+    close("logits", &tensor_f64(&logits), &floats(&g["cls_logits"]), TOL);
+    let labels: Vec<u32> = g["labels"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+    let loss = candle_nn::loss::cross_entropy(&logits, &Tensor::from_slice(&labels, 3, &Device::Cpu).unwrap()).unwrap();
+    close("loss", &[loss.to_scalar::<f32>().unwrap() as f64], &[g["cls_loss"].as_f64().unwrap()], TOL);
+
+    let grads = m.gradients(&loss.backward().unwrap()).unwrap();
+    let index = |name: &str| m.params.vars.iter().position(|(n, _)| n == name).unwrap();
+    for (name, want) in g["grads"].as_object().unwrap() {
+        close(&format!("grad {name}"), &tensor_f64(&grads[index(name)]), &floats(want), TOL);
+    }
+    // Every parameter received a gradient.
+    for (i, (name, _)) in m.params.vars.iter().enumerate() {
+        let norm: f32 = grads[i].sqr().unwrap().sum_all().unwrap().to_scalar().unwrap();
+        assert!(norm > 0.0, "{name} got no gradient");
+    }
+
+    let step = &g["step"];
+    let (clipped, norm) = clip_grad_norm(&grads, step["max_grad_norm"].as_f64().unwrap()).unwrap();
+    close("grad norm", &[norm], &[g["grad_norm"].as_f64().unwrap()], TOL);
+    let before: Vec<Vec<f64>> = m.params.vars.iter().map(|(_, v)| tensor_f64(v.as_tensor())).collect();
+    let mut opt = AdamW::new(&m.params, 0.9, 0.999, 1e-8, step["weight_decay"].as_f64().unwrap()).unwrap();
+    opt.step(&m.params, &clipped, step["lr"].as_f64().unwrap()).unwrap();
+    for (name, want) in g["after_step"].as_object().unwrap() {
+        let var = m.params.get(name).unwrap();
+        close(&format!("{name} after one AdamW step"), &tensor_f64(var.as_tensor()), &floats(want), TOL);
+    }
+    // Every parameter moved.
+    for (i, (name, v)) in m.params.vars.iter().enumerate() {
+        let after = tensor_f64(v.as_tensor());
+        assert!(after.iter().zip(&before[i]).any(|(a, b)| a != b), "{name} did not change after one step");
+    }
+}
+
+#[test]
+fn checkpoint_round_trip_keeps_every_tensor() {
+    let m = load(ModelKind::SequenceClassification, "tiny-bert-cls");
+    let dir = tempfile::tempdir().unwrap();
+    m.save(dir.path()).unwrap();
+    let again =
+        BertTask::from_checkpoint(ModelKind::SequenceClassification, dir.path(), None, &Device::Cpu, 0).unwrap();
+    assert!(again.initialised.is_empty() && again.unexpected.is_empty());
+    for ((n1, a), (n2, b)) in m.params.vars.iter().zip(&again.params.vars) {
+        assert_eq!(n1, n2);
+        assert_eq!(tensor_f64(a.as_tensor()), tensor_f64(b.as_tensor()), "{n1}");
+    }
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["architectures"][0], "BertForSequenceClassification");
+    assert_eq!(config["id2label"]["1"], "pos");
+}
+
+#[test]
+fn a_bare_encoder_checkpoint_loads_with_heads_initialised_and_listed() {
+    // The pretraining checkpoint as a classifier: `classifier.*` is new, `cls.*` unused.
+    let m = BertTask::from_checkpoint(
+        ModelKind::SequenceClassification,
+        &fixtures().join("tiny-bert-pretrain"),
+        None,
+        &Device::Cpu,
+        0,
+    )
+    .unwrap();
+    assert_eq!(m.initialised, vec!["classifier.weight", "classifier.bias"]);
+    assert!(m.unexpected.iter().any(|n| n == "cls.seq_relationship.weight"), "{:?}", m.unexpected);
+}

@@ -1,0 +1,256 @@
+//! `bertpipe train` end to end on the bundled sample: learning, checkpoints, resume equality,
+//! NaN stop, vocabulary and configuration errors, pretraining.
+
+mod common;
+
+use std::path::Path;
+
+use common::{assert_ok, bertpipe, bertpipe_env, root, run_pipeline, stderr};
+use serde_json::Value;
+
+fn metrics(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn shards(dir: &Path, pipeline: &str, extra: &[&str]) -> std::path::PathBuf {
+    let out = dir.join(Path::new(pipeline).file_stem().unwrap());
+    assert_ok(&run_pipeline(pipeline, &out, extra));
+    out
+}
+
+fn train(config: &str, data: &Path, out: &Path, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    train_flags(config, data, out, extra, &[], env)
+}
+
+/// `bertpipe train CONFIG --quiet --set data=… --set output_dir=… --set EXTRA… FLAGS…`.
+fn train_flags(
+    config: &str,
+    data: &Path,
+    out: &Path,
+    extra: &[&str],
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    let (d, o) = (format!("data={}", data.display()), format!("output_dir={}", out.display()));
+    let mut args = vec!["train", config, "--quiet", "--set", &d, "--set", &o];
+    for e in extra {
+        args.extend(["--set", e]);
+    }
+    args.extend_from_slice(flags);
+    bertpipe_env(&args, env)
+}
+
+#[test]
+fn fine_tuning_a_tiny_model_on_the_sample_learns_and_writes_hf_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = shards(dir.path(), "pipelines/imdb.yaml", &[]);
+    let out = dir.path().join("ft");
+    let o = train("pipelines/imdb-finetune.yaml", &data, &out, &[], &[]);
+    assert_ok(&o);
+    let summary = stderr(&o);
+    assert!(summary.contains("final model:") && summary.contains("eval on `test`"), "{summary}");
+
+    let log = metrics(&out);
+    let evals: Vec<&Value> = log.iter().filter(|r| r.get("eval_accuracy").is_some()).collect();
+    assert_eq!(evals.len(), 3, "one evaluation per epoch");
+    let last = evals.last().unwrap();
+    let test_acc = last["eval_accuracy"].as_f64().unwrap();
+    assert!(test_acc >= 0.85, "test accuracy {test_acc}");
+    for key in ["eval_loss", "eval_f1", "eval_roc_auc", "eval_precision", "eval_recall", "eval_confusion"] {
+        assert!(last.get(key).is_some(), "{key} missing from {last}");
+    }
+    let losses: Vec<f64> = log.iter().filter_map(|r| r.get("loss")?.as_f64()).collect();
+    assert!(losses.last().unwrap() < &(losses[0] * 0.5), "training loss did not fall: {losses:?}");
+
+    let (train_m, _) = bertpipe::train::evaluate_checkpoint(&out.join("final"), &data, "train", 64).unwrap();
+    assert!(train_m.accuracy >= 0.9, "training accuracy {}", train_m.accuracy);
+    let (test_m, _) = bertpipe::train::evaluate_checkpoint(&out.join("final"), &data, "test", 64).unwrap();
+    assert!((test_m.accuracy - test_acc).abs() < 1e-9, "final/ is the last step's model");
+
+    for f in ["config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"] {
+        assert!(out.join("final").join(f).exists(), "final/{f}");
+        assert!(out.join("best").join(f).exists(), "best/{f}");
+    }
+    let ckpts: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("checkpoint-"))
+        .collect();
+    assert_eq!(ckpts.len(), 2, "save_total_limit 2");
+    for c in &ckpts {
+        assert!(c.path().join("optimizer.safetensors").exists() && c.path().join("trainer_state.json").exists());
+    }
+    assert_eq!(
+        std::fs::read(out.join("final/vocab.txt")).unwrap(),
+        std::fs::read(root().join("data/vocab/bert-base-uncased.txt")).unwrap()
+    );
+    for f in ["loss.svg", "loss.png", "eval.svg", "eval.png"] {
+        assert!(out.join("plots").join(f).metadata().unwrap().len() > 1000, "plots/{f}");
+    }
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(out.join("final/config.json")).unwrap()).unwrap();
+    assert_eq!(config["architectures"][0], "BertForSequenceClassification");
+    assert_eq!(config["id2label"]["0"], "neg");
+    assert_eq!(config["vocab_size"], 30522);
+
+    // A second run into the same folder is refused without --overwrite.
+    let again = train("pipelines/imdb-finetune.yaml", &data, &out, &[], &[]);
+    assert!(!again.status.success() && stderr(&again).contains("--overwrite"), "{}", stderr(&again));
+}
+
+#[test]
+fn interrupted_and_resumed_training_equals_an_uninterrupted_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = shards(dir.path(), "pipelines/imdb.yaml", &[]);
+    let settings =
+        ["max_steps=6", "save_steps=2", "logging_steps=1", "eval_split=none", "per_device_train_batch_size=8"];
+    let whole = dir.path().join("whole");
+    assert_ok(&train("pipelines/imdb-finetune.yaml", &data, &whole, &settings, &[]));
+
+    let parts = dir.path().join("parts");
+    let o = train("pipelines/imdb-finetune.yaml", &data, &parts, &settings, &[("BERTPIPE_STOP_AT_STEP", "3")]);
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    assert!(parts.join("checkpoint-3").join("trainer_state.json").exists(), "Ctrl-C writes a checkpoint");
+    assert!(!parts.join("final").exists());
+    assert_ok(&train_flags("pipelines/imdb-finetune.yaml", &data, &parts, &settings, &["--resume"], &[]));
+
+    let key = |r: &Value| (r["step"].clone(), r["loss"].clone(), r["learning_rate"].clone(), r["grad_norm"].clone());
+    let a: Vec<_> = metrics(&whole).iter().map(key).collect();
+    let b: Vec<_> = metrics(&parts).iter().map(key).collect();
+    assert_eq!(a.len(), 6);
+    assert_eq!(a, b, "losses after --resume differ from the uninterrupted run");
+    assert_eq!(
+        std::fs::read(whole.join("final/model.safetensors")).unwrap(),
+        std::fs::read(parts.join("final/model.safetensors")).unwrap(),
+        "final weights differ"
+    );
+
+    // A changed config is refused on --resume.
+    let o = train_flags("pipelines/imdb-finetune.yaml", &data, &parts, &["max_steps=7"], &["--resume"], &[]);
+    assert!(!o.status.success() && stderr(&o).contains("config differs"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_nan_loss_stops_with_the_step_and_keeps_the_last_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = shards(dir.path(), "pipelines/imdb.yaml", &[]);
+    let out = dir.path().join("nan");
+    let settings = ["max_steps=5", "save_steps=1", "eval_split=none", "per_device_train_batch_size=4"];
+    let o = train("pipelines/imdb-finetune.yaml", &data, &out, &settings, &[("BERTPIPE_NAN_AT_STEP", "3")]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("loss is NaN at step 3"), "{err}");
+    assert!(err.contains("checkpoint-2") && err.contains("intact"), "{err}");
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("checkpoint-2/trainer_state.json")).unwrap()).unwrap();
+    assert_eq!(state["global_step"], 2);
+    assert!(!out.join("checkpoint-3").exists() && !out.join("final").exists());
+}
+
+#[test]
+fn a_checkpoint_with_another_vocabulary_is_refused_naming_both_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = shards(dir.path(), "pipelines/imdb.yaml", &[]);
+    let ckpt = root().join("tests/fixtures/tiny-bert-cls");
+    let init = format!("model.init_from={}", ckpt.display());
+    let o = train("pipelines/imdb-finetune.yaml", &data, &dir.path().join("x"), &["model.preset=null", &init], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("vocab mismatch"), "{err}");
+    assert!(err.contains("bert-base-uncased.txt") && err.contains("tiny-bert-cls/vocab.txt"), "{err}");
+}
+
+#[test]
+fn configuration_errors_are_located_with_suggestions() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = dir.path().join("t.yaml");
+    std::fs::write(
+        &yaml,
+        "task: classify\ndata: nowhere\nmodel:\n  preset: tiy\noutput_dir: out\nlearning_rat: 1e-3\n",
+    )
+    .unwrap();
+    let o = bertpipe(&["train", yaml.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(78));
+    let err = stderr(&o);
+    assert!(
+        err.contains("t.yaml:6:1: unknown field `learning_rat`") && err.contains("did you mean `learning_rate`?"),
+        "{err}"
+    );
+
+    std::fs::write(&yaml, "task: classify\ndata: nowhere\nmodel:\n  preset: tiy\noutput_dir: out\n").unwrap();
+    let err = stderr(&bertpipe(&["train", yaml.to_str().unwrap()]));
+    assert!(err.contains("t.yaml:2:7: data:") && err.contains("no manifest.json"), "{err}");
+    assert!(err.contains("t.yaml:4:11: model.preset: unknown preset `tiy`, did you mean `tiny`?"), "{err}");
+
+    let o = bertpipe(&["train", "pipelines/imdb-finetune.yaml", "--set", "task=clasify"]);
+    assert_eq!(o.status.code(), Some(78));
+    assert!(stderr(&o).contains("did you mean `classify`?"), "{}", stderr(&o));
+}
+
+#[test]
+fn pretraining_lowers_the_mlm_loss_and_checkpoints_load_as_classifiers() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = shards(dir.path(), "pipelines/imdb-pretrain.yaml", &[]);
+    let out = dir.path().join("mlm");
+    assert_ok(&train(
+        "pipelines/imdb-mlm.yaml",
+        &data,
+        &out,
+        &["max_steps=200", "eval_steps=200", "save_steps=200"],
+        &[],
+    ));
+    let log = metrics(&out);
+    let losses: Vec<f64> = log.iter().filter_map(|r| r.get("loss")?.as_f64()).collect();
+    assert!(losses[0] - losses.last().unwrap() > 2.0, "MLM+NSP loss did not fall clearly: {losses:?}");
+    let eval = log.iter().rev().find(|r| r.get("eval_mlm_accuracy").is_some()).unwrap();
+    for key in ["eval_mlm_loss", "eval_perplexity", "eval_nsp_accuracy", "eval_nsp_loss"] {
+        assert!(eval.get(key).is_some(), "{key}: {eval}");
+    }
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(out.join("final/config.json")).unwrap()).unwrap();
+    assert_eq!(config["architectures"][0], "BertForPreTraining");
+
+    // Classification shards, wrong task: refused with what to do.
+    let o = train("pipelines/imdb-finetune.yaml", &data, &dir.path().join("wrong"), &[], &[]);
+    assert!(stderr(&o).contains("holds `pretrain` shards"), "{}", stderr(&o));
+
+    // The pretrained encoder fine-tunes: classifier initialised, MLM/NSP heads listed as unused.
+    let cls = shards(dir.path(), "pipelines/imdb.yaml", &[]);
+    let init = format!("model.init_from={}", out.join("final").display());
+    let o = train(
+        "pipelines/imdb-finetune.yaml",
+        &cls,
+        &dir.path().join("ft"),
+        &["model.preset=null", &init, "max_steps=2", "eval_split=none"],
+        &[],
+    );
+    assert_ok(&o);
+    let err = stderr(&o);
+    assert!(err.contains("initialised (not in the checkpoint): classifier.weight, classifier.bias"), "{err}");
+    assert!(err.contains("not used from the checkpoint: cls.predictions.bias"), "{err}");
+}
+
+#[test]
+fn dynamic_masking_and_packed_rows_with_block_diagonal_attention_train() {
+    let dir = tempfile::tempdir().unwrap();
+    let packed = shards(
+        dir.path(),
+        "pipelines/imdb-pretrain.yaml",
+        &["--set", "steps[7].nsp=false", "--set", "steps[7].masking=dynamic"],
+    );
+    let out = dir.path().join("packed");
+    let o = train(
+        "pipelines/imdb-mlm.yaml",
+        &packed,
+        &out,
+        &["max_steps=4", "eval_steps=4", "save_steps=4", "attention=block_diagonal", "per_device_train_batch_size=8"],
+        &[],
+    );
+    assert_ok(&o);
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(out.join("final/config.json")).unwrap()).unwrap();
+    assert_eq!(config["architectures"][0], "BertForMaskedLM");
+    let eval = metrics(&out).into_iter().rev().find(|r| r.get("eval_mlm_loss").is_some()).unwrap();
+    assert!(eval["eval_mlm_loss"].as_f64().unwrap().is_finite() && eval.get("eval_nsp_loss").is_none(), "{eval}");
+}
