@@ -191,6 +191,12 @@ impl Trainer {
                     break 'epochs;
                 }
             }
+            if self.state.epoch_index == epoch {
+                bail!(
+                    "epoch {epoch} ended after {consumed} batches, {} were expected: did the shards change during training?",
+                    self.batches_per_epoch
+                );
+            }
         }
         bar.finish_and_clear();
         let final_dir = if interrupted {
