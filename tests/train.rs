@@ -195,13 +195,7 @@ fn pretraining_lowers_the_mlm_loss_and_checkpoints_load_as_classifiers() {
     let dir = tempfile::tempdir().unwrap();
     let data = shards(dir.path(), "pipelines/imdb-pretrain.yaml", &[]);
     let out = dir.path().join("mlm");
-    assert_ok(&train(
-        "pipelines/imdb-mlm.yaml",
-        &data,
-        &out,
-        &["max_steps=200", "eval_steps=200", "save_steps=200"],
-        &[],
-    ));
+    assert_ok(&train("pipelines/imdb-mlm.yaml", &data, &out, &["max_steps=60", "eval_steps=60", "save_steps=60"], &[]));
     let log = metrics(&out);
     let losses: Vec<f64> = log.iter().filter_map(|r| r.get("loss")?.as_f64()).collect();
     assert!(losses[0] - losses.last().unwrap() > 2.0, "MLM+NSP loss did not fall clearly: {losses:?}");

@@ -283,7 +283,7 @@ impl TrainConfig {
                 y.error(key, "must be at least 1".into());
             }
         }
-        if !(self.learning_rate > 0.0) {
+        if self.learning_rate.is_nan() || self.learning_rate <= 0.0 {
             y.error("learning_rate", format!("must be positive, got {}", self.learning_rate));
         }
         if !(0.0..=1.0).contains(&self.warmup_ratio) {
@@ -295,7 +295,7 @@ impl TrainConfig {
         if !(0.0..1.0).contains(&self.adam_beta1) || !(0.0..1.0).contains(&self.adam_beta2) {
             y.error("adam_beta1", "adam_beta1 and adam_beta2 must be in [0, 1)".into());
         }
-        if self.max_steps.is_none() && !(self.num_train_epochs > 0.0) {
+        if self.max_steps.is_none() && (self.num_train_epochs.is_nan() || self.num_train_epochs <= 0.0) {
             y.error("num_train_epochs", format!("must be positive, got {}", self.num_train_epochs));
         }
         if self.max_steps == Some(0) {
