@@ -355,7 +355,7 @@ mod tests {
         assert!((m.f1 - 2.0 / 3.0).abs() < 1e-12);
         // Positive scores 0.8 0.4 0.9 vs negative 0.1 0.7: pairs won 2+1+2 of 6 → 5/6.
         assert!((m.roc_auc.unwrap() - 5.0 / 6.0).abs() < 1e-12);
-        let loss = -(0.8f64.ln() + 0.4f64.ln() + 0.9f64.ln() + 0.7f64.ln() + 0.9f64.ln()) / 5.0;
+        let loss = -(0.8f64.ln() + 0.4f64.ln() + 0.9f64.ln() + 0.3f64.ln() + 0.9f64.ln()) / 5.0;
         assert!((m.loss - loss).abs() < 1e-12);
         assert_eq!(m.per_class[0].support, 2);
     }
