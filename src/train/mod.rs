@@ -563,6 +563,9 @@ pub fn format_summary(s: &TrainSummary) -> String {
         if let Some(obj) = e.as_object() {
             for (k, v) in obj {
                 if let (Some(name), Some(x)) = (k.strip_prefix("eval_"), v.as_f64()) {
+                    if name.ends_with("examples") || name.ends_with("tokens") {
+                        continue;
+                    }
                     if !name.starts_with("doc_") || name.ends_with("accuracy") || name.ends_with("f1") {
                         parts.push(format!("{name} {x:.4}"));
                     }
