@@ -13,7 +13,6 @@ use sha2::{Digest, Sha256};
 use crate::clean::PipelineStep;
 use crate::config::Pipeline;
 use crate::document::Document;
-use crate::sequence::mask::MaskSpec;
 use crate::sequence::pretrain::{Masking, PretrainBuilder, PretrainSequences};
 use crate::sequence::Truncation;
 use crate::sink::manifest::{self, Journal, Manifest, RejectsInfo, SplitStats, REJECTS};
@@ -312,16 +311,7 @@ pub fn prepare_steps(steps: &mut [PipelineStep]) -> Result<Option<TokenizerInfo>
             }
             PipelineStep::PretrainSequences(p) => {
                 let t = info.as_ref().context("pretrain_sequences needs a tokenize step before it")?;
-                let s = t.special_ids;
-                p.mask_spec = Some(MaskSpec {
-                    masked_lm_prob: p.masked_lm_prob,
-                    max_predictions_per_seq: p.max_predictions(),
-                    whole_word_mask: p.whole_word_mask,
-                    mask_id: s.mask,
-                    special_ids: vec![s.pad, s.unk, s.cls, s.sep, s.mask],
-                    vocab_size: t.vocab_size as u32,
-                    is_continuation: std::mem::take(&mut continuation),
-                });
+                p.mask_spec = Some(p.mask_spec(t, std::mem::take(&mut continuation)));
             }
             _ => {}
         }

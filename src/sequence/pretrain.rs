@@ -84,6 +84,21 @@ fn default_partner_buffer() -> usize {
 }
 
 impl PretrainSequences {
+    /// The masking this step does, for a tokenizer (`is_continuation[id]`: a `##` piece). The
+    /// pipeline's static masking and the trainer's dynamic masking both build it here.
+    pub fn mask_spec(&self, tokenizer: &crate::tokenize::TokenizerInfo, is_continuation: Vec<bool>) -> MaskSpec {
+        let s = tokenizer.special_ids;
+        MaskSpec {
+            masked_lm_prob: self.masked_lm_prob,
+            max_predictions_per_seq: self.max_predictions(),
+            whole_word_mask: self.whole_word_mask,
+            mask_id: s.mask,
+            special_ids: vec![s.pad, s.unk, s.cls, s.sep, s.mask],
+            vocab_size: tokenizer.vocab_size as u32,
+            is_continuation,
+        }
+    }
+
     pub fn max_predictions(&self) -> usize {
         self.max_predictions_per_seq.unwrap_or((self.max_len as f64 * 0.15).round() as usize)
     }
