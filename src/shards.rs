@@ -19,6 +19,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, Int8Type};
 use arrow_array::{Array, RecordBatch};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
 
 use crate::sink::manifest::Manifest;
 use crate::sink::shard::sha256_file;
@@ -102,27 +103,58 @@ impl ShardSet {
         Ok(())
     }
 
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     pub fn splits(&self) -> impl Iterator<Item = &str> {
         self.manifest.splits.keys().map(String::as_str)
     }
 
-    /// Record batches of one split, shard by shard, in order.
-    pub fn batches(&self, split: &str) -> Result<impl Iterator<Item = Result<RecordBatch>> + '_> {
-        let stats = self.manifest.splits.get(split).with_context(|| {
+    fn split(&self, split: &str) -> Result<&crate::sink::manifest::SplitStats> {
+        self.manifest.splits.get(split).with_context(|| {
             format!(
                 "no split `{split}` in '{}'; it has: {}",
                 self.root.display(),
                 self.splits().collect::<Vec<_>>().join(", ")
             )
-        })?;
-        Ok(stats.shards.iter().flat_map(move |shard| {
-            let path = self.root.join(&shard.file);
-            let open = || -> Result<_> {
-                let f = File::open(&path).with_context(|| format!("could not open '{}'", path.display()))?;
-                Ok(ParquetRecordBatchReaderBuilder::try_new(f)?.build()?)
-            };
-            let batches: Box<dyn Iterator<Item = Result<RecordBatch>>> = match open() {
-                Ok(reader) => Box::new(reader.map(move |b| b.map_err(anyhow::Error::from))),
+        })
+    }
+
+    /// Shards in a split, and rows in each (from the manifest).
+    pub fn shard_rows(&self, split: &str) -> Result<Vec<u64>> {
+        Ok(self.split(split)?.shards.iter().map(|s| s.rows).collect())
+    }
+
+    /// Record batches of one shard (`shard`: its index in the split), with only `columns` when
+    /// given.
+    pub fn shard_batches(
+        &self,
+        split: &str,
+        shard: usize,
+        columns: Option<&[&str]>,
+    ) -> Result<impl Iterator<Item = Result<RecordBatch>>> {
+        let info =
+            self.split(split)?.shards.get(shard).with_context(|| format!("split `{split}` has no shard {shard}"))?;
+        let path = self.root.join(&info.file);
+        let f = File::open(&path).with_context(|| format!("could not open '{}'", path.display()))?;
+        let mut builder = ParquetRecordBatchReaderBuilder::try_new(f)
+            .with_context(|| format!("'{}' is not a Parquet file", path.display()))?;
+        if let Some(columns) = columns {
+            let mask = ProjectionMask::columns(builder.parquet_schema(), columns.iter().copied());
+            builder = builder.with_projection(mask);
+        }
+        let reader = builder.build()?;
+        Ok(reader.map(move |b| b.with_context(|| format!("could not read '{}'", path.display()))))
+    }
+
+    /// Record batches of one split, shard by shard, in order.
+    pub fn batches(&self, split: &str) -> Result<impl Iterator<Item = Result<RecordBatch>> + '_> {
+        let n = self.split(split)?.shards.len();
+        let split = split.to_string();
+        Ok((0..n).flat_map(move |i| {
+            let batches: Box<dyn Iterator<Item = Result<RecordBatch>>> = match self.shard_batches(&split, i, None) {
+                Ok(reader) => Box::new(reader),
                 Err(e) => Box::new(std::iter::once(Err(e))),
             };
             batches
@@ -135,6 +167,38 @@ impl ShardSet {
             Ok(rows) => rows.into_iter().map(Ok).collect::<Vec<_>>(),
             Err(e) => vec![Err(e)],
         }))
+    }
+
+    /// Classification rows of one shard.
+    pub fn classify_shard(&self, split: &str, shard: usize) -> Result<Vec<ClassifyRow>> {
+        let mut out = Vec::new();
+        for b in self.shard_batches(split, shard, None)? {
+            out.extend(classify_rows(&b?)?);
+        }
+        Ok(out)
+    }
+
+    /// Pretraining rows of one shard.
+    pub fn pretrain_shard(&self, split: &str, shard: usize) -> Result<Vec<PretrainRow>> {
+        let mut out = Vec::new();
+        for b in self.shard_batches(split, shard, None)? {
+            out.extend(pretrain_rows(&b?)?);
+        }
+        Ok(out)
+    }
+
+    /// The `label` column of a split (null: unlabelled), read without the other columns.
+    pub fn labels(&self, split: &str) -> Result<Vec<Option<i64>>> {
+        let mut out = Vec::new();
+        for i in 0..self.split(split)?.shards.len() {
+            for b in self.shard_batches(split, i, Some(&["label"]))? {
+                let b = b?;
+                let col = b.column_by_name("label").context("shard has no `label` column")?;
+                let labels = col.as_primitive::<Int64Type>();
+                out.extend((0..labels.len()).map(|i| (!labels.is_null(i)).then(|| labels.value(i))));
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -150,20 +214,6 @@ pub struct PretrainRow {
     pub masked_lm_ids: Option<Vec<i32>>,
     /// Packed rows: where each document starts.
     pub doc_boundaries: Option<Vec<i32>>,
-}
-
-impl ShardSet {
-    /// Pretraining rows of one split, in order.
-    pub fn pretrain_rows(&self, split: &str) -> Result<impl Iterator<Item = Result<PretrainRow>> + '_> {
-        Ok(self.batches(split)?.flat_map(|batch| match batch.and_then(|b| pretrain_rows(&b)) {
-            Ok(rows) => rows.into_iter().map(Ok).collect::<Vec<_>>(),
-            Err(e) => vec![Err(e)],
-        }))
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
 }
 
 fn pretrain_rows(batch: &RecordBatch) -> Result<Vec<PretrainRow>> {

@@ -34,9 +34,6 @@ pub struct Best {
     pub metric: String,
     pub value: f64,
     pub step: u64,
-    /// Whether `best/` holds this step's weights yet.
-    #[serde(default)]
-    pub saved: bool,
 }
 
 pub const STATE_FORMAT: &str = "bertpipe-trainer-state/1";

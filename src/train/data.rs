@@ -54,8 +54,8 @@ pub struct Batch {
 /// How rows become examples.
 #[derive(Clone)]
 pub enum RowKind {
-    /// Label values → class index; rows without a label are counted and skipped.
-    Classify,
+    /// Labels must lie in `0..num_labels`; rows without a label are skipped.
+    Classify { num_labels: usize },
     /// `mask`: dynamic masking (shards hold unmasked ids).
     Pretrain { mask: Option<Arc<MaskSpec>> },
 }
@@ -80,42 +80,81 @@ pub struct LoaderSpec {
 const GROUP_BATCHES: usize = 50;
 
 impl LoaderSpec {
-    /// Examples of the split in shard order (no shuffling); unlabelled classification rows
-    /// are skipped, `skipped` counts them.
+    /// Examples of the split, shard by shard in `shard_order`; every row keeps its index in
+    /// the split (which keys dynamic masking).
     fn rows(&self, shard_order: &[usize], epoch: u64) -> Result<Box<dyn Iterator<Item = Result<Example>> + Send + '_>> {
-        let stats = self.shards.manifest.splits.get(&self.split).ok_or_else(|| {
-            anyhow::anyhow!(
-                "no split `{}` in '{}'; it has: {}",
-                self.split,
-                self.shards.root().display(),
-                self.shards.splits().collect::<Vec<_>>().join(", ")
-            )
-        })?;
-        // Row offsets of each shard, so every row keeps its index in the split.
-        let mut offsets = Vec::with_capacity(stats.shards.len());
-        let mut total = 0u64;
-        for s in &stats.shards {
-            offsets.push(total);
-            total += s.rows;
-        }
-        let root = self.shards.root().to_path_buf();
-        let files: Vec<(std::path::PathBuf, u64)> =
-            shard_order.iter().map(|&i| (root.join(&stats.shards[i].file), offsets[i])).collect();
-        let kind = self.kind.clone();
-        let seed = self.seed;
-        Ok(Box::new(files.into_iter().flat_map(move |(path, offset)| {
-            let rows = read_shard(&path, &kind, offset, seed, epoch);
-            match rows {
-                Ok(rows) => rows.into_iter().map(Ok).collect::<Vec<_>>(),
-                Err(e) => vec![Err(e)],
-            }
+        let sizes = self.shards.shard_rows(&self.split)?;
+        let offsets: Vec<u64> = sizes.iter().scan(0, |at, &n| Some(std::mem::replace(at, *at + n))).collect();
+        let order = shard_order.to_vec();
+        Ok(Box::new(order.into_iter().flat_map(move |i| match self.shard_examples(i, offsets[i], epoch) {
+            Ok(rows) => rows.into_iter().map(Ok).collect::<Vec<_>>(),
+            Err(e) => vec![Err(e)],
         })))
+    }
+
+    /// One shard's rows as examples.
+    fn shard_examples(&self, shard: usize, offset: u64, epoch: u64) -> Result<Vec<Example>> {
+        let widen = |xs: &[i32]| xs.iter().map(|&x| x as u32).collect::<Vec<u32>>();
+        let types = |xs: &[i8]| xs.iter().map(|&x| x as u32).collect::<Vec<u32>>();
+        let mut out = Vec::new();
+        match &self.kind {
+            RowKind::Classify { num_labels } => {
+                for (i, row) in self.shards.classify_shard(&self.split, shard)?.into_iter().enumerate() {
+                    let Some(label) = row.label else { continue };
+                    if label < 0 || label as usize >= *num_labels {
+                        bail!(
+                            "'{}' row {i} (id {}): label {label} is outside 0..{num_labels}; the model has {num_labels} classes",
+                            self.shard_file(shard).display(),
+                            row.id
+                        );
+                    }
+                    out.push(Example {
+                        index: offset + i as u64,
+                        input_ids: widen(&row.input_ids),
+                        token_type_ids: types(&row.token_type_ids),
+                        label: Some(label as usize),
+                        doc_id: row.doc_id.unwrap_or(row.id),
+                        ..Default::default()
+                    });
+                }
+            }
+            RowKind::Pretrain { mask } => {
+                for (i, row) in self.shards.pretrain_shard(&self.split, shard)?.into_iter().enumerate() {
+                    let index = offset + i as u64;
+                    let mut e = Example {
+                        index,
+                        input_ids: widen(&row.input_ids),
+                        token_type_ids: types(&row.token_type_ids),
+                        nsp_label: row.next_sentence_label.map(|l| l as u32),
+                        doc_boundaries: row.doc_boundaries.as_deref().map(widen).unwrap_or_default(),
+                        ..Default::default()
+                    };
+                    match (mask, &row.masked_lm_positions, &row.masked_lm_ids) {
+                        (Some(spec), _, _) => {
+                            let m = spec.mask(&e.input_ids, self.seed, epoch, index);
+                            (e.input_ids, e.masked_positions, e.masked_ids) = (m.input_ids, m.positions, m.labels);
+                        }
+                        (None, Some(p), Some(ids)) => (e.masked_positions, e.masked_ids) = (widen(p), widen(ids)),
+                        _ => bail!(
+                            "'{}' has no masked_lm_positions/masked_lm_ids and its pipeline's masking is not dynamic",
+                            self.shard_file(shard).display()
+                        ),
+                    }
+                    out.push(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn shard_file(&self, shard: usize) -> std::path::PathBuf {
+        let file = &self.shards.manifest.splits[&self.split].shards[shard].file;
+        self.shards.root().join(file)
     }
 
     /// The batches of `epoch`, in training order.
     pub fn epoch(&self, epoch: u64) -> Result<impl Iterator<Item = Result<Batch>> + Send + '_> {
-        let n_shards = self.shards.manifest.splits.get(&self.split).map(|s| s.shards.len()).unwrap_or(0);
-        let mut order: Vec<usize> = (0..n_shards).collect();
+        let mut order: Vec<usize> = (0..self.shards.shard_rows(&self.split)?.len()).collect();
         let mut rng = Rng::for_key(self.seed, &[0x5348_5546, epoch]);
         if self.shuffle {
             shuffle(&mut order, &mut rng);
@@ -182,24 +221,12 @@ impl LoaderSpec {
         b
     }
 
-    /// Number of batches an epoch yields (counts rows; no tensors are built).
-    pub fn batches_per_epoch(&self) -> Result<u64> {
-        let n_shards = self.shards.manifest.splits.get(&self.split).map(|s| s.shards.len()).unwrap_or(0);
-        let order: Vec<usize> = (0..n_shards).collect();
-        let mut rows = 0u64;
-        for e in self.rows(&order, 0)? {
-            e?;
-            rows += 1;
-        }
-        if rows == 0 {
-            bail!("split `{}` of '{}' has no usable rows", self.split, self.shards.root().display());
-        }
+    /// Number of batches an epoch of `rows` usable rows yields.
+    pub fn batches_per_epoch(&self, rows: u64) -> u64 {
         let window =
             if self.group_by_length { (self.batch_size * GROUP_BATCHES) as u64 } else { self.batch_size as u64 };
-        let full = rows / window;
-        let rest = rows % window;
         let per_window = window.div_ceil(self.batch_size as u64);
-        Ok(full * per_window + rest.div_ceil(self.batch_size as u64))
+        (rows / window) * per_window + (rows % window).div_ceil(self.batch_size as u64)
     }
 
     /// Runs [`LoaderSpec::epoch`] on a background thread, skipping the first `skip` batches;
@@ -226,100 +253,6 @@ impl LoaderSpec {
             .expect("spawn the loader thread");
         rx
     }
-}
-
-fn read_shard(path: &std::path::Path, kind: &RowKind, offset: u64, seed: u64, epoch: u64) -> Result<Vec<Example>> {
-    use arrow_array::cast::AsArray;
-    use arrow_array::types::{Int32Type, Int64Type, Int8Type};
-    use arrow_array::Array;
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let f = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("could not open '{}': {e}", path.display()))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(f)?.build()?;
-    let mut out = Vec::new();
-    let mut index = offset;
-    for batch in reader {
-        let batch = batch?;
-        let col = |name: &str| {
-            batch.column_by_name(name).ok_or_else(|| anyhow::anyhow!("'{}' has no `{name}` column", path.display()))
-        };
-        let ids = col("input_ids")?.as_list::<i32>().clone();
-        let types = col("token_type_ids")?.as_list::<i32>().clone();
-        let list = |name: &str| batch.column_by_name(name).map(|c| c.as_list::<i32>().clone());
-        let ints = |l: &arrow_array::ListArray, i: usize| -> Vec<u32> {
-            l.value(i).as_primitive::<Int32Type>().values().iter().map(|&x| x as u32).collect()
-        };
-        match kind {
-            RowKind::Classify => {
-                let id = col("id")?.as_string::<i32>().clone();
-                let label = col("label")?.as_primitive::<Int64Type>().clone();
-                let doc = batch.column_by_name("doc_id").map(|c| c.as_string::<i32>().clone());
-                for i in 0..batch.num_rows() {
-                    let row_index = index;
-                    index += 1;
-                    if label.is_null(i) {
-                        continue;
-                    }
-                    let l = label.value(i);
-                    if l < 0 {
-                        bail!("'{}' row {}: label {l} is negative", path.display(), i);
-                    }
-                    out.push(Example {
-                        index: row_index,
-                        input_ids: ints(&ids, i),
-                        token_type_ids: types
-                            .value(i)
-                            .as_primitive::<Int8Type>()
-                            .values()
-                            .iter()
-                            .map(|&t| t as u32)
-                            .collect(),
-                        label: Some(l as usize),
-                        doc_id: doc.as_ref().map(|d| d.value(i).to_string()).unwrap_or_else(|| id.value(i).to_string()),
-                        ..Default::default()
-                    });
-                }
-            }
-            RowKind::Pretrain { mask } => {
-                let nsp = batch.column_by_name("next_sentence_label").map(|c| c.as_primitive::<Int8Type>().clone());
-                let (pos, mids, bounds) = (list("masked_lm_positions"), list("masked_lm_ids"), list("doc_boundaries"));
-                for i in 0..batch.num_rows() {
-                    let mut e = Example {
-                        index,
-                        input_ids: ints(&ids, i),
-                        token_type_ids: types
-                            .value(i)
-                            .as_primitive::<Int8Type>()
-                            .values()
-                            .iter()
-                            .map(|&t| t as u32)
-                            .collect(),
-                        nsp_label: nsp.as_ref().map(|c| c.value(i) as u32),
-                        doc_boundaries: bounds.as_ref().map(|b| ints(b, i)).unwrap_or_default(),
-                        ..Default::default()
-                    };
-                    match (mask, &pos, &mids) {
-                        (Some(spec), _, _) => {
-                            let m = spec.mask(&e.input_ids, seed, epoch, index);
-                            e.input_ids = m.input_ids;
-                            e.masked_positions = m.positions;
-                            e.masked_ids = m.labels;
-                        }
-                        (None, Some(p), Some(m)) => {
-                            e.masked_positions = ints(p, i);
-                            e.masked_ids = ints(m, i);
-                        }
-                        _ => bail!(
-                            "'{}' has no masked_lm_positions/masked_lm_ids and the pipeline's masking is not dynamic",
-                            path.display()
-                        ),
-                    }
-                    index += 1;
-                    out.push(e);
-                }
-            }
-        }
-    }
-    Ok(out)
 }
 
 fn shuffle<T>(xs: &mut [T], rng: &mut Rng) {

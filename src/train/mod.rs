@@ -126,7 +126,8 @@ impl Trainer {
         'epochs: while self.state.global_step < self.total_steps {
             let epoch = self.state.epoch_index;
             let batches = self.train.spawn(epoch, self.state.batch_in_epoch);
-            let mut micro: Vec<Vec<Tensor>> = Vec::new();
+            // Gradients summed over the micro-batches of one optimiser step.
+            let mut summed: Option<Vec<Tensor>> = None;
             let mut pending = 0u64;
             let mut consumed = self.state.batch_in_epoch;
             for batch in batches {
@@ -137,7 +138,11 @@ impl Trainer {
                 let loss = self.loss(&batch, step_mode)?;
                 let value = self.check_finite(&loss)?;
                 let grads = (loss / accum as f64)?.backward()?;
-                micro.push(self.model.gradients(&grads)?);
+                let grads = self.model.gradients(&grads)?;
+                summed = Some(match summed.take() {
+                    None => grads,
+                    Some(sum) => sum.iter().zip(&grads).map(|(a, b)| a + b).collect::<candle_core::Result<_>>()?,
+                });
                 pending += 1;
                 window.add(value, batch.rows, batch.tokens);
                 (samples, tokens) = (samples + batch.rows as u64, tokens + batch.tokens as u64);
@@ -145,7 +150,7 @@ impl Trainer {
                 if pending < accum && !epoch_done {
                     continue;
                 }
-                // Optimiser step: sum, clip, AdamW at the scheduled rate.
+                // Optimiser step: clip, AdamW at the scheduled rate.
                 let lr = optim::learning_rate(
                     self.cfg.lr_scheduler_type,
                     self.cfg.learning_rate,
@@ -153,7 +158,9 @@ impl Trainer {
                     self.warmup_steps,
                     self.total_steps,
                 );
-                let grad_norm = self.apply(std::mem::take(&mut micro), lr)?;
+                let (grads, grad_norm) =
+                    optim::clip_grad_norm(&summed.take().expect("one micro-batch at least"), self.cfg.max_grad_norm)?;
+                self.optimizer.step(&self.model.params, &grads, lr)?;
                 pending = 0;
                 self.state.global_step += 1;
                 self.state.batch_in_epoch = consumed;
@@ -174,7 +181,7 @@ impl Trainer {
                 if eval_now && self.eval.is_some() {
                     let metrics = self.evaluate(&bar)?;
                     self.log(metrics.clone())?;
-                    self.track_best(&metrics);
+                    self.track_best(&metrics)?;
                     last_eval = Some(metrics);
                 }
                 let save_now =
@@ -224,13 +231,12 @@ impl Trainer {
 
     /// The training loss of one batch.
     fn loss(&self, batch: &Batch, mut mode: Mode) -> Result<Tensor> {
-        let (out, inputs) = self.forward(batch, &mut mode)?;
-        drop(inputs);
+        let out = self.runner().forward(batch, &mut mode)?;
         self.batch_loss(batch, &out)
     }
 
-    fn forward(&self, batch: &Batch, mode: &mut Mode) -> Result<(Outputs, Inputs)> {
-        EvalContext { model: &self.model, device: &self.device, attention: self.cfg.attention }.forward(batch, mode)
+    fn runner(&self) -> Runner<'_> {
+        Runner { model: &self.model, device: &self.device, attention: self.cfg.attention }
     }
 
     /// Mean cross-entropy: of the labels (classify), or MLM over masked tokens + NSP.
@@ -272,27 +278,13 @@ impl Trainer {
         Ok(v)
     }
 
-    /// Sums micro-batch gradients, clips, steps; returns the norm before clipping.
-    fn apply(&mut self, micro: Vec<Vec<Tensor>>, lr: f64) -> Result<f64> {
-        let mut iter = micro.into_iter();
-        let mut sum = iter.next().context("no gradients")?;
-        for g in iter {
-            for (s, x) in sum.iter_mut().zip(g) {
-                *s = (&*s + x)?;
-            }
-        }
-        let (grads, norm) = optim::clip_grad_norm(&sum, self.cfg.max_grad_norm)?;
-        self.optimizer.step(&self.model.params, &grads, lr)?;
-        Ok(norm)
-    }
-
     /// Evaluation on the eval split: metrics as one `metrics.jsonl` record.
     fn evaluate(&self, bar: &ProgressBar) -> Result<Value> {
         let spec = self.eval.as_ref().expect("evaluate is called with an eval split");
         bar.set_message(format!("evaluating on `{}`", spec.split));
         let mut record =
             json!({"step": self.state.global_step, "epoch": round4(self.epoch_progress()), "split": spec.split});
-        let ctx = EvalContext { model: &self.model, device: &self.device, attention: self.cfg.attention };
+        let ctx = self.runner();
         match self.cfg.task {
             Task::Classify => {
                 let (rows, docs) = evaluate_classify(&ctx, spec, &self.label_names)?;
@@ -308,44 +300,34 @@ impl Trainer {
         Ok(record)
     }
 
-    fn track_best(&mut self, metrics: &Value) {
+    /// A better evaluation than any before replaces `best/` with the weights evaluated.
+    fn track_best(&mut self, metrics: &Value) -> Result<()> {
         let (name, greater) = self.cfg.best_metric();
-        let Some(value) = metrics.get(format!("eval_{name}")).and_then(Value::as_f64) else { return };
+        let Some(value) = metrics.get(format!("eval_{name}")).and_then(Value::as_f64) else { return Ok(()) };
         let better = match &self.state.best {
             None => true,
             Some(b) => (greater && value > b.value) || (!greater && value < b.value),
         };
         if better {
-            self.state.best =
-                Some(checkpoint::Best { metric: name, value, step: self.state.global_step, saved: false });
+            self.state.best = Some(checkpoint::Best { metric: name, value, step: self.state.global_step });
+            checkpoint::write_atomic(&self.cfg.output_dir.join("best"), |tmp| {
+                self.write_model(tmp)?;
+                self.state.write(tmp)
+            })?;
         }
+        Ok(())
     }
 
-    /// `checkpoint-<step>/` (atomic), then `best/` when this step is the best so far, then the
-    /// oldest checkpoints beyond `save_total_limit` go.
+    /// `checkpoint-<step>/` (atomic); the oldest beyond `save_total_limit` go.
     fn save_checkpoint(&mut self) -> Result<()> {
-        let step = self.state.global_step;
-        let dir = self.cfg.output_dir.join(format!("checkpoint-{step}"));
-        let best_is_now = self.state.best.as_ref().is_some_and(|b| b.step == step && !b.saved);
-        if let Some(b) = self.state.best.as_mut() {
-            if best_is_now {
-                b.saved = true;
-            }
-        }
+        let dir = self.cfg.output_dir.join(format!("checkpoint-{}", self.state.global_step));
         checkpoint::write_atomic(&dir, |tmp| {
             self.write_model(tmp)?;
             let tensors = self.optimizer.state_tensors(&self.model.params);
             crate::model::save_safetensors(&tensors, None, &tmp.join(checkpoint::OPTIMIZER))?;
             self.state.write(tmp)
         })?;
-        if best_is_now {
-            checkpoint::write_atomic(&self.cfg.output_dir.join("best"), |tmp| {
-                self.write_model(tmp)?;
-                self.state.write(tmp)
-            })?;
-        }
-        checkpoint::rotate(&self.cfg.output_dir, self.cfg.save_total_limit)?;
-        Ok(())
+        checkpoint::rotate(&self.cfg.output_dir, self.cfg.save_total_limit)
     }
 
     /// The HF part of a checkpoint: config.json, model.safetensors, vocab and tokenizer config.
@@ -409,14 +391,14 @@ impl Trainer {
 }
 
 /// A model on a device, ready to run batches.
-pub struct EvalContext<'a> {
+pub struct Runner<'a> {
     pub model: &'a BertTask,
     pub device: &'a Device,
     pub attention: AttentionKind,
 }
 
-impl EvalContext<'_> {
-    pub fn forward(&self, batch: &Batch, mode: &mut Mode) -> Result<(Outputs, Inputs)> {
+impl Runner<'_> {
+    pub fn forward(&self, batch: &Batch, mode: &mut Mode) -> Result<Outputs> {
         let d = self.device;
         let mut inputs =
             Inputs::new(&batch.input_ids, &batch.token_type_ids, &batch.attention_mask, batch.rows, batch.seq, d)?;
@@ -427,14 +409,13 @@ impl EvalContext<'_> {
             crate::model::ModelKind::SequenceClassification => None,
             _ => Some(Tensor::from_slice(&batch.mlm_positions, batch.mlm_positions.len(), d)?),
         };
-        let out = self.model.forward(&inputs, positions.as_ref(), mode)?;
-        Ok((out, inputs))
+        self.model.forward(&inputs, positions.as_ref(), mode)
     }
 }
 
 /// Classification metrics over a split, per row and (when rows are windows) per document.
 pub fn evaluate_classify(
-    ctx: &EvalContext,
+    ctx: &Runner,
     spec: &LoaderSpec,
     names: &[String],
 ) -> Result<(ClassificationMetrics, Option<ClassificationMetrics>)> {
@@ -443,7 +424,7 @@ pub fn evaluate_classify(
     let mut docs = Vec::new();
     for batch in spec.epoch(0)? {
         let batch = batch?;
-        let (out, _) = ctx.forward(&batch, &mut mode)?;
+        let out = ctx.forward(&batch, &mut mode)?;
         let logits = out.logits.context("classifier logits")?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
         for (i, row) in logits.iter().enumerate() {
             preds.push_logits(row, batch.labels[i] as usize);
@@ -457,12 +438,12 @@ pub fn evaluate_classify(
 }
 
 /// MLM (and NSP) metrics over a split.
-pub fn evaluate_pretrain(ctx: &EvalContext, spec: &LoaderSpec) -> Result<crate::metrics::PretrainMetrics> {
+pub fn evaluate_pretrain(ctx: &Runner, spec: &LoaderSpec) -> Result<crate::metrics::PretrainMetrics> {
     let mut mode = Mode::eval();
     let mut tally = PretrainTally::default();
     for batch in spec.epoch(0)? {
         let batch = batch?;
-        let (out, _) = ctx.forward(&batch, &mut mode)?;
+        let out = ctx.forward(&batch, &mut mode)?;
         tally.examples += batch.rows;
         let mlm = out.mlm_logits.context("MLM logits")?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
         for (row, &label) in mlm.iter().zip(&batch.mlm_labels) {
@@ -539,8 +520,6 @@ impl LogWindow {
     }
 }
 
-pub use setup::vocab_of_shards;
-
 /// The closing lines of a run.
 pub fn format_summary(s: &TrainSummary) -> String {
     let mut out = Vec::new();
@@ -600,7 +579,7 @@ pub fn evaluate_checkpoint(
     let spec = LoaderSpec {
         shards: Arc::new(shards),
         split: split.to_string(),
-        kind: data::RowKind::Classify,
+        kind: data::RowKind::Classify { num_labels: model.config.num_labels() },
         batch_size,
         shuffle: false,
         shuffle_buffer: 1,
@@ -610,6 +589,6 @@ pub fn evaluate_checkpoint(
         seed: 0,
     };
     let names = model.config.label_names();
-    let ctx = EvalContext { model: &model, device: &device, attention: AttentionKind::Full };
+    let ctx = Runner { model: &model, device: &device, attention: AttentionKind::Full };
     evaluate_classify(&ctx, &spec, &names)
 }

@@ -15,14 +15,13 @@ use crate::clean::PipelineStep;
 use crate::config::Pipeline;
 use crate::model::config::BertConfig;
 use crate::model::{BertTask, ModelKind};
-use crate::sequence::mask::MaskSpec;
 use crate::sequence::pretrain::Masking;
 use crate::shards::ShardSet;
 use crate::sink::manifest::Manifest;
 
 /// The tokenizer file (vocab.txt or tokenizer.json) the shards were made with, from the
 /// manifest's resolved pipeline.
-pub fn vocab_of_shards(manifest: &Manifest) -> Option<PathBuf> {
+fn vocab_of_shards(manifest: &Manifest) -> Option<PathBuf> {
     let steps = manifest.config.get("steps")?.as_array()?;
     let t = steps.iter().find(|s| s.get("type").and_then(|t| t.as_str()) == Some("tokenize"))?;
     let path = t.get("vocab").or_else(|| t.get("tokenizer")).and_then(|p| p.as_str())?;
@@ -103,7 +102,7 @@ impl Trainer {
                 );
             }
             extra_files.push(("vocab.txt".to_string(), bytes));
-        } else if let Some(v) = shard_vocab.as_ref().filter(|v| v.extension().is_some_and(|e| e == "txt")) {
+        } else if let Some(v) = &shard_vocab {
             let bytes =
                 std::fs::read(v).with_context(|| format!("could not read the shards' vocabulary '{}'", v.display()))?;
             if sha256_hex(&bytes) != shard_sha {
@@ -112,7 +111,9 @@ impl Trainer {
                     v.display()
                 );
             }
-            extra_files.push(("vocab.txt".to_string(), bytes));
+            // A tokenizer.json travels as such: AutoTokenizer reads it in place of vocab.txt.
+            let name = if v.extension().is_some_and(|e| e == "json") { "tokenizer.json" } else { "vocab.txt" };
+            extra_files.push((name.to_string(), bytes));
         }
         let lowercase = tok["lowercase"].as_bool().unwrap_or(true);
         let tokenizer_config = serde_json::json!({
@@ -131,8 +132,22 @@ impl Trainer {
             PipelineStep::PretrainSequences(p) => Some(p.clone()),
             _ => None,
         });
+        // Usable rows and class names from one pass over the label column (classify), or the
+        // manifest's row counts (pretrain).
+        let (usable_rows, max_label) = match cfg.task {
+            Task::Classify => {
+                let labels = shards.labels(&cfg.train_split)?;
+                let known: Vec<i64> = labels.into_iter().flatten().collect();
+                (known.len() as u64, known.iter().copied().max().unwrap_or(0).max(0) as usize)
+            }
+            Task::Pretrain => (shards.shard_rows(&cfg.train_split)?.iter().sum(), 0),
+        };
+        if usable_rows == 0 {
+            bail!("split `{}` of '{}' has no labelled rows to train on", cfg.train_split, cfg.data.display());
+        }
+        let label_names = label_names(m, max_label);
         let kind = match cfg.task {
-            Task::Classify => RowKind::Classify,
+            Task::Classify => RowKind::Classify { num_labels: label_names.len() },
             Task::Pretrain => {
                 let step = pretrain_step.as_ref().context("the shards' pipeline has no pretrain_sequences step")?;
                 let mask = if step.masking == Masking::Dynamic {
@@ -141,17 +156,7 @@ impl Trainer {
                         _ => None,
                     });
                     let encoder = t.context("the shards' pipeline has no tokenize step")?.load()?;
-                    let info = encoder.info();
-                    let s = info.special_ids;
-                    Some(Arc::new(MaskSpec {
-                        masked_lm_prob: step.masked_lm_prob,
-                        max_predictions_per_seq: step.max_predictions(),
-                        whole_word_mask: step.whole_word_mask,
-                        mask_id: s.mask,
-                        special_ids: vec![s.pad, s.unk, s.cls, s.sep, s.mask],
-                        vocab_size: info.vocab_size as u32,
-                        is_continuation: encoder.continuation_table(),
-                    }))
+                    Some(Arc::new(step.mask_spec(&encoder.info(), encoder.continuation_table())))
                 } else {
                     None
                 };
@@ -195,7 +200,7 @@ impl Trainer {
             batch_size: cfg.per_device_eval_batch_size,
             ..train.clone()
         });
-        let (batches_per_epoch, max_label) = count_rows(&train)?;
+        let batches_per_epoch = train.batches_per_epoch(usable_rows);
 
         // The model: from the newest checkpoint (resume), a checkpoint, a config or a preset.
         let model_kind = match cfg.task {
@@ -203,7 +208,6 @@ impl Trainer {
             Task::Pretrain if pretrain_step.as_ref().is_some_and(|p| p.nsp) => ModelKind::PreTraining,
             Task::Pretrain => ModelKind::MaskedLm,
         };
-        let label_names = label_names(m, max_label);
         let config_sha = sha256_hex(serde_json::to_string(cfg)?.as_bytes());
         let out = &cfg.output_dir;
         let resume_from = if opts.resume {
@@ -309,28 +313,6 @@ impl Trainer {
             notes,
         })
     }
-
-    pub fn model(&self) -> &BertTask {
-        &self.model
-    }
-
-    pub fn total_steps(&self) -> u64 {
-        self.total_steps
-    }
-}
-
-/// Batches per epoch and the largest label (classification), from one pass over the split.
-fn count_rows(spec: &LoaderSpec) -> Result<(u64, usize)> {
-    let batches = spec.batches_per_epoch()?;
-    let mut max_label = 0;
-    if matches!(spec.kind, RowKind::Classify) {
-        for b in spec.shards.rows(&spec.split)? {
-            if let Some(l) = b?.label {
-                max_label = max_label.max(l.max(0) as usize);
-            }
-        }
-    }
-    Ok((batches, max_label))
 }
 
 /// The architecture to start from, with the YAML's dropout overrides.
