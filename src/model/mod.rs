@@ -241,20 +241,18 @@ pub fn save_safetensors(
     metadata: Option<std::collections::HashMap<String, String>>,
     path: &Path,
 ) -> Result<()> {
-    let data: Vec<(String, Vec<u8>, Vec<usize>, safetensors::Dtype)> = tensors
+    let bytes: Vec<Vec<u8>> = tensors
         .iter()
-        .map(|(n, t)| {
-            let t = t.to_device(&Device::Cpu)?.to_dtype(candle_core::DType::F32)?.flatten_all()?;
-            let bytes: Vec<u8> = t.to_vec1::<f32>()?.iter().flat_map(|x| x.to_le_bytes()).collect();
-            Ok((n.clone(), bytes, t.dims().to_vec(), safetensors::Dtype::F32))
+        .map(|(_, t)| {
+            let values = t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+            Ok(values.iter().flat_map(|x| x.to_le_bytes()).collect())
         })
         .collect::<Result<_>>()?;
-    let shapes: Vec<Vec<usize>> = tensors.iter().map(|(_, t)| t.dims().to_vec()).collect();
-    let views: Vec<(String, safetensors::tensor::TensorView)> = data
+    let views: Vec<(&str, safetensors::tensor::TensorView)> = tensors
         .iter()
-        .zip(&shapes)
-        .map(|((n, bytes, _, dtype), shape)| {
-            Ok((n.clone(), safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes)?))
+        .zip(&bytes)
+        .map(|((n, t), b)| {
+            Ok((n.as_str(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, t.dims().to_vec(), b)?))
         })
         .collect::<Result<_>>()?;
     safetensors::tensor::serialize_to_file(views, metadata, path)

@@ -29,10 +29,6 @@ impl Params {
         self.vars.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
 
-    pub fn count(&self) -> usize {
-        self.vars.iter().map(|(_, v)| v.elem_count()).sum()
-    }
-
     /// All parameters as a name → tensor map (for safetensors).
     pub fn tensors(&self) -> BTreeMap<String, Tensor> {
         self.vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect()
@@ -119,11 +115,6 @@ impl ParamLoader {
         let out = var.as_tensor().clone();
         self.params.vars.push((name.to_string(), var));
         Ok(out)
-    }
-
-    /// A tensor the checkpoint may carry but the model only reads (e.g. `position_ids`).
-    pub fn has(&self, name: &str) -> bool {
-        self.checkpoint.contains_key(name)
     }
 
     fn init(&mut self, shape: &[usize], init: Init) -> Result<Tensor> {

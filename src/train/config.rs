@@ -23,6 +23,7 @@ pub struct TrainConfig {
     /// evaluates nothing.
     #[serde(default)]
     pub eval_split: Option<String>,
+    /// Where the model comes from: `preset`, `config` or `init_from`, and dropout overrides.
     pub model: ModelSpec,
     /// Checkpoints, `metrics.jsonl`, curves and `final/` go here.
     pub output_dir: PathBuf,
@@ -35,27 +36,34 @@ pub struct TrainConfig {
     /// `f32`. (`bf16` compute on CUDA, with f32 master weights, is planned and refused for now.)
     #[serde(default)]
     pub dtype: ComputeDtype,
+    /// Passes over the training split (fractions allowed); ignored when `max_steps` is set.
     #[serde(default = "default_epochs")]
     pub num_train_epochs: f64,
     /// Stop after this many optimiser steps (overrides `num_train_epochs`).
     #[serde(default)]
     pub max_steps: Option<u64>,
+    /// Rows per training micro-batch.
     #[serde(default = "default_batch")]
     pub per_device_train_batch_size: usize,
+    /// Rows per evaluation batch.
     #[serde(default = "default_eval_batch")]
     pub per_device_eval_batch_size: usize,
     /// Micro-batches whose gradients are summed into one optimiser step.
     #[serde(default = "one")]
     pub gradient_accumulation_steps: usize,
+    /// Peak learning rate (after warmup).
     #[serde(default = "default_lr")]
     pub learning_rate: f64,
     /// Decoupled (AdamW) weight decay; biases and LayerNorm parameters get none.
     #[serde(default = "default_wd")]
     pub weight_decay: f64,
+    /// AdamW's decay rate of the first moment.
     #[serde(default = "default_beta1")]
     pub adam_beta1: f64,
+    /// AdamW's decay rate of the second moment.
     #[serde(default = "default_beta2")]
     pub adam_beta2: f64,
+    /// Added to the denominator of AdamW's update.
     #[serde(default = "default_adam_eps")]
     pub adam_epsilon: f64,
     /// Global-norm gradient clipping; 0 turns it off.
@@ -121,10 +129,13 @@ pub struct ModelSpec {
     /// BERT from the Hub, with or without heads.
     #[serde(default)]
     pub init_from: Option<PathBuf>,
+    /// Overrides the config's dropout after embeddings and sublayers.
     #[serde(default)]
     pub hidden_dropout_prob: Option<f64>,
+    /// Overrides the config's dropout on attention probabilities.
     #[serde(default)]
     pub attention_probs_dropout_prob: Option<f64>,
+    /// Overrides the dropout before the classifier (default: `hidden_dropout_prob`).
     #[serde(default)]
     pub classifier_dropout: Option<f64>,
 }
@@ -289,11 +300,15 @@ impl TrainConfig {
         if !(0.0..=1.0).contains(&self.warmup_ratio) {
             y.error("warmup_ratio", format!("must be in [0, 1], got {}", self.warmup_ratio));
         }
-        if self.weight_decay < 0.0 || self.max_grad_norm < 0.0 {
-            y.error("weight_decay", "weight_decay and max_grad_norm must not be negative".into());
+        for (key, v) in [("weight_decay", self.weight_decay), ("max_grad_norm", self.max_grad_norm)] {
+            if v.is_nan() || v < 0.0 {
+                y.error(key, format!("must not be negative, got {v}"));
+            }
         }
-        if !(0.0..1.0).contains(&self.adam_beta1) || !(0.0..1.0).contains(&self.adam_beta2) {
-            y.error("adam_beta1", "adam_beta1 and adam_beta2 must be in [0, 1)".into());
+        for (key, v) in [("adam_beta1", self.adam_beta1), ("adam_beta2", self.adam_beta2)] {
+            if !(0.0..1.0).contains(&v) {
+                y.error(key, format!("must be in [0, 1), got {v}"));
+            }
         }
         if self.max_steps.is_none() && (self.num_train_epochs.is_nan() || self.num_train_epochs <= 0.0) {
             y.error("num_train_epochs", format!("must be positive, got {}", self.num_train_epochs));
@@ -301,8 +316,14 @@ impl TrainConfig {
         if self.max_steps == Some(0) {
             y.error("max_steps", "must be at least 1".into());
         }
-        if self.logging_steps == 0 || self.eval_steps == Some(0) || self.save_steps == Some(0) {
-            y.error("logging_steps", "logging_steps, eval_steps and save_steps must be at least 1".into());
+        for (key, v) in [
+            ("logging_steps", Some(self.logging_steps)),
+            ("eval_steps", self.eval_steps),
+            ("save_steps", self.save_steps),
+        ] {
+            if v == Some(0) {
+                y.error(key, "must be at least 1".into());
+            }
         }
         if let Err(e) = crate::train::device::parse(&self.device) {
             y.error("device", e.to_string());

@@ -45,12 +45,8 @@ pub const CUDA_BUILT: bool = cfg!(feature = "cuda");
 /// Human name of a device, for summaries.
 pub fn describe(d: &Device) -> String {
     match d {
-        Device::Cpu => format!("cpu ({} threads)", rayon_threads()),
+        Device::Cpu => format!("cpu ({} threads)", candle_core::utils::get_num_threads()),
         Device::Cuda(_) => "cuda".to_string(),
         _ => format!("{d:?}"),
     }
-}
-
-fn rayon_threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
