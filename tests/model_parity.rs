@@ -169,3 +169,26 @@ fn a_bare_encoder_checkpoint_loads_with_heads_initialised_and_listed() {
     assert_eq!(m.initialised, vec!["classifier.weight", "classifier.bias"]);
     assert!(m.unexpected.iter().any(|n| n == "cls.seq_relationship.weight"), "{:?}", m.unexpected);
 }
+
+#[test]
+fn a_sentence_transformers_style_checkpoint_without_the_bert_prefix_gives_the_same_hidden_states() {
+    // sentence-transformers saves a bare `BertModel`: `embeddings.…`, `encoder.…`, no `bert.`.
+    let g = golden();
+    let src = fixtures().join("tiny-bert-pretrain");
+    let dir = tempfile::tempdir().unwrap();
+    let tensors = candle_core::safetensors::load(src.join("model.safetensors"), &Device::Cpu).unwrap();
+    let bare: Vec<(String, Tensor)> = tensors
+        .into_iter()
+        .filter_map(|(n, t)| Some((n.strip_prefix("bert.")?.to_string(), t)))
+        .filter(|(n, _)| !n.starts_with("pooler."))
+        .collect();
+    assert!(bare.iter().all(|(n, _)| n.starts_with("embeddings.") || n.starts_with("encoder.")));
+    bertpipe::model::save_safetensors(&bare, None, &dir.path().join("model.safetensors")).unwrap();
+    std::fs::copy(src.join("config.json"), dir.path().join("config.json")).unwrap();
+    let m = BertTask::from_checkpoint(ModelKind::MaskedLm, dir.path(), None, &Device::Cpu, 0).unwrap();
+    assert!(m.initialised.iter().all(|n| n.starts_with("cls.")), "{:?}", m.initialised);
+    assert!(m.unexpected.is_empty(), "{:?}", m.unexpected);
+    let (inputs, _, _) = inputs(&g);
+    let hidden = m.bert.forward(&inputs, &mut Mode::eval()).unwrap();
+    close("last_hidden_state (no prefix)", &tensor_f64(&hidden), &floats(&g["hidden"]), TOL);
+}
