@@ -16,6 +16,10 @@ fn main() -> Result<()> {
     let a: Vec<usize> = std::env::args().skip(1).map(|x| x.parse().expect("numbers")).collect();
     let (l, h, heads, b, s) = (a[0], a[1], a[2], a[3], a[4]);
     let steps = a.get(5).copied().unwrap_or(8);
+    // As `bertpipe train` does (BERTPIPE_DEFAULT_MALLOC=1 measures without it).
+    if std::env::var_os("BERTPIPE_DEFAULT_MALLOC").is_none() {
+        bertpipe::train::keep_freed_memory();
+    }
     let dev = bertpipe::train::device::open(&std::env::var("BERTPIPE_DEVICE").unwrap_or("cpu".into()))?;
     let config = BertConfig::new(30522, l, h, heads, 4 * h);
     let model = BertTask::fresh(ModelKind::SequenceClassification, &config, &dev, 0)?;

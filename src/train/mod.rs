@@ -85,7 +85,7 @@ pub fn run(cfg: &TrainConfig, opts: &TrainOptions) -> Result<TrainSummary> {
 /// Every training op allocates tensors of the same few sizes; by default glibc serves the large
 /// ones with fresh `mmap`s, whose page faults and zeroing cost more system time than the math.
 /// Raising the thresholds keeps freed buffers for reuse (peak memory is unchanged).
-fn keep_freed_memory() {
+pub fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator tuning parameters; called before the hot loop.
     unsafe {
