@@ -132,6 +132,18 @@ where
             .label(m.label.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
     }
+    draw_legend(&mut chart)?;
+    root.present()?;
+    Ok(())
+}
+
+/// The series legend, upper right, the same on every chart.
+fn draw_legend<'a, DB, CT>(chart: &mut ChartContext<'a, DB, CT>) -> Result<()>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: plotters::coord::CoordTranslate,
+{
     chart
         .configure_series_labels()
         .label_font((FAMILY, 14))
@@ -139,7 +151,6 @@ where
         .border_style(BLACK.mix(0.4))
         .position(SeriesLabelPosition::UpperRight)
         .draw()?;
-    root.present()?;
     Ok(())
 }
 
@@ -351,13 +362,7 @@ where
             chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
         }
     }
-    chart
-        .configure_series_labels()
-        .label_font((FAMILY, 14))
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK.mix(0.4))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()?;
+    draw_legend(&mut chart)?;
     root.present()?;
     Ok(())
 }
