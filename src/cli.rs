@@ -37,6 +37,150 @@ pub enum Command {
   bertpipe train pipelines/imdb-mlm.yaml --device cuda
   bertpipe train pipelines/imdb-finetune.yaml --resume      # continue after Ctrl-C or a crash")]
     Train(TrainArgs),
+    /// Export a trained checkpoint.
+    #[command(subcommand)]
+    Export(ExportCommand),
+    /// Evaluate an exported model with ONNX Runtime on one split of a shard folder: metrics
+    /// (per row and per document), slices by length and noise, confident mistakes,
+    /// throughput; metrics.json, predictions.parquet and pictures.
+    #[command(after_help = "Examples:
+  bertpipe eval --model out/imdb-finetune.onnx --data out/imdb --split test
+  bertpipe eval --model model.onnx --data out/imdb --device cuda --batch-size 128 --json > metrics.json
+  bertpipe eval --model model.onnx --data out/imdb --max-len 512     # fixed padding instead of per batch")]
+    Eval(EvalArgs),
+    /// Classify raw text with an exported model, through exactly a pipeline's cleaning,
+    /// tokenisation and sequence building (windows voted per document).
+    #[command(after_help = "Examples:
+  bertpipe predict --model model.onnx --pipeline pipelines/imdb.yaml \"A wonderful film.\" \"Dreadful.\"
+  bertpipe predict --model model.onnx --pipeline pipelines/imdb.yaml --input reviews.txt --json")]
+    Predict(PredictArgs),
+    /// What bertpipe found on this machine: ONNX Runtime (path, version, providers), CUDA
+    /// devices, candle's CUDA build; with the fix for anything missing.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExportCommand {
+    /// An HF BERT sequence-classification checkpoint (ours or theirs) to ONNX: inputs
+    /// input_ids, attention_mask, token_type_ids (int64, dynamic batch and sequence), output
+    /// logits; opset 17; vocab_sha256, max_len and id2label in the metadata.
+    #[command(after_help = "Examples:
+  bertpipe export onnx --checkpoint out/imdb-finetune/final --out out/imdb-finetune.onnx --verify
+  bertpipe export onnx --checkpoint out/imdb-finetune/final --out model-opt.onnx --optimize --verify")]
+    Onnx(ExportOnnxArgs),
+}
+
+/// Where ONNX Runtime comes from (else ORT_DYLIB_PATH, a Python environment, the cache, the
+/// system).
+#[derive(Debug, Args)]
+pub struct OrtArgs {
+    /// The ONNX Runtime library (libonnxruntime.so) to load.
+    #[arg(long, value_name = "PATH")]
+    pub ort_lib: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportOnnxArgs {
+    /// The checkpoint folder (config.json, model.safetensors, vocab.txt).
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint: PathBuf,
+    /// The ONNX file to write.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Run the export in ONNX Runtime and the checkpoint in candle on random and real
+    /// (tokenized, padded) batches; fail unless max |Δ logits| < 1e-4.
+    #[arg(long)]
+    pub verify: bool,
+    /// Emit ONNX Runtime's fused com.microsoft ops (Attention, SkipLayerNormalization,
+    /// BiasGelu, EmbedLayerNormalization); the model then runs in ONNX Runtime only.
+    #[arg(long)]
+    pub optimize: bool,
+    /// The vocabulary to record (default: the checkpoint's vocab.txt or tokenizer.json).
+    #[arg(long, value_name = "FILE")]
+    pub vocab: Option<PathBuf>,
+    /// The longest input to record (default: the checkpoint's tokenizer_config.json, else
+    /// the position table).
+    #[arg(long, value_name = "N")]
+    pub max_len: Option<usize>,
+    #[command(flatten)]
+    pub ort: OrtArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// The ONNX model (from `bertpipe export onnx`).
+    #[arg(long, value_name = "FILE")]
+    pub model: PathBuf,
+    /// The shard folder (with manifest.json).
+    #[arg(long, value_name = "DIR")]
+    pub data: PathBuf,
+    #[arg(long, default_value = "test")]
+    pub split: String,
+    /// `cpu`, `cuda` or `cuda:N` (CUDA never falls back to the CPU silently).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    #[arg(long, default_value_t = 32)]
+    pub batch_size: usize,
+    /// Pad every batch to this length (default: each batch to its longest row, rows sorted
+    /// by length).
+    #[arg(long, value_name = "N")]
+    pub max_len: Option<usize>,
+    /// ONNX Runtime intra-op threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Output folder (default: MODEL-eval-SPLIT beside the model).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// How many of the most confident mistakes to list.
+    #[arg(long, default_value_t = 10)]
+    pub mistakes: usize,
+    /// No progress bar.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub ort: OrtArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PredictArgs {
+    /// The ONNX model (from `bertpipe export onnx`).
+    #[arg(long, value_name = "FILE")]
+    pub model: PathBuf,
+    /// The pipeline whose cleaning, tokenize and classify_sequences steps the text goes through.
+    #[arg(long, value_name = "PIPELINE.yaml")]
+    pub pipeline: PathBuf,
+    /// Texts to classify.
+    pub texts: Vec<String>,
+    /// A file of texts: one per line, or .jsonl with a `text` (and optional `id`) field; `-`
+    /// for standard input.
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    #[arg(long, default_value_t = 32)]
+    pub batch_size: usize,
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    #[command(flatten)]
+    pub ort: OrtArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Install the pinned ONNX Runtime into bertpipe's cache folder with pip.
+    #[arg(long)]
+    pub install: bool,
+    /// With --install: the CUDA build (onnxruntime-gpu[cuda,cudnn]).
+    #[arg(long, requires = "install")]
+    pub gpu: bool,
+    #[command(flatten)]
+    pub ort: OrtArgs,
 }
 
 #[derive(Debug, Args)]

@@ -10,6 +10,7 @@ pub mod config;
 pub mod document;
 pub mod metrics;
 pub mod model;
+pub mod onnx;
 pub mod pipeline;
 pub mod rng;
 pub mod sequence;

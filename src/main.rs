@@ -15,6 +15,10 @@ fn main() -> ExitCode {
         Command::Vocab(VocabCommand::Train(args)) => vocab_train(args),
         Command::Stats(args) => stats(args),
         Command::Train(args) => train(args),
+        Command::Export(bertpipe::cli::ExportCommand::Onnx(args)) => report(export_onnx(args)),
+        Command::Eval(args) => report(eval(args)),
+        Command::Predict(args) => predict(args),
+        Command::Doctor(args) => doctor(args),
         Command::Pipeline(PipelineCommand::Validate(args)) => {
             match Pipeline::load(&args.config.pipeline, &args.config.set) {
                 Ok(p) => {
@@ -163,6 +167,155 @@ fn train(args: bertpipe::cli::TrainArgs) -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+fn report(r: anyhow::Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
+    use bertpipe::onnx::{export, runtime, verify};
+    let opts = export::ExportOptions {
+        checkpoint: args.checkpoint.clone(),
+        out: args.out.clone(),
+        optimize: args.optimize,
+        vocab: args.vocab.clone(),
+        max_len: args.max_len,
+    };
+    let t0 = std::time::Instant::now();
+    let done = export::export(&opts)?;
+    let meta = |k: &str| done.metadata.iter().find(|(m, _)| m == k).map(|(_, v)| v.clone()).unwrap_or_default();
+    eprintln!(
+        "exported {} ({} nodes{}, {} parameters, {}) in {:.1}s: {}",
+        args.checkpoint.display(),
+        done.nodes,
+        if args.optimize { ", com.microsoft fused ops" } else { "" },
+        done.parameters,
+        bertpipe::pipeline::progress::human_bytes(done.bytes),
+        t0.elapsed().as_secs_f64(),
+        done.path.display()
+    );
+    if let Some(d) = &done.external_data {
+        eprintln!("weights: {}", d.display());
+    }
+    eprintln!(
+        "metadata: vocab_sha256 {} (of {}), max_len {}, id2label {}",
+        meta("vocab_sha256"),
+        done.vocab_file.display(),
+        meta("max_len"),
+        meta("id2label")
+    );
+    if args.verify {
+        let rt = runtime::init(args.ort.ort_lib.as_deref())?;
+        let mut session = rt.open(&done.path, runtime::Provider::Cpu, 0)?;
+        let model = export::load_classifier(&args.checkpoint)?;
+        let lowercase = bertpipe::onnx::export::checkpoint_lowercase(&args.checkpoint);
+        let max_len: usize = meta("max_len").parse().unwrap_or(512);
+        let cases = verify::standard_cases(&model, &done.vocab_file, lowercase, max_len)?;
+        let checked = verify::compare(&model, &mut session, &cases)?;
+        let mut worst = 0f32;
+        for c in &checked {
+            eprintln!("verify {:<32} {:>3} × {:<4} max |Δ logits| {:.3e}", c.name, c.batch, c.seq, c.max_abs_diff);
+            worst = worst.max(c.max_abs_diff);
+        }
+        if worst >= verify::TOLERANCE {
+            anyhow::bail!(
+                "verification failed: ONNX Runtime {} differs from candle by {worst:.3e} (limit {:.0e})",
+                rt.version,
+                verify::TOLERANCE
+            );
+        }
+        eprintln!(
+            "verified against candle with ONNX Runtime {}: max |Δ logits| {worst:.3e} < {:.0e}",
+            rt.version,
+            verify::TOLERANCE
+        );
+    }
+    Ok(())
+}
+
+fn eval(args: bertpipe::cli::EvalArgs) -> anyhow::Result<()> {
+    use bertpipe::onnx::eval;
+    let opts = eval::EvalOptions {
+        model: args.model,
+        data: args.data,
+        split: args.split,
+        device: args.device,
+        batch_size: args.batch_size,
+        pad_to: args.max_len,
+        threads: args.threads,
+        out: args.out,
+        ort_lib: args.ort.ort_lib,
+        quiet: args.quiet,
+        mistakes: args.mistakes,
+    };
+    let r = eval::run(&opts)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!("{}", eval::format_report(&r));
+    }
+    Ok(())
+}
+
+fn predict(args: bertpipe::cli::PredictArgs) -> ExitCode {
+    use bertpipe::onnx::{eval, predict};
+    let pipeline = match Pipeline::load(&args.pipeline, &[]) {
+        Ok(p) => p,
+        Err(e) => return config_failure(&e),
+    };
+    let run = || -> anyhow::Result<()> {
+        let inputs = predict::read_inputs(&args.texts, args.input.as_deref())?;
+        let mut model = eval::open_model(&args.model, &args.device, args.threads, args.ort.ort_lib.as_deref())?;
+        let (steps, pad) = predict::prepare(&pipeline, &model)?;
+        let preds = predict::predict(&mut model, &steps, pad, &inputs, args.batch_size)?;
+        if args.json {
+            for p in &preds {
+                println!("{}", serde_json::to_string(p)?);
+            }
+        } else {
+            println!("{}", predict::format_table(&preds, &eval::label_names(&model)));
+        }
+        let rejected = preds.iter().filter(|p| p.rejected.is_some()).count();
+        if rejected > 0 {
+            eprintln!("{rejected} of {} texts rejected by the pipeline (reasons above)", preds.len());
+        }
+        Ok(())
+    };
+    report(run())
+}
+
+fn doctor(args: bertpipe::cli::DoctorArgs) -> ExitCode {
+    use bertpipe::onnx::runtime;
+    let mut lib = args.ort.ort_lib.clone();
+    if args.install {
+        match runtime::install(args.gpu) {
+            Ok(p) => {
+                eprintln!("installed: {}", p.display());
+                lib = Some(p);
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let lines = runtime::doctor(lib.as_deref());
+    for (ok, line) in &lines {
+        println!("{} {line}", if *ok { "ok  " } else { "--  " });
+    }
+    // Missing GPU pieces are normal on a CPU machine; only a missing runtime fails.
+    if lines.iter().any(|(ok, l)| !ok && l.starts_with("ONNX Runtime:")) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

@@ -238,7 +238,8 @@ fn pretrain_rows(batch: &RecordBatch) -> Result<Vec<PretrainRow>> {
         .collect())
 }
 
-fn classify_rows(batch: &RecordBatch) -> Result<Vec<ClassifyRow>> {
+/// Classification rows of one record batch.
+pub fn classify_rows(batch: &RecordBatch) -> Result<Vec<ClassifyRow>> {
     let col = |name: &str| batch.column_by_name(name).with_context(|| format!("shard has no `{name}` column"));
     let ids = col("id")?.as_string::<i32>();
     let labels = col("label")?.as_primitive::<Int64Type>();

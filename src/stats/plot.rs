@@ -318,6 +318,8 @@ pub struct LineChart<'a> {
     pub x_desc: String,
     pub y_desc: String,
     pub series: &'a [(String, Vec<(f64, f64)>)],
+    /// Both axes fixed to [0, 1] (ROC curves, reliability diagrams).
+    pub unit_square: bool,
 }
 
 fn draw_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart<'_>) -> Result<()>
@@ -330,16 +332,17 @@ where
     for &(x, y) in points() {
         (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
     }
-    if x0 > x1 {
+    if x0 > x1 || c.unit_square {
         (x0, x1, y0, y1) = (0.0, 1.0, 0.0, 1.0);
     }
-    let pad = ((y1 - y0) * 0.08).max(1e-3);
+    let pad = if c.unit_square { 0.0 } else { ((y1 - y0) * 0.08).max(1e-3) };
+    let x_end = if c.unit_square { 1.0 } else { x1.max(x0 + 1.0) };
     let mut chart = ChartBuilder::on(root)
         .caption(&c.title, (FAMILY, 22))
         .margin(14)
         .x_label_area_size(46)
         .y_label_area_size(70)
-        .build_cartesian_2d(x0..x1.max(x0 + 1.0), (y0 - pad).max(if y0 >= 0.0 { 0.0 } else { f64::MIN })..y1 + pad)?;
+        .build_cartesian_2d(x0..x_end, (y0 - pad).max(if y0 >= 0.0 { 0.0 } else { f64::MIN })..y1 + pad)?;
     chart
         .configure_mesh()
         .x_desc(c.x_desc.as_str())
@@ -386,6 +389,121 @@ pub fn line_chart(
 ) -> Result<Vec<PathBuf>> {
     register_font()?;
     std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
-    let chart = LineChart { title: title.to_string(), x_desc: "step".into(), y_desc: y_desc.to_string(), series };
+    xy_chart(dir, stem, title, "step", y_desc, series, false)
+}
+
+/// Writes `dir/stem.svg` and `dir/stem.png`: one line per series of `(x, y)` points;
+/// `unit_square` fixes both axes to [0, 1].
+pub fn xy_chart(
+    dir: &Path,
+    stem: &str,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+    unit_square: bool,
+) -> Result<Vec<PathBuf>> {
+    register_font()?;
+    std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
+    let chart = LineChart {
+        title: title.to_string(),
+        x_desc: x_desc.to_string(),
+        y_desc: y_desc.to_string(),
+        series,
+        unit_square,
+    };
     both(dir, stem, &chart)
+}
+
+/// A confusion matrix: `matrix[true][predicted]` counts, cells shaded by their share of the
+/// true class's row.
+struct ConfusionChart<'a> {
+    title: String,
+    names: &'a [String],
+    matrix: &'a [Vec<usize>],
+}
+
+fn draw_confusion<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &ConfusionChart<'_>) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let k = c.names.len().max(1) as i32;
+    let mut chart = ChartBuilder::on(root)
+        .caption(&c.title, (FAMILY, 22))
+        .margin(14)
+        .x_label_area_size(60)
+        .y_label_area_size(110)
+        .build_cartesian_2d((0..k - 1).into_segmented(), (0..k - 1).into_segmented())?;
+    let names = c.names;
+    let label_of = |v: &SegmentValue<i32>| match v {
+        SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => names.get(*i as usize).cloned().unwrap_or_default(),
+        SegmentValue::Last => String::new(),
+    };
+    // Rows run top to bottom in label order: y = k - 1 - true.
+    let y_label = |v: &SegmentValue<i32>| match v {
+        SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
+            names.get((k - 1 - *i) as usize).cloned().unwrap_or_default()
+        }
+        SegmentValue::Last => String::new(),
+    };
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_labels(names.len())
+        .y_labels(names.len())
+        .x_label_formatter(&label_of)
+        .y_label_formatter(&y_label)
+        .x_desc("predicted")
+        .y_desc("true")
+        .label_style((FAMILY, 14))
+        .axis_desc_style((FAMILY, 15))
+        .draw()?;
+    let blue = COLORS[0];
+    for (t, row) in c.matrix.iter().enumerate() {
+        let total = row.iter().sum::<usize>().max(1) as f64;
+        let y = k - 1 - t as i32;
+        for (p, &n) in row.iter().enumerate() {
+            let share = n as f64 / total;
+            let x = p as i32;
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [
+                    (SegmentValue::Exact(x), SegmentValue::Exact(y)),
+                    (SegmentValue::Exact(x + 1), SegmentValue::Exact(y + 1)),
+                ],
+                blue.mix(0.08 + 0.85 * share).filled(),
+            )))?;
+            let color = if share > 0.55 { WHITE } else { BLACK };
+            let style = (FAMILY, 18).into_font().color(&color).pos(Pos::new(HPos::Center, VPos::Center));
+            chart.draw_series(std::iter::once(Text::new(
+                format!("{n} ({:.1}%)", 100.0 * share),
+                (SegmentValue::CenterOf(x), SegmentValue::CenterOf(y)),
+                style,
+            )))?;
+        }
+    }
+    root.present()?;
+    Ok(())
+}
+
+impl Chart for ConfusionChart<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        draw_confusion(root, self)
+    }
+}
+
+/// Writes `dir/stem.svg` and `dir/stem.png`: the confusion matrix with counts and row shares.
+pub fn confusion_chart(
+    dir: &Path,
+    stem: &str,
+    title: &str,
+    names: &[String],
+    matrix: &[Vec<usize>],
+) -> Result<Vec<PathBuf>> {
+    register_font()?;
+    std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
+    both(dir, stem, &ConfusionChart { title: title.to_string(), names, matrix })
 }

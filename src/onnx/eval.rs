@@ -1,0 +1,701 @@
+//! `bertpipe eval`: an exported model in ONNX Runtime over one split of a shard folder.
+//!
+//! Shards are verified against their manifest and the model's vocabulary; rows are read
+//! shard by shard on a background thread, sorted by length within each shard and padded per
+//! batch (or to a fixed `max_len`), while the runtime works on the previous batch. Results
+//! come back in shard order: metrics (the same module as training), per document when rows
+//! are windows, sliced by length and noise, the most confident mistakes, throughput and batch
+//! latency; `metrics.json`, `predictions.parquet` and pictures in the output folder.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use arrow_array::cast::AsArray;
+use arrow_array::types::Float32Type;
+use arrow_array::Array;
+use serde::Serialize;
+
+use super::runtime::{self, Model, Provider};
+use crate::metrics::{argmax, softmax, ClassificationMetrics, Predictions};
+use crate::shards::ShardSet;
+
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    pub model: PathBuf,
+    pub data: PathBuf,
+    pub split: String,
+    pub device: String,
+    pub batch_size: usize,
+    /// Pad every batch to this length instead of its longest row.
+    pub pad_to: Option<usize>,
+    /// Intra-op threads (0: ONNX Runtime's default, one per core).
+    pub threads: usize,
+    pub out: Option<PathBuf>,
+    pub ort_lib: Option<PathBuf>,
+    pub quiet: bool,
+    /// How many confident mistakes to list.
+    pub mistakes: usize,
+}
+
+/// One row's place and what is known about it before inference.
+#[derive(Debug, Clone)]
+struct RowMeta {
+    index: usize,
+    id: String,
+    label: Option<i64>,
+    doc_id: Option<String>,
+    chunk: Option<i32>,
+    tokens: usize,
+    noise: Option<f32>,
+    text: Option<String>,
+}
+
+struct EvalBatch {
+    rows: Vec<RowMeta>,
+    input_ids: Vec<i64>,
+    attention_mask: Vec<i64>,
+    token_type_ids: Vec<i64>,
+    seq: usize,
+}
+
+/// One row's prediction.
+#[derive(Debug, Clone)]
+struct RowResult {
+    meta: RowMeta,
+    probs: Vec<f64>,
+}
+
+/// Metrics of one slice of the rows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Slice {
+    pub bucket: String,
+    pub examples: usize,
+    pub accuracy: f64,
+    pub f1: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Mistake {
+    pub id: String,
+    pub label: String,
+    pub predicted: String,
+    pub confidence: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Throughput {
+    pub seconds: f64,
+    pub docs_per_second: f64,
+    pub rows_per_second: f64,
+    pub tokens_per_second: f64,
+    /// Tokens including padding, what the model actually computed.
+    pub padded_tokens: u64,
+    pub tokens: u64,
+    pub batches: usize,
+    pub batch_latency_ms_p50: f64,
+    pub batch_latency_ms_p95: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalReport {
+    pub model: String,
+    pub data: String,
+    pub split: String,
+    pub provider: String,
+    pub onnxruntime: String,
+    pub rows: usize,
+    pub documents: usize,
+    /// Rows without a label (predicted, not scored).
+    pub unlabelled: usize,
+    pub labels: Vec<String>,
+    pub metrics: Option<ClassificationMetrics>,
+    /// Windows averaged per document (only when rows are windows).
+    pub document_metrics: Option<ClassificationMetrics>,
+    pub by_length: Vec<Slice>,
+    pub by_noise: Vec<Slice>,
+    pub mistakes: Vec<Mistake>,
+    pub throughput: Throughput,
+    pub outputs: Vec<String>,
+}
+
+/// Opens the runtime and the model for `device`.
+pub fn open_model(model: &Path, device: &str, threads: usize, ort_lib: Option<&Path>) -> Result<Model> {
+    let provider = Provider::parse(device)?;
+    let rt = runtime::init(ort_lib)?;
+    rt.open(model, provider, threads)
+}
+
+/// Label names from the model's `id2label`.
+pub fn label_names(model: &Model) -> Vec<String> {
+    let map: serde_json::Map<String, serde_json::Value> =
+        model.metadata.get("id2label").and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
+    (0..map.len())
+        .map(|i| map.get(&i.to_string()).and_then(|v| v.as_str()).map(String::from).unwrap_or(format!("LABEL_{i}")))
+        .collect()
+}
+
+pub fn run(opts: &EvalOptions) -> Result<EvalReport> {
+    if opts.batch_size == 0 {
+        bail!("--batch-size must be at least 1");
+    }
+    let mut model = open_model(&opts.model, &opts.device, opts.threads, opts.ort_lib.as_deref())?;
+    let names = label_names(&model);
+    if names.is_empty() {
+        bail!("'{}' records no id2label; was it exported by `bertpipe export onnx`?", opts.model.display());
+    }
+    let max_len: usize = model.metadata.get("max_len").and_then(|s| s.parse().ok()).unwrap_or(usize::MAX);
+
+    let shards = ShardSet::open(&opts.data)?;
+    if shards.manifest.task != "classify" {
+        bail!(
+            "'{}' holds `{}` shards; eval needs classification shards (a pipeline with classify_sequences)",
+            opts.data.display(),
+            shards.manifest.task
+        );
+    }
+    let model_vocab = model.metadata.get("vocab_sha256").cloned().unwrap_or_default();
+    let shard_vocab =
+        shards.manifest.tokenizer.as_ref().and_then(|t| t["vocab_sha256"].as_str()).unwrap_or_default().to_string();
+    if model_vocab != shard_vocab {
+        bail!(
+            "vocab mismatch: the model '{}' was exported with vocab sha256 {}, the shards in '{}' were tokenized with {}; tokenize with the model's vocabulary (or export the model that was trained on these shards)",
+            opts.model.display(),
+            if model_vocab.is_empty() { "(none recorded)" } else { &model_vocab },
+            opts.data.display(),
+            shard_vocab
+        );
+    }
+    shards.verify()?;
+    let pad_id = shards.manifest.tokenizer.as_ref().and_then(|t| t["special_ids"]["pad"].as_u64()).unwrap_or(0) as i64;
+    let total_rows: u64 = shards.shard_rows(&opts.split)?.iter().sum();
+    if let Some(p) = opts.pad_to {
+        if p > max_len {
+            bail!("--max-len {p} is longer than the model's max_len {max_len}");
+        }
+    }
+
+    // Reader: shard by shard, sorted by length, batched, on its own thread.
+    let shards = Arc::new(shards);
+    let (tx, rx) = crossbeam_channel::bounded::<Result<EvalBatch>>(4);
+    let reader = {
+        let shards = shards.clone();
+        let split = opts.split.clone();
+        let (batch_size, pad_to) = (opts.batch_size, opts.pad_to);
+        std::thread::spawn(move || {
+            if let Err(e) = read_batches(&shards, &split, batch_size, pad_to, max_len, pad_id, &tx) {
+                let _ = tx.send(Err(e));
+            }
+        })
+    };
+
+    let progress = {
+        use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+        let target = if opts.quiet { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr_with_hz(4) };
+        let bar = ProgressBar::with_draw_target(Some(total_rows), target);
+        bar.set_style(
+            ProgressStyle::with_template("eval [{elapsed_precise}] {wide_bar:.cyan/blue} {pos}/{len} rows ETA {eta}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        bar
+    };
+    let mut results: Vec<RowResult> = Vec::with_capacity(total_rows as usize);
+    let mut latencies = Vec::new();
+    let (mut tokens, mut padded) = (0u64, 0u64);
+    let start = Instant::now();
+    for batch in rx {
+        let batch = batch?;
+        let n = batch.rows.len();
+        let t0 = Instant::now();
+        let (logits, k) = model.logits(&batch.input_ids, &batch.attention_mask, &batch.token_type_ids, n, batch.seq)?;
+        latencies.push(t0.elapsed().as_secs_f64() * 1e3);
+        if k != names.len() {
+            bail!("the model returned {k} logits per row, but its id2label names {}", names.len());
+        }
+        tokens += batch.rows.iter().map(|r| r.tokens as u64).sum::<u64>();
+        padded += (n * batch.seq) as u64;
+        for (i, meta) in batch.rows.into_iter().enumerate() {
+            if let Some(l) = meta.label {
+                if l < 0 || l as usize >= k {
+                    bail!(
+                        "row `{}` of split `{}` has label {l}, but the model has {k} classes ({})",
+                        meta.id,
+                        opts.split,
+                        names.join(", ")
+                    );
+                }
+            }
+            results.push(RowResult { probs: softmax(&logits[i * k..(i + 1) * k]), meta });
+        }
+        progress.inc(n as u64);
+    }
+    reader.join().map_err(|_| anyhow::anyhow!("the shard reader panicked"))?;
+    let seconds = start.elapsed().as_secs_f64();
+    progress.finish_and_clear();
+    results.sort_by_key(|r| r.meta.index);
+
+    // Metrics.
+    let labelled: Vec<&RowResult> = results.iter().filter(|r| r.meta.label.is_some()).collect();
+    let mut preds = Predictions::new(names.len());
+    for r in &labelled {
+        preds.push_probs(&r.probs, r.meta.label.unwrap_or(0) as usize);
+    }
+    let metrics = (!preds.is_empty()).then(|| ClassificationMetrics::compute(&preds, &names));
+    let windows = results.iter().any(|r| r.meta.doc_id.is_some());
+    let doc_ids: Vec<String> =
+        labelled.iter().map(|r| r.meta.doc_id.clone().unwrap_or_else(|| r.meta.id.clone())).collect();
+    let per_doc = preds.per_document(&doc_ids);
+    let document_metrics = (windows && !per_doc.is_empty()).then(|| ClassificationMetrics::compute(&per_doc, &names));
+    let documents = {
+        let mut d: Vec<&str> = results.iter().map(|r| r.meta.doc_id.as_deref().unwrap_or(r.meta.id.as_str())).collect();
+        d.sort_unstable();
+        d.dedup();
+        d.len()
+    };
+
+    let by_length = slices(&labelled, &names, |r| Some(length_bucket(r.meta.tokens)), &LENGTH_ORDER);
+    let noise_edges = quartile_edges(labelled.iter().filter_map(|r| r.meta.noise).collect());
+    let noise_labels: Vec<String> = noise_bucket_names(&noise_edges);
+    let noise_order: Vec<&str> = noise_labels.iter().map(String::as_str).collect();
+    let by_noise = match &noise_edges {
+        Some(edges) => {
+            slices(&labelled, &names, |r| r.meta.noise.map(|x| noise_bucket(x, edges, &noise_labels)), &noise_order)
+        }
+        None => Vec::new(),
+    };
+
+    let mut wrong: Vec<&RowResult> =
+        labelled.iter().copied().filter(|r| argmax(&r.probs) != r.meta.label.unwrap_or(0) as usize).collect();
+    wrong.sort_by(|a, b| {
+        let (ca, cb) = (a.probs[argmax(&a.probs)], b.probs[argmax(&b.probs)]);
+        cb.total_cmp(&ca).then(a.meta.index.cmp(&b.meta.index))
+    });
+    let mistakes = wrong
+        .iter()
+        .take(opts.mistakes)
+        .map(|r| {
+            let p = argmax(&r.probs);
+            Mistake {
+                id: r.meta.id.clone(),
+                label: names[r.meta.label.unwrap_or(0) as usize].clone(),
+                predicted: names[p].clone(),
+                confidence: r.probs[p],
+                text: r.meta.text.clone(),
+            }
+        })
+        .collect();
+
+    let mut sorted = latencies.clone();
+    sorted.sort_by(f64::total_cmp);
+    let pct = |q: f64| {
+        if sorted.is_empty() {
+            0.0
+        } else {
+            sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+        }
+    };
+    let secs = seconds.max(1e-9);
+    let throughput = Throughput {
+        seconds,
+        docs_per_second: documents as f64 / secs,
+        rows_per_second: results.len() as f64 / secs,
+        tokens_per_second: tokens as f64 / secs,
+        padded_tokens: padded,
+        tokens,
+        batches: latencies.len(),
+        batch_latency_ms_p50: pct(0.5),
+        batch_latency_ms_p95: pct(0.95),
+    };
+
+    // Outputs.
+    let out = opts.out.clone().unwrap_or_else(|| {
+        let stem = opts.model.file_stem().and_then(|s| s.to_str()).unwrap_or("model");
+        opts.model.with_file_name(format!("{stem}-eval-{}", opts.split))
+    });
+    std::fs::create_dir_all(&out).with_context(|| format!("could not create '{}'", out.display()))?;
+    let mut outputs = Vec::new();
+    let pred_path = out.join("predictions.parquet");
+    write_predictions(&pred_path, &results, &names)?;
+    outputs.push(pred_path.display().to_string());
+    if let Some(m) = &metrics {
+        outputs.extend(plots(&out, &preds, m, &names)?.into_iter().map(|p| p.display().to_string()));
+    }
+    let report = EvalReport {
+        model: opts.model.display().to_string(),
+        data: opts.data.display().to_string(),
+        split: opts.split.clone(),
+        provider: model.provider.describe(),
+        onnxruntime: runtime::init(opts.ort_lib.as_deref())?.version.clone(),
+        rows: results.len(),
+        documents,
+        unlabelled: results.len() - labelled.len(),
+        labels: names,
+        metrics,
+        document_metrics,
+        by_length,
+        by_noise,
+        mistakes,
+        throughput,
+        outputs: {
+            let mut o = vec![out.join("metrics.json").display().to_string()];
+            o.extend(outputs);
+            o
+        },
+    };
+    let json = serde_json::to_string_pretty(&report)? + "\n";
+    super::export::write_file_atomic(&out.join("metrics.json"), json.as_bytes())?;
+    Ok(report)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn read_batches(
+    shards: &ShardSet,
+    split: &str,
+    batch_size: usize,
+    pad_to: Option<usize>,
+    max_len: usize,
+    pad_id: i64,
+    tx: &crossbeam_channel::Sender<Result<EvalBatch>>,
+) -> Result<()> {
+    let mut index = 0usize;
+    for shard in 0..shards.shard_rows(split)?.len() {
+        let mut rows = Vec::new();
+        for b in shards.shard_batches(split, shard, None)? {
+            let b = b?;
+            let noise = b.column_by_name("noise_score").map(|c| c.as_primitive::<Float32Type>().clone());
+            let text = b.column_by_name("text").map(|c| c.as_string::<i32>().clone());
+            for (i, row) in crate::shards::classify_rows(&b)?.into_iter().enumerate() {
+                if row.input_ids.len() > max_len || pad_to.is_some_and(|p| row.input_ids.len() > p) {
+                    bail!(
+                        "row `{}` of split `{split}` has {} tokens, longer than {} {}",
+                        row.id,
+                        row.input_ids.len(),
+                        if pad_to.is_some() { "--max-len" } else { "the model's max_len" },
+                        pad_to.unwrap_or(max_len)
+                    );
+                }
+                let meta = RowMeta {
+                    index,
+                    id: row.id,
+                    label: row.label,
+                    doc_id: row.doc_id,
+                    chunk: row.chunk,
+                    tokens: row.input_ids.len(),
+                    noise: noise.as_ref().and_then(|c| (!c.is_null(i)).then(|| c.value(i))),
+                    text: text.as_ref().and_then(|c| (!c.is_null(i)).then(|| c.value(i).to_string())),
+                };
+                index += 1;
+                rows.push((meta, row.input_ids, row.token_type_ids));
+            }
+        }
+        // Longest first within the shard: similar lengths share a batch, little padding.
+        rows.sort_by_key(|r| std::cmp::Reverse(r.0.tokens));
+        let mut rows = rows.into_iter().peekable();
+        while rows.peek().is_some() {
+            let chunk: Vec<_> = rows.by_ref().take(batch_size).collect();
+            let seq = pad_to.unwrap_or_else(|| chunk.iter().map(|r| r.1.len()).max().unwrap_or(1)).max(1);
+            let mut b = EvalBatch {
+                rows: Vec::with_capacity(chunk.len()),
+                input_ids: Vec::with_capacity(chunk.len() * seq),
+                attention_mask: Vec::with_capacity(chunk.len() * seq),
+                token_type_ids: Vec::with_capacity(chunk.len() * seq),
+                seq,
+            };
+            for (meta, ids, types) in chunk {
+                for j in 0..seq {
+                    let real = j < ids.len();
+                    b.input_ids.push(if real { ids[j] as i64 } else { pad_id });
+                    b.token_type_ids.push(if real { types[j] as i64 } else { 0 });
+                    b.attention_mask.push(real as i64);
+                }
+                b.rows.push(meta);
+            }
+            if tx.send(Ok(b)).is_err() {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+const LENGTH_ORDER: [&str; 5] = ["1-64", "65-128", "129-256", "257-512", ">512"];
+
+/// Token-length buckets (with [CLS]/[SEP]), powers of two.
+fn length_bucket(tokens: usize) -> String {
+    match tokens {
+        0..=64 => LENGTH_ORDER[0],
+        65..=128 => LENGTH_ORDER[1],
+        129..=256 => LENGTH_ORDER[2],
+        257..=512 => LENGTH_ORDER[3],
+        _ => LENGTH_ORDER[4],
+    }
+    .to_string()
+}
+
+/// The split's noise-score quartiles (Q1, median, Q3), when the shards carry the score.
+fn quartile_edges(mut xs: Vec<f32>) -> Option<[f32; 3]> {
+    if xs.is_empty() {
+        return None;
+    }
+    xs.sort_by(f32::total_cmp);
+    let q = |p| crate::clean::filter::quantile_linear(&xs, p);
+    Some([q(0.25), q(0.5), q(0.75)])
+}
+
+fn noise_bucket_names(edges: &Option<[f32; 3]>) -> Vec<String> {
+    match edges {
+        Some([a, b, c]) => {
+            vec![format!("Q1 <={a:.2}"), format!("Q2 <={b:.2}"), format!("Q3 <={c:.2}"), format!("Q4 >{c:.2}")]
+        }
+        None => Vec::new(),
+    }
+}
+
+fn noise_bucket(x: f32, edges: &[f32; 3], names: &[String]) -> String {
+    let i = edges.iter().position(|&e| x <= e).unwrap_or(3);
+    names[i].clone()
+}
+
+fn slices(
+    rows: &[&RowResult],
+    names: &[String],
+    bucket: impl Fn(&RowResult) -> Option<String>,
+    order: &[&str],
+) -> Vec<Slice> {
+    let mut groups: std::collections::BTreeMap<String, Predictions> = Default::default();
+    for r in rows {
+        if let Some(b) = bucket(r) {
+            groups
+                .entry(b)
+                .or_insert_with(|| Predictions::new(names.len()))
+                .push_probs(&r.probs, r.meta.label.unwrap_or(0) as usize);
+        }
+    }
+    order
+        .iter()
+        .filter_map(|b| {
+            let p = groups.get(*b)?;
+            let m = ClassificationMetrics::compute(p, names);
+            Some(Slice { bucket: b.to_string(), examples: p.len(), accuracy: m.accuracy, f1: m.f1 })
+        })
+        .collect()
+}
+
+/// `predictions.parquet`: `id`, `label`, `prediction`, `predicted_label`, `confidence`,
+/// `probabilities` (list<float32>, in label order), and `doc_id` / `chunk` for windows.
+fn write_predictions(path: &Path, results: &[RowResult], names: &[String]) -> Result<()> {
+    use arrow_array::builder::{Float32Builder, Int32Builder, Int64Builder, ListBuilder, StringBuilder};
+    use arrow_array::{ArrayRef, RecordBatch};
+    let mut id = StringBuilder::new();
+    let mut label = Int64Builder::new();
+    let mut pred = Int64Builder::new();
+    let mut pred_name = StringBuilder::new();
+    let mut conf = Float32Builder::new();
+    let mut probs = ListBuilder::new(Float32Builder::new());
+    let mut doc = StringBuilder::new();
+    let mut chunk = Int32Builder::new();
+    let windows = results.iter().any(|r| r.meta.doc_id.is_some());
+    for r in results {
+        let p = argmax(&r.probs);
+        id.append_value(&r.meta.id);
+        label.append_option(r.meta.label);
+        pred.append_value(p as i64);
+        pred_name.append_value(&names[p]);
+        conf.append_value(r.probs[p] as f32);
+        for &x in &r.probs {
+            probs.values().append_value(x as f32);
+        }
+        probs.append(true);
+        doc.append_option(r.meta.doc_id.as_deref());
+        chunk.append_option(r.meta.chunk);
+    }
+    let mut cols: Vec<(&str, ArrayRef)> = vec![
+        ("id", Arc::new(id.finish())),
+        ("label", Arc::new(label.finish())),
+        ("prediction", Arc::new(pred.finish())),
+        ("predicted_label", Arc::new(pred_name.finish())),
+        ("confidence", Arc::new(conf.finish())),
+        ("probabilities", Arc::new(probs.finish())),
+    ];
+    if windows {
+        cols.push(("doc_id", Arc::new(doc.finish())));
+        cols.push(("chunk", Arc::new(chunk.finish())));
+    }
+    let batch = RecordBatch::try_from_iter(cols)?;
+    let mut buf = Vec::new();
+    {
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
+            .set_key_value_metadata(Some(vec![parquet::file::metadata::KeyValue::new(
+                "id2label".to_string(),
+                serde_json::to_string(names)?,
+            )]))
+            .build();
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, batch.schema(), Some(props))?;
+        w.write(&batch)?;
+        w.close()?;
+    }
+    super::export::write_file_atomic(path, &buf)
+}
+
+/// Confusion matrix, ROC curve(s) and the reliability diagram, as SVG + PNG.
+fn plots(dir: &Path, preds: &Predictions, m: &ClassificationMetrics, names: &[String]) -> Result<Vec<PathBuf>> {
+    use crate::stats::plot;
+    let mut files = plot::confusion_chart(dir, "confusion", "Confusion matrix", names, &m.confusion)?;
+    let k = preds.num_labels;
+    let classes: Vec<usize> = if k == 2 { vec![1] } else { (0..k).collect() };
+    let mut roc = Vec::new();
+    for c in classes {
+        let scores: Vec<f64> = (0..preds.len()).map(|i| preds.probs(i)[c]).collect();
+        let positive: Vec<bool> = preds.labels.iter().map(|&l| l == c).collect();
+        if positive.iter().all(|&p| p) || !positive.iter().any(|&p| p) {
+            continue;
+        }
+        let auc = crate::metrics::roc_auc_binary(&scores, &positive).unwrap_or(f64::NAN);
+        let name = if k == 2 { format!("AUC {auc:.4}") } else { format!("{} AUC {auc:.4}", names[c]) };
+        roc.push((name, crate::metrics::roc_curve(&scores, &positive)));
+    }
+    roc.push(("chance".to_string(), vec![(0.0, 0.0), (1.0, 1.0)]));
+    files.extend(plot::xy_chart(dir, "roc", "ROC curve", "false positive rate", "true positive rate", &roc, true)?);
+    let cal = calibration(preds, 10);
+    let pts: Vec<(f64, f64)> = cal.iter().map(|b| (b.confidence, b.accuracy)).collect();
+    let series = vec![("model".to_string(), pts), ("perfectly calibrated".to_string(), vec![(0.0, 0.0), (1.0, 1.0)])];
+    files.extend(plot::xy_chart(
+        dir,
+        "calibration",
+        "Reliability diagram (10 confidence bins)",
+        "mean confidence",
+        "accuracy",
+        &series,
+        true,
+    )?);
+    Ok(files)
+}
+
+/// One confidence bin of the reliability diagram.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CalibrationBin {
+    pub confidence: f64,
+    pub accuracy: f64,
+    pub examples: usize,
+}
+
+/// Predictions binned by the predicted class's probability (`bins` equal-width bins over
+/// [0, 1]); empty bins left out.
+pub fn calibration(p: &Predictions, bins: usize) -> Vec<CalibrationBin> {
+    let mut acc = vec![(0.0f64, 0usize, 0usize); bins];
+    for i in 0..p.len() {
+        let pred = p.predicted(i);
+        let c = p.probs(i)[pred];
+        let b = ((c * bins as f64) as usize).min(bins - 1);
+        acc[b].0 += c;
+        acc[b].1 += (pred == p.labels[i]) as usize;
+        acc[b].2 += 1;
+    }
+    acc.into_iter()
+        .filter(|a| a.2 > 0)
+        .map(|(c, right, n)| CalibrationBin {
+            confidence: c / n as f64,
+            accuracy: right as f64 / n as f64,
+            examples: n,
+        })
+        .collect()
+}
+
+/// The report as a table for the terminal.
+pub fn format_report(r: &EvalReport) -> String {
+    let mut out = Vec::new();
+    out.push(format!(
+        "eval `{}` of {}: {} rows, {} documents{} on {} (ONNX Runtime {})",
+        r.split,
+        r.data,
+        r.rows,
+        r.documents,
+        if r.unlabelled > 0 { format!(" ({} unlabelled, not scored)", r.unlabelled) } else { String::new() },
+        r.provider,
+        r.onnxruntime
+    ));
+    let line = |name: &str, m: &ClassificationMetrics| {
+        format!(
+            "{name:<10} accuracy {:.4}  precision {:.4}  recall {:.4}  f1 {:.4}  roc_auc {}  loss {:.4}  ({} examples)",
+            m.accuracy,
+            m.precision,
+            m.recall,
+            m.f1,
+            m.roc_auc.map(|x| format!("{x:.4}")).unwrap_or("-".into()),
+            m.loss,
+            m.examples
+        )
+    };
+    if let Some(m) = &r.metrics {
+        out.push(line("rows", m));
+        if let Some(d) = &r.document_metrics {
+            out.push(line("documents", d));
+        }
+        out.push(String::new());
+        let w = r.labels.iter().map(|n| n.len()).max().unwrap_or(4).max(6);
+        let mut header = format!("{:>w$}  ", "true \\ predicted", w = w + 7);
+        for n in &r.labels {
+            header.push_str(&format!("{n:>w$}  "));
+        }
+        out.push(header.trim_end().to_string());
+        for (i, row) in m.confusion.iter().enumerate() {
+            let mut s = format!("{:>w$}  ", r.labels[i], w = w + 7);
+            for v in row {
+                s.push_str(&format!("{v:>w$}  "));
+            }
+            out.push(s.trim_end().to_string());
+        }
+        if r.labels.len() > 2 {
+            for c in &m.per_class {
+                out.push(format!(
+                    "  {:<12} precision {:.4}  recall {:.4}  f1 {:.4}  support {}",
+                    c.label, c.precision, c.recall, c.f1, c.support
+                ));
+            }
+        }
+        for (title, slices) in [("by length (tokens)", &r.by_length), ("by noise score", &r.by_noise)] {
+            if slices.is_empty() {
+                continue;
+            }
+            out.push(String::new());
+            out.push(format!("{title:<20} {:>8} {:>9} {:>7}", "examples", "accuracy", "f1"));
+            for s in slices.iter() {
+                out.push(format!("  {:<18} {:>8} {:>9.4} {:>7.4}", s.bucket, s.examples, s.accuracy, s.f1));
+            }
+        }
+        if !r.mistakes.is_empty() {
+            out.push(String::new());
+            out.push("most confident mistakes:".to_string());
+            for m in &r.mistakes {
+                let text = m
+                    .text
+                    .as_ref()
+                    .map(|t| {
+                        let t: String = t.chars().take(90).collect();
+                        format!("  \"{t}…\"")
+                    })
+                    .unwrap_or_default();
+                out.push(format!("  {} ({} → {}, {:.3}){text}", m.id, m.label, m.predicted, m.confidence));
+            }
+        }
+    }
+    let t = &r.throughput;
+    out.push(String::new());
+    out.push(format!(
+        "{:.1} docs/s, {:.0} tokens/s ({:.0}% padding), {} batches: latency p50 {:.1} ms, p95 {:.1} ms, {:.1}s in all",
+        t.docs_per_second,
+        t.tokens_per_second,
+        100.0 * (1.0 - t.tokens as f64 / t.padded_tokens.max(1) as f64),
+        t.batches,
+        t.batch_latency_ms_p50,
+        t.batch_latency_ms_p95,
+        t.seconds
+    ));
+    out.push(format!("wrote {}", r.outputs.first().map(|s| s.as_str()).unwrap_or("")));
+    out.join("\n")
+}

@@ -1,0 +1,11 @@
+//! BERT out through ONNX: export ([`export`]), ONNX Runtime ([`runtime`]), the export's check
+//! against candle ([`verify`]), batch evaluation on shards ([`eval`]) and raw-text prediction
+//! through a pipeline ([`predict`]).
+
+pub mod eval;
+pub mod export;
+pub mod graph;
+pub mod predict;
+pub mod proto;
+pub mod runtime;
+pub mod verify;

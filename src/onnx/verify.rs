@@ -1,0 +1,167 @@
+//! `export onnx --verify`: the exported model in ONNX Runtime against the checkpoint in our
+//! candle model, on random and real (tokenized) inputs, padded batches included.
+
+use std::path::Path;
+
+use anyhow::{bail, Result};
+use candle_core::{DType, Device};
+
+use super::runtime::Model;
+use crate::model::bert::{Inputs, Mode};
+use crate::model::BertTask;
+use crate::rng::Rng;
+
+/// The largest difference allowed between ONNX Runtime's and candle's logits.
+pub const TOLERANCE: f32 = 1e-4;
+
+/// One batch of inputs, row-major `[batch, seq]`.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub name: String,
+    pub batch: usize,
+    pub seq: usize,
+    pub input_ids: Vec<i64>,
+    pub attention_mask: Vec<i64>,
+    pub token_type_ids: Vec<i64>,
+}
+
+impl Case {
+    /// Right-padded rows of (ids, token types).
+    pub fn from_rows(name: &str, rows: &[(Vec<u32>, Vec<u32>)], pad: u32) -> Case {
+        let seq = rows.iter().map(|r| r.0.len()).max().unwrap_or(1).max(1);
+        let mut c = Case {
+            name: name.to_string(),
+            batch: rows.len(),
+            seq,
+            input_ids: Vec::new(),
+            attention_mask: Vec::new(),
+            token_type_ids: Vec::new(),
+        };
+        for (ids, types) in rows {
+            for j in 0..seq {
+                let real = j < ids.len();
+                c.input_ids.push(if real { ids[j] } else { pad } as i64);
+                c.token_type_ids.push(if real { types[j] } else { 0 } as i64);
+                c.attention_mask.push(real as i64);
+            }
+        }
+        c
+    }
+}
+
+/// Random token ids with the given row lengths (`[CLS] … [SEP]` shape is not needed for a
+/// numeric check), token types 0 then 1 halfway.
+pub fn random_case(name: &str, lengths: &[usize], vocab: usize, types: usize, pad: u32, rng: &mut Rng) -> Case {
+    let rows: Vec<(Vec<u32>, Vec<u32>)> = lengths
+        .iter()
+        .map(|&n| {
+            let ids = (0..n).map(|_| rng.below(vocab) as u32).collect();
+            let tt = (0..n).map(|j| if types > 1 && j >= n / 2 { 1 } else { 0 }).collect();
+            (ids, tt)
+        })
+        .collect();
+    Case::from_rows(name, &rows, pad)
+}
+
+/// Texts for the "real input" cases: short and long, a pair, punctuation, accents.
+pub const SENTENCES: &[(&str, Option<&str>)] = &[
+    ("This movie was wonderful: the acting, the music, everything.", None),
+    ("I want those two hours of my life back. Dreadful!", None),
+    ("An okay film.", Some("Not great, not terrible; the ending drags on far too long.")),
+    (
+        "The director's earlier work had a certain charm, but this sequel squanders it with a plot that makes no sense, \
+         dialogue that sounds like it was written by committee, and a runtime that overstays its welcome by at least forty minutes.",
+        None,
+    ),
+    ("Café au lait, naïve résumé — 10/10!!!", None),
+];
+
+/// Candle's logits for a case, `[batch × labels]`.
+pub fn candle_logits(model: &BertTask, case: &Case) -> Result<Vec<f32>> {
+    let u = |v: &[i64]| v.iter().map(|&x| x as u32).collect::<Vec<u32>>();
+    let inputs = Inputs::new(
+        &u(&case.input_ids),
+        &u(&case.token_type_ids),
+        &u(&case.attention_mask),
+        case.batch,
+        case.seq,
+        &Device::Cpu,
+    )?;
+    let out = model.forward(&inputs, None, &mut Mode::eval())?;
+    let logits = out.logits.expect("a classifier gives logits");
+    Ok(logits.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
+}
+
+/// One case's result.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    pub name: String,
+    pub batch: usize,
+    pub seq: usize,
+    pub max_abs_diff: f32,
+}
+
+/// Runs every case in both and compares; fails past [`TOLERANCE`].
+pub fn compare(model: &BertTask, session: &mut Model, cases: &[Case]) -> Result<Vec<Checked>> {
+    let mut out = Vec::new();
+    for case in cases {
+        let want = candle_logits(model, case)?;
+        let (got, _) =
+            session.logits(&case.input_ids, &case.attention_mask, &case.token_type_ids, case.batch, case.seq)?;
+        if got.len() != want.len() {
+            bail!("case `{}`: ONNX Runtime gave {} logits, candle {}", case.name, got.len(), want.len());
+        }
+        let max_abs_diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        if got.iter().any(|x| !x.is_finite()) {
+            bail!("case `{}`: ONNX Runtime returned non-finite logits", case.name);
+        }
+        out.push(Checked { name: case.name.clone(), batch: case.batch, seq: case.seq, max_abs_diff });
+    }
+    Ok(out)
+}
+
+/// The standard cases: random padded batches of several shapes (a single token, a full
+/// `max_len` row), and the [`SENTENCES`] tokenized with the model's vocabulary.
+pub fn standard_cases(model: &BertTask, vocab_file: &Path, lowercase: bool, max_len: usize) -> Result<Vec<Case>> {
+    let c = &model.config;
+    let pad = c.pad_token_id.unwrap_or(0) as u32;
+    let mut rng = Rng::for_key(0x5eed_0bb7, &[]);
+    let (v, t) = (c.vocab_size, c.type_vocab_size);
+    let long = max_len.min(c.max_position_embeddings);
+    let mut cases = Vec::new();
+    for lengths in [vec![1], vec![37, 20, 5, 31], vec![128, 64, 100], vec![long, long / 3 + 1]] {
+        let lengths: Vec<usize> = lengths.into_iter().map(|n| n.min(long)).collect();
+        let name = format!("random {}×{}{}", lengths.len(), lengths[0], if lengths.len() > 1 { " padded" } else { "" });
+        cases.push(random_case(&name, &lengths, v, t, pad, &mut rng));
+    }
+    let tok = crate::tokenize::Tokenize {
+        vocab: vocab_file.extension().is_none_or(|e| e != "json").then(|| vocab_file.to_path_buf()),
+        tokenizer: vocab_file.extension().is_some_and(|e| e == "json").then(|| vocab_file.to_path_buf()),
+        lowercase,
+        strip_accents: None,
+        max_word_chars: 100,
+        encoder: None,
+        sentences: false,
+    };
+    let encoder = tok.load()?;
+    let sp = encoder.info().special_ids;
+    let mut rows = Vec::new();
+    for (a, b) in SENTENCES {
+        let mut ids = vec![sp.cls];
+        encoder.encode(a, &mut ids);
+        ids.push(sp.sep);
+        let mut types = vec![0; ids.len()];
+        if let Some(b) = b {
+            let before = ids.len();
+            encoder.encode(b, &mut ids);
+            ids.push(sp.sep);
+            types.resize(ids.len(), 0);
+            types[before..].iter_mut().for_each(|x| *x = 1);
+        }
+        ids.truncate(long);
+        types.truncate(long);
+        rows.push((ids, types));
+    }
+    cases.push(Case::from_rows("sentences (tokenized, padded)", &rows, sp.pad));
+    Ok(cases)
+}
