@@ -102,6 +102,9 @@ pub struct ExportOnnxArgs {
     /// the position table).
     #[arg(long, value_name = "N")]
     pub max_len: Option<usize>,
+    /// Write the weights to OUT.data beside the model (automatic past protobuf's 2 GB limit).
+    #[arg(long)]
+    pub external_data: bool,
     #[command(flatten)]
     pub ort: OrtArgs,
 }

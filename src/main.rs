@@ -188,6 +188,7 @@ fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
         optimize: args.optimize,
         vocab: args.vocab.clone(),
         max_len: args.max_len,
+        external_data: args.external_data,
     };
     let t0 = std::time::Instant::now();
     let done = export::export(&opts)?;

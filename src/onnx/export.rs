@@ -41,6 +41,9 @@ pub struct ExportOptions {
     /// The longest input (default: tokenizer_config.json's `model_max_length`, else the
     /// position table's size).
     pub max_len: Option<usize>,
+    /// Weights in `OUT.data` beside the model even when it would fit in one file (always
+    /// done past protobuf's 2 GB limit).
+    pub external_data: bool,
 }
 
 /// What was written.
@@ -128,7 +131,7 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
     let graph = proto.graph.as_mut().expect("built with a graph");
     let weight_bytes: usize = graph.initializer.iter().map(|t| t.raw_data.len()).sum();
     let mut external_data = None;
-    if weight_bytes > EXTERNAL_DATA_BYTES {
+    if opts.external_data || weight_bytes > EXTERNAL_DATA_BYTES {
         let name = format!("{}.data", out.file_name().and_then(|n| n.to_str()).unwrap_or("model.onnx"));
         let mut data = Vec::with_capacity(weight_bytes + 4096);
         externalize(&mut graph.initializer, &name, &mut data);

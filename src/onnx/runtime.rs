@@ -81,7 +81,7 @@ fn libs_in(dir: &Path) -> Vec<PathBuf> {
 fn python_site_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
-        if let Some(prefix) = std::env::var_os(var) {
+        if let Some(prefix) = std::env::var_os(var).filter(|p| !p.is_empty()) {
             if let Ok(entries) = std::fs::read_dir(Path::new(&prefix).join("lib")) {
                 for e in entries.flatten() {
                     if e.file_name().to_string_lossy().starts_with("python") {
@@ -97,6 +97,21 @@ fn python_site_dirs() -> Vec<PathBuf> {
             dirs.extend(String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.is_empty()).map(PathBuf::from));
         }
     }
+    dirs
+}
+
+/// System library folders: `BERTPIPE_ORT_SYSTEM_DIRS` (colon-separated) when set, else
+/// `LD_LIBRARY_PATH` and the usual folders.
+fn system_dirs() -> Vec<PathBuf> {
+    let split = |s: &str| s.split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect::<Vec<_>>();
+    if let Ok(dirs) = std::env::var("BERTPIPE_ORT_SYSTEM_DIRS") {
+        return split(&dirs);
+    }
+    let mut dirs = split(&std::env::var("LD_LIBRARY_PATH").unwrap_or_default());
+    dirs.extend(
+        ["/usr/local/lib", "/usr/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64"]
+            .map(PathBuf::from),
+    );
     dirs
 }
 
@@ -116,7 +131,7 @@ pub fn search(flag: Option<&Path>) -> Result<(Option<Found>, Vec<String>)> {
         }
         return Ok((Some(Found { path: p, how: "ORT_DYLIB_PATH" }), looked));
     }
-    for site in python_site_dirs() {
+    for site in python_site_dirs().into_iter().filter(|d| d.is_dir()) {
         let capi = site.join("onnxruntime").join("capi");
         looked.push(capi.display().to_string());
         if let Some(lib) = libs_in(&capi).into_iter().next() {
@@ -130,17 +145,7 @@ pub fn search(flag: Option<&Path>) -> Result<(Option<Found>, Vec<String>)> {
             return Ok((Some(Found { path: lib, how: "bertpipe cache" }), looked));
         }
     }
-    let mut system: Vec<PathBuf> = std::env::var("LD_LIBRARY_PATH")
-        .unwrap_or_default()
-        .split(':')
-        .filter(|s| !s.is_empty())
-        .map(PathBuf::from)
-        .collect();
-    system.extend(
-        ["/usr/local/lib", "/usr/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64"]
-            .map(PathBuf::from),
-    );
-    for dir in system {
+    for dir in system_dirs() {
         looked.push(dir.display().to_string());
         if let Some(lib) = libs_in(&dir).into_iter().next() {
             return Ok((Some(Found { path: lib, how: "system" }), looked));
@@ -385,6 +390,7 @@ pub fn install(gpu: bool) -> Result<PathBuf> {
         format!("onnxruntime=={PINNED_VERSION}")
     };
     let mut cmd = Command::new(&python);
+    cmd.env("PIP_ROOT_USER_ACTION", "ignore");
     cmd.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--upgrade", "--target"]);
     cmd.arg(&dir).arg(&spec);
     if !gpu {

@@ -1,0 +1,486 @@
+//! `export onnx`, `eval`, `predict` and `doctor` with the real ONNX Runtime.
+//!
+//! The runtime is found as a user's would be; when this machine has none, the pinned wheel
+//! is installed into bertpipe's cache folder with pip (`bertpipe doctor --install`). A test
+//! that still cannot load it fails and says why: none of these pass by skipping.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float32Type, Int64Type};
+use bertpipe::onnx::proto::ModelProto;
+use bertpipe::onnx::{export, runtime, verify};
+use common::{assert_ok, bertpipe_env, read_parquet, root, run_pipeline, stderr};
+use prost::Message;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The ONNX Runtime library every test uses (found, or installed into the cache once).
+fn ort_lib() -> &'static PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let found = runtime::search(None).expect("searching for ONNX Runtime").0;
+        let path = match found {
+            Some(f) => f.path,
+            None => runtime::install(false).unwrap_or_else(|e| {
+                panic!(
+                    "ONNX Runtime is not on this machine and could not be installed with pip: {e:#}\n{}",
+                    runtime::install_hint()
+                )
+            }),
+        };
+        runtime::init(Some(&path))
+            .unwrap_or_else(|e| panic!("ONNX Runtime at '{}' does not load: {e:#}", path.display()));
+        path
+    })
+}
+
+fn ort_env() -> Vec<(&'static str, String)> {
+    vec![("ORT_DYLIB_PATH", ort_lib().display().to_string())]
+}
+
+fn run(args: &[&str]) -> std::process::Output {
+    let env = ort_env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    bertpipe_env(args, &env)
+}
+
+fn tiny_cls() -> PathBuf {
+    root().join("tests/fixtures/tiny-bert-cls")
+}
+
+/// Sample shards, a briefly trained tiny classifier on them, and its export: made once.
+struct Trained {
+    _dir: tempfile::TempDir,
+    shards: PathBuf,
+    checkpoint: PathBuf,
+    model: PathBuf,
+}
+
+fn trained() -> &'static Trained {
+    static T: OnceLock<Trained> = OnceLock::new();
+    T.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let shards = dir.path().join("imdb");
+        // Text kept, so eval can show the mistakes.
+        assert_ok(&run_pipeline("pipelines/imdb.yaml", &shards, &["--set", "sink.keep_text=true"]));
+        let ft = dir.path().join("ft");
+        let (d, o) = (format!("data={}", shards.display()), format!("output_dir={}", ft.display()));
+        let o = run(&[
+            "train",
+            "pipelines/imdb-finetune.yaml",
+            "--quiet",
+            "--set",
+            &d,
+            "--set",
+            &o,
+            "--set",
+            "max_steps=12",
+            "--set",
+            "eval_split=null",
+        ]);
+        assert_ok(&o);
+        let checkpoint = ft.join("final");
+        let model = dir.path().join("model.onnx");
+        let c = checkpoint.display().to_string();
+        let m = model.display().to_string();
+        assert_ok(&run(&["export", "onnx", "--checkpoint", &c, "--out", &m]));
+        Trained { _dir: dir, shards, checkpoint, model }
+    })
+}
+
+fn golden() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(root().join("tests/fixtures/golden_model.json")).unwrap()).unwrap()
+}
+
+fn ints(v: &Value) -> Vec<i64> {
+    v.as_array().unwrap().iter().flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_i64().unwrap())).collect()
+}
+
+#[test]
+fn export_matches_pytorch_and_candle_on_dynamic_shapes_plain_and_optimized() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime::init(Some(ort_lib())).unwrap();
+    let model = export::load_classifier(&tiny_cls()).unwrap();
+    let g = golden();
+    let (ids, mask, types) = (ints(&g["input_ids"]), ints(&g["attention_mask"]), ints(&g["token_type_ids"]));
+    let batch = g["input_ids"].as_array().unwrap().len();
+    let seq = ids.len() / batch;
+    let torch: Vec<f32> = g["cls_logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+        .collect();
+    let mut plain_logits = Vec::new();
+    for optimize in [false, true] {
+        let out = dir.path().join(if optimize { "opt.onnx" } else { "plain.onnx" });
+        let opts = export::ExportOptions {
+            checkpoint: tiny_cls(),
+            out: out.clone(),
+            optimize,
+            vocab: None,
+            max_len: None,
+            external_data: false,
+        };
+        let done = export::export(&opts).unwrap();
+        let mut session = rt.open(&done.path, runtime::Provider::Cpu, 1).unwrap();
+
+        // Against PyTorch's logits for the same padded batch (golden fixture).
+        let (logits, k) = session.logits(&ids, &mask, &types, batch, seq).unwrap();
+        assert_eq!(k, 2);
+        let diff = logits.iter().zip(&torch).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(diff < 1e-4, "optimize={optimize}: max |Δ| vs PyTorch {diff}");
+
+        // Against candle on random and tokenized batches of several shapes.
+        let cases = verify::standard_cases(&model, &tiny_cls().join("vocab.txt"), true, 64).unwrap();
+        let shapes: Vec<(usize, usize)> = cases.iter().map(|c| (c.batch, c.seq)).collect();
+        assert!(shapes.contains(&(1, 1)) && shapes.iter().any(|&(b, _)| b > 1), "{shapes:?}");
+        for c in verify::compare(&model, &mut session, &cases).unwrap() {
+            assert!(c.max_abs_diff < verify::TOLERANCE, "optimize={optimize} {}: {}", c.name, c.max_abs_diff);
+        }
+        // The fused graph computes what the plain one does.
+        let case = &cases[1];
+        let (l, _) =
+            session.logits(&case.input_ids, &case.attention_mask, &case.token_type_ids, case.batch, case.seq).unwrap();
+        if optimize {
+            let d = l.iter().zip(&plain_logits).map(|(a, b): (&f32, &f32)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(d < 1e-4, "optimized vs plain: {d}");
+        } else {
+            plain_logits = l;
+        }
+
+        // The file itself: opset 17, the contract's signature, fused ops only when asked.
+        let proto = ModelProto::decode(std::fs::read(&out).unwrap().as_slice()).unwrap();
+        assert!(proto.opset_import.iter().any(|o| o.domain.is_empty() && o.version == 17));
+        let graph = proto.graph.as_ref().unwrap();
+        let inputs: Vec<&str> = graph.input.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(inputs, ["input_ids", "attention_mask", "token_type_ids"]);
+        for i in &graph.input {
+            let t = i.r#type.as_ref().unwrap().tensor_type.as_ref().unwrap();
+            assert_eq!(t.elem_type, 7, "int64");
+            let dims: Vec<Option<&str>> =
+                t.shape.as_ref().unwrap().dim.iter().map(|d| d.dim_param.as_deref()).collect();
+            assert_eq!(dims, [Some("batch"), Some("sequence")]);
+        }
+        assert_eq!(graph.output[0].name, "logits");
+        let ops: Vec<&str> = graph.node.iter().map(|n| n.op_type.as_str()).collect();
+        assert_eq!(ops.contains(&"Attention"), optimize, "{ops:?}");
+        assert_eq!(ops.contains(&"LayerNormalization"), !optimize);
+        assert!(graph.initializer.iter().all(|t| !t.raw_data.is_empty()), "weights as raw_data");
+    }
+}
+
+#[test]
+fn metadata_records_vocabulary_length_labels_and_producer() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.onnx");
+    let o = run(&[
+        "export",
+        "onnx",
+        "--checkpoint",
+        tiny_cls().to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--verify",
+    ]);
+    assert_ok(&o);
+    let err = stderr(&o);
+    assert!(err.contains("verified against candle") && err.contains("max |Δ logits|"), "{err}");
+    let rt = runtime::init(Some(ort_lib())).unwrap();
+    let m = rt.open(&out, runtime::Provider::Cpu, 1).unwrap();
+    let vocab = std::fs::read(tiny_cls().join("vocab.txt")).unwrap();
+    assert_eq!(m.metadata["vocab_sha256"], hex::encode(Sha256::digest(&vocab)));
+    assert_eq!(m.metadata["max_len"], "64");
+    assert_eq!(m.metadata["id2label"], r#"{"0":"neg","1":"pos"}"#);
+    assert!(m.metadata["created_by"].starts_with("bertpipe "));
+    assert_eq!(m.num_labels, 2);
+}
+
+#[test]
+fn weights_can_live_in_an_external_data_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ext.onnx");
+    let o = run(&[
+        "export",
+        "onnx",
+        "--checkpoint",
+        tiny_cls().to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--external-data",
+        "--verify",
+    ]);
+    assert_ok(&o);
+    let data = dir.path().join("ext.onnx.data");
+    let model_bytes = std::fs::metadata(&out).unwrap().len();
+    let data_bytes = std::fs::metadata(&data).unwrap().len();
+    assert!(data_bytes > 90_000 && model_bytes < 20_000, "model {model_bytes} B, data {data_bytes} B");
+    let proto = ModelProto::decode(std::fs::read(&out).unwrap().as_slice()).unwrap();
+    let external = proto.graph.unwrap().initializer.iter().filter(|t| t.data_location == 1).count();
+    assert!(external >= 20, "{external} external tensors");
+}
+
+#[test]
+fn a_bare_encoder_is_refused_for_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.onnx");
+    let pretrain = root().join("tests/fixtures/tiny-bert-pretrain");
+    let o = run(&["export", "onnx", "--checkpoint", pretrain.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not a sequence-classification checkpoint"), "{}", stderr(&o));
+    assert!(!out.exists());
+}
+
+/// Metrics recomputed here from predictions.parquet, without bertpipe's metrics module.
+fn independent_metrics(predictions: &Path) -> (f64, f64, f64, Vec<Vec<usize>>) {
+    let mut labels = Vec::new();
+    let mut p1 = Vec::new();
+    let mut predicted = Vec::new();
+    for b in read_parquet(predictions) {
+        let l = b.column_by_name("label").unwrap().as_primitive::<Int64Type>().clone();
+        let pr = b.column_by_name("prediction").unwrap().as_primitive::<Int64Type>().clone();
+        let probs = b.column_by_name("probabilities").unwrap().as_list::<i32>().clone();
+        for i in 0..b.num_rows() {
+            labels.push(l.value(i) as usize);
+            predicted.push(pr.value(i) as usize);
+            let row = probs.value(i);
+            let row = row.as_primitive::<Float32Type>();
+            assert!((row.value(0) + row.value(1) - 1.0).abs() < 1e-5);
+            p1.push(row.value(1) as f64);
+        }
+    }
+    let n = labels.len();
+    let correct = (0..n).filter(|&i| labels[i] == predicted[i]).count();
+    let mut confusion = vec![vec![0; 2]; 2];
+    for i in 0..n {
+        confusion[labels[i]][predicted[i]] += 1;
+    }
+    let (tp, fp, fneg) = (confusion[1][1] as f64, confusion[0][1] as f64, confusion[1][0] as f64);
+    let f1 = 2.0 * tp / (2.0 * tp + fp + fneg);
+    // ROC-AUC as the probability that a positive outscores a negative (ties count half).
+    let (mut wins, mut pairs) = (0.0, 0.0);
+    for i in (0..n).filter(|&i| labels[i] == 1) {
+        for j in (0..n).filter(|&j| labels[j] == 0) {
+            pairs += 1.0;
+            wins += if p1[i] > p1[j] {
+                1.0
+            } else if p1[i] == p1[j] {
+                0.5
+            } else {
+                0.0
+            };
+        }
+    }
+    (correct as f64 / n as f64, f1, wins / pairs, confusion)
+}
+
+#[test]
+fn eval_on_the_sample_shards_writes_metrics_that_match_its_predictions() {
+    let t = trained();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("eval");
+    let o = run(&[
+        "eval",
+        "--model",
+        t.model.to_str().unwrap(),
+        "--data",
+        t.shards.to_str().unwrap(),
+        "--split",
+        "test",
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+        "--quiet",
+        "--batch-size",
+        "16",
+    ]);
+    assert_ok(&o);
+    let report: Value = serde_json::from_slice(&o.stdout).expect("--json prints the report");
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    assert_eq!(report, saved);
+    let m = &report["metrics"];
+    let (acc, f1, auc, confusion) = independent_metrics(&out.join("predictions.parquet"));
+    assert!((m["accuracy"].as_f64().unwrap() - acc).abs() < 1e-12);
+    assert!((m["f1"].as_f64().unwrap() - f1).abs() < 1e-12);
+    // Probabilities are stored as float32: ranks of near-equal scores may differ slightly.
+    assert!((m["roc_auc"].as_f64().unwrap() - auc).abs() < 1e-3, "{} vs {auc}", m["roc_auc"]);
+    assert_eq!(serde_json::to_value(&confusion).unwrap(), m["confusion"]);
+    let rows = report["rows"].as_u64().unwrap();
+    let manifest = common::manifest(&t.shards);
+    assert_eq!(rows, manifest["splits"]["test"]["rows"].as_u64().unwrap(), "every row predicted");
+    assert!(report["throughput"]["docs_per_second"].as_f64().unwrap() > 0.0);
+    assert!(
+        report["throughput"]["batch_latency_ms_p95"].as_f64().unwrap()
+            >= report["throughput"]["batch_latency_ms_p50"].as_f64().unwrap()
+    );
+    let slices: u64 = report["by_length"].as_array().unwrap().iter().map(|s| s["examples"].as_u64().unwrap()).sum();
+    assert_eq!(slices, rows);
+    assert_eq!(report["by_noise"].as_array().unwrap().len(), 4);
+    if let Some(first) = report["mistakes"].as_array().unwrap().first() {
+        assert!(first["text"].as_str().is_some_and(|s| !s.is_empty()), "kept text shown: {first}");
+    }
+    for f in ["confusion", "roc", "calibration"] {
+        for ext in ["svg", "png"] {
+            assert!(out.join(format!("{f}.{ext}")).is_file(), "{f}.{ext}");
+        }
+    }
+
+    // The same model in candle (training's evaluation) gives the same metrics.
+    let (candle, _) = bertpipe::train::evaluate_checkpoint(&t.checkpoint, &t.shards, "test", 64).unwrap();
+    assert!((candle.accuracy - m["accuracy"].as_f64().unwrap()).abs() < 1e-12);
+    assert!((candle.loss - m["loss"].as_f64().unwrap()).abs() < 1e-5);
+
+    // Fixed padding gives the same predictions.
+    let fixed = dir.path().join("fixed");
+    assert_ok(&run(&[
+        "eval",
+        "--model",
+        t.model.to_str().unwrap(),
+        "--data",
+        t.shards.to_str().unwrap(),
+        "--out",
+        fixed.to_str().unwrap(),
+        "--max-len",
+        "512",
+        "--quiet",
+        "--batch-size",
+        "8",
+    ]));
+    let again: Value = serde_json::from_str(&std::fs::read_to_string(fixed.join("metrics.json")).unwrap()).unwrap();
+    assert!((again["metrics"]["loss"].as_f64().unwrap() - m["loss"].as_f64().unwrap()).abs() < 1e-5);
+}
+
+#[test]
+fn eval_refuses_a_model_with_another_vocabulary() {
+    let t = trained();
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.onnx");
+    assert_ok(&run(&[
+        "export",
+        "onnx",
+        "--checkpoint",
+        tiny_cls().to_str().unwrap(),
+        "--out",
+        model.to_str().unwrap(),
+    ]));
+    let o = run(&["eval", "--model", model.to_str().unwrap(), "--data", t.shards.to_str().unwrap(), "--quiet"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    let vocab = hex::encode(Sha256::digest(std::fs::read(tiny_cls().join("vocab.txt")).unwrap()));
+    let theirs = common::manifest(&t.shards)["tokenizer"]["vocab_sha256"].as_str().unwrap().to_string();
+    assert!(err.contains("vocab mismatch") && err.contains(&vocab) && err.contains(&theirs), "{err}");
+}
+
+#[test]
+fn predict_gives_what_eval_gives_for_the_same_text_and_reports_rejects() {
+    let t = trained();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("eval");
+    assert_ok(&run(&[
+        "eval",
+        "--model",
+        t.model.to_str().unwrap(),
+        "--data",
+        t.shards.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]));
+    let mut by_id = std::collections::HashMap::new();
+    for b in read_parquet(&out.join("predictions.parquet")) {
+        let ids = b.column_by_name("id").unwrap().as_string::<i32>().clone();
+        let probs = b.column_by_name("probabilities").unwrap().as_list::<i32>().clone();
+        for i in 0..b.num_rows() {
+            by_id.insert(ids.value(i).to_string(), probs.value(i).as_primitive::<Float32Type>().value(1) as f64);
+        }
+    }
+    // A .jsonl input with the reviews' own ids, plus an empty text.
+    let mut lines = Vec::new();
+    let mut want = Vec::new();
+    for label in ["neg", "pos"] {
+        let folder = root().join("data/aclImdb-sample/test").join(label);
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&folder).unwrap().map(|e| e.unwrap().path()).collect();
+        files.sort();
+        for f in files.iter().take(4) {
+            let id = format!("test/{label}/{}", f.file_stem().unwrap().to_string_lossy());
+            if let Some(p) = by_id.get(&id) {
+                lines.push(serde_json::json!({"id": id, "text": std::fs::read_to_string(f).unwrap()}).to_string());
+                want.push((id, *p));
+            }
+        }
+    }
+    assert!(want.len() >= 6, "sample reviews found in the shards");
+    lines.push(serde_json::json!({"id": "empty", "text": ""}).to_string());
+    let input = dir.path().join("texts.jsonl");
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let o = run(&[
+        "predict",
+        "--model",
+        t.model.to_str().unwrap(),
+        "--pipeline",
+        "pipelines/imdb.yaml",
+        "--input",
+        input.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_ok(&o);
+    let preds: Vec<Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(preds.len(), want.len() + 1, "one answer per input, rejects included");
+    for (p, (id, p1)) in preds.iter().zip(&want) {
+        assert_eq!(p["id"], id.as_str());
+        let got = p["probabilities"]["pos"].as_f64().unwrap();
+        assert!((got - p1).abs() < 1e-6, "{id}: predict {got} vs eval {p1}");
+    }
+    let last = preds.last().unwrap();
+    assert_eq!(last["id"], "empty");
+    assert!(last["rejected"].as_str().unwrap().contains("min_words"), "{last}");
+    assert!(stderr(&o).contains("1 of"), "{}", stderr(&o));
+}
+
+#[test]
+fn without_a_runtime_the_error_says_how_to_install_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.onnx");
+    let env = [
+        ("ORT_DYLIB_PATH", ""),
+        ("VIRTUAL_ENV", ""),
+        ("CONDA_PREFIX", ""),
+        ("BERTPIPE_PYTHON", "/nonexistent/python3"),
+        ("BERTPIPE_CACHE_DIR", dir.path().to_str().unwrap()),
+        ("BERTPIPE_ORT_SYSTEM_DIRS", ""),
+        ("LD_LIBRARY_PATH", ""),
+    ];
+    let o = bertpipe_env(&["eval", "--model", model.to_str().unwrap(), "--data", "out/none"], &env);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("ONNX Runtime was not found")
+            && err.contains("bertpipe doctor --install")
+            && err.contains("pip install onnxruntime=="),
+        "{err}"
+    );
+    let o = bertpipe_env(&["doctor"], &env);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("bertpipe doctor --install"));
+    let o = bertpipe_env(
+        &["eval", "--model", "m.onnx", "--data", "x", "--ort-lib", "/nonexistent/libonnxruntime.so"],
+        &env,
+    );
+    assert!(stderr(&o).contains("--ort-lib '/nonexistent/libonnxruntime.so' does not exist"), "{}", stderr(&o));
+}
+
+#[test]
+fn doctor_reports_the_runtime_it_found() {
+    let o = run(&["doctor"]);
+    assert_ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let version = runtime::library_version(ort_lib()).unwrap();
+    assert!(out.contains(&format!("ONNX Runtime {version} at {}", ort_lib().display())), "{out}");
+    assert!(out.contains("found via ORT_DYLIB_PATH") && out.contains("CPUExecutionProvider"), "{out}");
+    assert!(out.contains("candle CUDA"), "{out}");
+}
