@@ -382,6 +382,28 @@ fn layer_plain(
     act: Activation,
 ) -> Result<String> {
     let p = format!("bert.encoder.layer.{i}");
+    let ctx = attention_plain(g, &p, layer, x, mask_bias, heads)?;
+    // Attention output: dense, residual, LayerNorm.
+    let a = linear(g, &format!("{p}.attention.output.dense"), &layer.attention_output.dense, &ctx)?;
+    let a = g.op("Add", &format!("/{p}/attention/output/residual"), &[&a, x], vec![]);
+    let a = layer_norm(g, &format!("{p}.attention.output.LayerNorm"), &layer.attention_output.layer_norm, &a, eps)?;
+    // Feed-forward: dense, activation, dense, residual, LayerNorm.
+    let inter = linear(g, &format!("{p}.intermediate.dense"), &layer.intermediate, &a)?;
+    let inter = activation(g, &format!("{p}/intermediate/act"), act, &inter);
+    let o = linear(g, &format!("{p}.output.dense"), &layer.output.dense, &inter)?;
+    let o = g.op("Add", &format!("/{p}/output/residual"), &[&o, &a], vec![]);
+    layer_norm(g, &format!("{p}.output.LayerNorm"), &layer.output.layer_norm, &o, eps)
+}
+
+/// Self-attention in plain ops: `[b, s, h]` in, the merged heads' context `[b, s, h]` out.
+fn attention_plain(
+    g: &mut Graph,
+    p: &str,
+    layer: &BertLayer,
+    x: &str,
+    mask_bias: &str,
+    heads: usize,
+) -> Result<String> {
     let hidden = layer.attention.query.weight.dim(0)?;
     let head_dim = hidden / heads;
     // Self-attention: project, split heads `[b, s, h] → [b, heads, s, d]`.
@@ -416,16 +438,7 @@ fn layer_plain(
     );
     let merge = g.i64_init(&format!("/{p}/attention/merged_shape"), &[3], &[0, 0, hidden as i64]);
     let ctx = g.op("Reshape", &format!("/{p}/attention/merge_heads_reshape"), &[&ctx, &merge], vec![]);
-    // Attention output: dense, residual, LayerNorm.
-    let a = linear(g, &format!("{p}.attention.output.dense"), &layer.attention_output.dense, &ctx)?;
-    let a = g.op("Add", &format!("/{p}/attention/output/residual"), &[&a, x], vec![]);
-    let a = layer_norm(g, &format!("{p}.attention.output.LayerNorm"), &layer.attention_output.layer_norm, &a, eps)?;
-    // Feed-forward: dense, activation, dense, residual, LayerNorm.
-    let inter = linear(g, &format!("{p}.intermediate.dense"), &layer.intermediate, &a)?;
-    let inter = activation(g, &format!("{p}/intermediate/act"), act, &inter);
-    let o = linear(g, &format!("{p}.output.dense"), &layer.output.dense, &inter)?;
-    let o = g.op("Add", &format!("/{p}/output/residual"), &[&o, &a], vec![]);
-    layer_norm(g, &format!("{p}.output.LayerNorm"), &layer.output.layer_norm, &o, eps)
+    Ok(ctx)
 }
 
 /// One encoder layer in ONNX Runtime's fused ops: `Attention` (packed QKV weights, raw
