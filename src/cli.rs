@@ -155,6 +155,9 @@ pub struct PredictArgs {
     /// The pipeline whose cleaning, tokenize and classify_sequences steps the text goes through.
     #[arg(long, value_name = "PIPELINE.yaml")]
     pub pipeline: PathBuf,
+    /// Override a pipeline value, as with `pipeline run` (e.g. `steps[7].truncation=window`).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
     /// Texts to classify.
     pub texts: Vec<String>,
     /// A file of texts: one per line, or .jsonl with a `text` (and optional `id`) field; `-`

@@ -268,7 +268,7 @@ fn eval(args: bertpipe::cli::EvalArgs) -> anyhow::Result<()> {
 
 fn predict(args: bertpipe::cli::PredictArgs) -> ExitCode {
     use bertpipe::onnx::{eval, predict};
-    let pipeline = match Pipeline::load(&args.pipeline, &[]) {
+    let pipeline = match Pipeline::load(&args.pipeline, &args.set) {
         Ok(p) => p,
         Err(e) => return config_failure(&e),
     };

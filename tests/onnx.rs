@@ -218,10 +218,11 @@ fn weights_can_live_in_an_external_data_file() {
     let data = dir.path().join("ext.onnx.data");
     let model_bytes = std::fs::metadata(&out).unwrap().len();
     let data_bytes = std::fs::metadata(&data).unwrap().len();
-    assert!(data_bytes > 90_000 && model_bytes < 20_000, "model {model_bytes} B, data {data_bytes} B");
+    // Tensors under 1 KiB (biases, LayerNorm) stay inline.
+    assert!(data_bytes > 90_000 && model_bytes < data_bytes / 3, "model {model_bytes} B, data {data_bytes} B");
     let proto = ModelProto::decode(std::fs::read(&out).unwrap().as_slice()).unwrap();
     let external = proto.graph.unwrap().initializer.iter().filter(|t| t.data_location == 1).count();
-    assert!(external >= 20, "{external} external tensors");
+    assert!(external >= 10, "{external} external tensors (every weight matrix)");
 }
 
 #[test]
@@ -440,6 +441,63 @@ fn predict_gives_what_eval_gives_for_the_same_text_and_reports_rejects() {
     assert_eq!(last["id"], "empty");
     assert!(last["rejected"].as_str().unwrap().contains("min_words"), "{last}");
     assert!(stderr(&o).contains("1 of"), "{}", stderr(&o));
+}
+
+#[test]
+fn windowed_rows_are_scored_per_row_and_per_document_and_predict_votes_the_same_way() {
+    let t = trained();
+    let dir = tempfile::tempdir().unwrap();
+    let window = "steps[7]={type: classify_sequences, max_len: 128, truncation: window, window_stride: 100}";
+    let shards = dir.path().join("windows");
+    assert_ok(&run_pipeline("pipelines/imdb.yaml", &shards, &["--set", window]));
+    let out = dir.path().join("eval");
+    let o = run(&[
+        "eval",
+        "--model",
+        t.model.to_str().unwrap(),
+        "--data",
+        shards.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+        "--quiet",
+    ]);
+    assert_ok(&o);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (rows, docs) = (r["rows"].as_u64().unwrap(), r["documents"].as_u64().unwrap());
+    assert!(rows > docs, "windows: {rows} rows, {docs} documents");
+    assert_eq!(r["metrics"]["examples"].as_u64().unwrap(), rows);
+    assert_eq!(r["document_metrics"]["examples"].as_u64().unwrap(), docs);
+
+    // The mean of a long review's window probabilities is what predict answers for its text.
+    let mut windows: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    for b in read_parquet(&out.join("predictions.parquet")) {
+        let doc = b.column_by_name("doc_id").unwrap().as_string::<i32>().clone();
+        let probs = b.column_by_name("probabilities").unwrap().as_list::<i32>().clone();
+        for i in 0..b.num_rows() {
+            let p = probs.value(i).as_primitive::<Float32Type>().value(1) as f64;
+            windows.entry(doc.value(i).to_string()).or_default().push(p);
+        }
+    }
+    let (doc, ps) = windows.iter().max_by_key(|(_, v)| v.len()).unwrap();
+    assert!(ps.len() >= 3, "{doc} has {} windows", ps.len());
+    let text = std::fs::read_to_string(root().join("data/aclImdb-sample").join(format!("{doc}.txt"))).unwrap();
+    let o = run(&[
+        "predict",
+        "--model",
+        t.model.to_str().unwrap(),
+        "--pipeline",
+        "pipelines/imdb.yaml",
+        "--set",
+        window,
+        "--json",
+        &text,
+    ]);
+    assert_ok(&o);
+    let p: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(p["windows"].as_u64().unwrap() as usize, ps.len());
+    let mean = ps.iter().sum::<f64>() / ps.len() as f64;
+    assert!((p["probabilities"]["pos"].as_f64().unwrap() - mean).abs() < 1e-6, "{p} vs {mean}");
 }
 
 #[test]
