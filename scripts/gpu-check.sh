@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on a lent GPU machine: build with CUDA, fine-tune on CUDA, compare CPU and CUDA
-# logits of the result, and time a BERT-mini / BERT-base training step on CUDA.
+# logits of the result, time a BERT-mini / BERT-base training step on CUDA, and evaluate the
+# exported model with ONNX Runtime's CUDA provider (the machine's onnxruntime-gpu).
 # Prints everything it measured; exits non-zero if a check fails. Budget: under 8 minutes
 # after the build.
 #   scripts/gpu-check.sh
@@ -32,6 +33,14 @@ d = max(abs(a - b) for r1, r2 in zip(cpu, gpu) for a, b in zip(r1, r2))
 print(f"max |logits cpu - cuda| = {d:.2e} ({'ok' if d < 1e-4 else 'TOO LARGE'})")
 sys.exit(0 if d < 1e-4 else 1)
 PY
+echo "== ONNX: export (plain and --optimize), eval on CPU and on CUDA"
+"$bin" doctor || true
+"$bin" export onnx --checkpoint "$work/ft/final" --out "$work/model.onnx" --verify 2>&1 | tail -1
+"$bin" export onnx --checkpoint "$work/ft/final" --out "$work/model-opt.onnx" --optimize --verify 2>&1 | tail -1
+"$bin" eval --model "$work/model.onnx" --data "$work/imdb" --quiet --out "$work/eval-cpu" | grep -E '^rows|docs/s|^eval'
+for m in model model-opt; do
+  "$bin" eval --model "$work/$m.onnx" --data "$work/imdb" --device cuda --batch-size 64 --quiet --out "$work/eval-cuda-$m" | grep -E '^rows|docs/s|^eval' || echo "CUDA eval of $m FAILED"
+done
 echo "== training step on CUDA"
 for shape in "4 256 4 32 128" "12 768 12 32 128"; do
   BERTPIPE_DEVICE=cuda "$CARGO_TARGET_DIR/release/examples/train_step" $shape 8

@@ -637,18 +637,20 @@ pub fn format_report(r: &EvalReport) -> String {
             out.push(line("documents", d));
         }
         out.push(String::new());
-        let w = r.labels.iter().map(|n| n.len()).max().unwrap_or(4).max(6);
-        let mut header = format!("{:>w$}  ", "true \\ predicted", w = w + 7);
+        let corner = "true \\ predicted";
+        let w0 = r.labels.iter().map(|n| n.chars().count()).max().unwrap_or(0).max(corner.len());
+        let w = r.labels.iter().map(|n| n.chars().count()).max().unwrap_or(0).max(6) + 2;
+        let mut header = format!("{corner:<w0$}");
         for n in &r.labels {
-            header.push_str(&format!("{n:>w$}  "));
+            header.push_str(&format!("{n:>w$}"));
         }
-        out.push(header.trim_end().to_string());
+        out.push(header);
         for (i, row) in m.confusion.iter().enumerate() {
-            let mut s = format!("{:>w$}  ", r.labels[i], w = w + 7);
+            let mut s = format!("{:<w0$}", r.labels[i]);
             for v in row {
-                s.push_str(&format!("{v:>w$}  "));
+                s.push_str(&format!("{v:>w$}"));
             }
-            out.push(s.trim_end().to_string());
+            out.push(s);
         }
         if r.labels.len() > 2 {
             for c in &m.per_class {
@@ -698,4 +700,37 @@ pub fn format_report(r: &EvalReport) -> String {
     ));
     out.push(format!("wrote {}", r.outputs.first().map(|s| s.as_str()).unwrap_or("")));
     out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calibration_bins_by_confidence_and_counts_hits() {
+        let mut p = Predictions::new(2);
+        p.push_probs(&[0.95, 0.05], 0); // right, 0.95
+        p.push_probs(&[0.05, 0.95], 0); // wrong, 0.95
+        p.push_probs(&[0.4, 0.6], 1); // right, 0.6
+        let bins = calibration(&p, 10);
+        assert_eq!(bins.len(), 2);
+        assert_eq!((bins[0].examples, bins[0].accuracy), (1, 1.0));
+        assert!((bins[0].confidence - 0.6).abs() < 1e-12);
+        assert_eq!((bins[1].examples, bins[1].accuracy), (2, 0.5));
+    }
+
+    #[test]
+    fn length_and_noise_buckets() {
+        assert_eq!(length_bucket(64), "1-64");
+        assert_eq!(length_bucket(65), "65-128");
+        assert_eq!(length_bucket(512), "257-512");
+        assert_eq!(length_bucket(513), ">512");
+        let edges = quartile_edges(vec![4.0, 1.0, 3.0, 2.0]).unwrap();
+        assert_eq!(edges, [1.75, 2.5, 3.25]);
+        let names = noise_bucket_names(&Some(edges));
+        assert_eq!(noise_bucket(1.0, &edges, &names), names[0]);
+        assert_eq!(noise_bucket(3.25, &edges, &names), names[2]);
+        assert_eq!(noise_bucket(9.0, &edges, &names), names[3]);
+        assert!(quartile_edges(Vec::new()).is_none());
+    }
 }

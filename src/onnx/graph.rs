@@ -184,3 +184,33 @@ pub fn externalize(initializers: &mut [TensorProto], location: &str, data: &mut 
         ];
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_external_data_is_aligned_and_complete() {
+        let mut g = Graph::default();
+        let a = g.f32_init("w", &[300], &vec![1.0; 300]);
+        let b = g.f32_init("w", &[2], &[2.0, 3.0]);
+        let c = g.f32_init("w", &[500], &vec![4.0; 500]);
+        assert_eq!((a.as_str(), b.as_str(), c.as_str()), ("w", "w_1", "w_2"));
+        let x = g.op("Add", "/add", &[&a, &a], vec![]);
+        let y = g.op("Add", "/add", &[&x, &x], vec![]);
+        assert_ne!(x, y);
+        let mut data = Vec::new();
+        externalize(&mut g.initializers, "m.onnx.data", &mut data);
+        let small = &g.initializers[1];
+        assert_eq!(small.raw_data.len(), 8, "small tensors stay inline");
+        for t in [&g.initializers[0], &g.initializers[2]] {
+            assert!(t.raw_data.is_empty());
+            let get = |k: &str| t.external_data.iter().find(|e| e.key == k).unwrap().value.clone();
+            let (offset, length): (usize, usize) = (get("offset").parse().unwrap(), get("length").parse().unwrap());
+            assert_eq!(offset % 64, 0);
+            assert_eq!(get("location"), "m.onnx.data");
+            let first = f32::from_le_bytes(data[offset..offset + 4].try_into().unwrap());
+            assert_eq!((length, first), (t.dims[0] as usize * 4, if t.name == "w" { 1.0 } else { 4.0 }));
+        }
+    }
+}

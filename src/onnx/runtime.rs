@@ -466,3 +466,46 @@ pub fn cuda_devices() -> Vec<String> {
         .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_library_in_a_folder_comes_first_and_providers_are_not_libraries() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in [
+            "libonnxruntime.so.1.9.0",
+            "libonnxruntime.so.1.31.1",
+            "libonnxruntime.so.1.17.3",
+            "libonnxruntime_providers_shared.so",
+            "libonnxruntime.so",
+        ] {
+            std::fs::write(dir.path().join(f), b"").unwrap();
+        }
+        let names: Vec<String> =
+            libs_in(dir.path()).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        assert_eq!(
+            names,
+            ["libonnxruntime.so.1.31.1", "libonnxruntime.so.1.17.3", "libonnxruntime.so.1.9.0", "libonnxruntime.so"]
+        );
+    }
+
+    #[test]
+    fn devices_parse_and_versions_compare_by_minor() {
+        assert_eq!(Provider::parse("cpu").unwrap(), Provider::Cpu);
+        assert_eq!(Provider::parse("cuda").unwrap(), Provider::Cuda(0));
+        assert_eq!(Provider::parse("cuda:3").unwrap(), Provider::Cuda(3));
+        assert!(Provider::parse("tpu").unwrap_err().to_string().contains("cpu, cuda or cuda:N"));
+        assert_eq!(minor("1.31.1"), 31);
+        assert!(minor("1.9.0") < MIN_MINOR && minor("1.17.0") >= MIN_MINOR);
+    }
+
+    #[test]
+    fn the_library_flag_must_name_a_file() {
+        let e = search(Some(Path::new("/nonexistent/libonnxruntime.so"))).unwrap_err();
+        assert!(e.to_string().contains("--ort-lib '/nonexistent/libonnxruntime.so' does not exist"), "{e}");
+        let e = library_version(Path::new("Cargo.toml")).unwrap_err();
+        assert!(format!("{e:#}").contains("could not load ONNX Runtime"), "{e:#}");
+    }
+}
