@@ -9,7 +9,7 @@ use bertpipe::model::bert::{Inputs, Mode};
 use bertpipe::model::config::BertConfig;
 use bertpipe::model::{BertTask, ModelKind};
 use bertpipe::rng::Rng;
-use bertpipe::train::optim::{clip_grad_norm, AdamW};
+use bertpipe::train::optim::{clip_coefficient, AdamW};
 use candle_core::Tensor;
 
 fn main() -> Result<()> {
@@ -30,15 +30,39 @@ fn main() -> Result<()> {
     let labels: Vec<u32> = (0..b).map(|_| rng.below(2) as u32).collect();
     let labels = Tensor::from_slice(&labels, b, &dev)?;
     let mut times = Vec::new();
+    // Per phase: forward + loss, backward, gradient collection, clipping, optimiser.
+    let mut phases: Vec<[f64; 5]> = Vec::new();
     for i in 0..steps + 2 {
         let t = std::time::Instant::now();
+        let mut marks = [0f64; 5];
+        let mut lap = std::time::Instant::now();
+        let mut mark = |k: usize| {
+            marks[k] = lap.elapsed().as_secs_f64();
+            lap = std::time::Instant::now();
+        };
         let logits = model.forward(&inputs, None, &mut Mode::train(0, i as u64))?.logits.expect("logits");
         let loss = candle_nn::loss::cross_entropy(&logits, &labels)?;
-        let grads = model.gradients(&loss.backward()?)?;
-        let (grads, _) = clip_grad_norm(&grads, 1.0)?;
-        opt.step(&model.params, &grads, 2e-5)?;
+        loss.to_scalar::<f32>()?;
+        mark(0);
+        let store = loss.backward()?;
+        mark(1);
+        let grads = model.gradients(&store)?;
+        mark(2);
+        let (_, coef) = clip_coefficient(&grads, 1.0)?;
+        mark(3);
+        opt.step(&model.params, &grads, 2e-5, coef)?;
+        mark(4);
         if i >= 2 {
             times.push(t.elapsed().as_secs_f64());
+            phases.push(marks);
+        }
+    }
+    if std::env::var_os("BERTPIPE_STEP_PHASES").is_some() {
+        let names = ["forward+loss", "backward", "gradients", "clip", "adamw"];
+        for (k, name) in names.iter().enumerate() {
+            let mut xs: Vec<f64> = phases.iter().map(|p| p[k]).collect();
+            xs.sort_by(f64::total_cmp);
+            eprintln!("  {name:<13} {:.3} s", xs[xs.len() / 2]);
         }
     }
     times.sort_by(f64::total_cmp);

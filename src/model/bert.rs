@@ -96,6 +96,9 @@ impl LayerNorm {
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let dtype = x.dtype();
+        if dtype == DType::F32 {
+            return super::ops::layer_norm(x, &self.weight, &self.bias, self.eps);
+        }
         let x = x.to_dtype(DType::F32)?;
         let mean = x.mean_keepdim(D::Minus1)?;
         let centered = x.broadcast_sub(&mean)?;
@@ -181,9 +184,9 @@ impl BertSelfAttention {
         let q = split(self.query.forward(x)?)?;
         let k = split(self.key.forward(x)?)?;
         let v = split(self.value.forward(x)?)?;
-        let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
-        let scores = scores.broadcast_add(mask_bias)?;
-        let probs = mode.dropout(&softmax(&scores)?, self.dropout)?;
+        // softmax(q·kᵀ/√d + mask), one fused kernel on the CPU.
+        let probs = super::ops::attention_softmax(&q.matmul(&k.t()?)?, mask_bias, 1.0 / (d as f64).sqrt())?;
+        let probs = mode.dropout(&probs, self.dropout)?;
         probs.matmul(&v)?.transpose(1, 2)?.reshape((b, s, h))
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod bert;
 pub mod config;
+pub mod ops;
 pub mod params;
 
 use std::path::Path;
@@ -213,8 +214,13 @@ impl BertTask {
                 let pad = self.config.pad_token_id.unwrap_or(0);
                 let (v, h) = g.dims2()?;
                 if pad < v {
-                    let zero = Tensor::zeros((1, h), g.dtype(), g.device())?;
-                    g = g.slice_assign(&[pad..pad + 1, 0..h], &zero)?;
+                    if g.device().is_cpu() && g.dtype() == candle_core::DType::F32 && g.is_contiguous() {
+                        // In place: no copy of the whole vocabulary's gradient.
+                        g.inplace_op1(&ops::ZeroRow { row: pad, width: h })?;
+                    } else {
+                        let zero = Tensor::zeros((1, h), g.dtype(), g.device())?;
+                        g = g.slice_assign(&[pad..pad + 1, 0..h], &zero)?;
+                    }
                 }
             }
             out.push(g);

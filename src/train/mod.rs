@@ -158,9 +158,9 @@ impl Trainer {
                     self.warmup_steps,
                     self.total_steps,
                 );
-                let (grads, grad_norm) =
-                    optim::clip_grad_norm(&summed.take().expect("one micro-batch at least"), self.cfg.max_grad_norm)?;
-                self.optimizer.step(&self.model.params, &grads, lr)?;
+                let grads = summed.take().expect("one micro-batch at least");
+                let (grad_norm, coef) = optim::clip_coefficient(&grads, self.cfg.max_grad_norm)?;
+                self.optimizer.step(&self.model.params, &grads, lr, coef)?;
                 pending = 0;
                 self.state.global_step += 1;
                 self.state.batch_in_epoch = consumed;

@@ -1,0 +1,374 @@
+//! Fused CPU kernels with hand-written backward passes, for the ops where candle's graph of
+//! small ops spends its time: LayerNorm (mean, centre, variance, scale, affine: one pass
+//! forward, one backward, instead of ~8 ops and their gradients) and the attention softmax
+//! (scale, mask bias, max, exp, sum, divide). Other devices take the graph of basic ops, which
+//! backpropagates everywhere.
+//!
+//! Each kernel is checked against that graph, values and gradients, in the tests below.
+
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Device, Layout, Result, Shape, Tensor, D};
+use rayon::prelude::*;
+
+/// Whether `t` lives where the fused kernels run.
+fn fused(t: &Tensor) -> bool {
+    matches!(t.device(), Device::Cpu) && t.dtype() == DType::F32 && std::env::var_os("BERTPIPE_UNFUSED").is_none()
+}
+
+/// The contiguous f32 slice of a storage, or an error naming the op.
+fn slice<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
+    let data = s.as_slice::<f32>()?;
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&data[a..b]),
+        None => candle_core::bail!("{op}: input is not contiguous"),
+    }
+}
+
+/// Rows per rayon task: enough work to pay for the hand-off.
+fn rows_per_task(width: usize) -> usize {
+    (16384 / width.max(1)).max(1)
+}
+
+// ---------------------------------------------------------------------------------------------
+// LayerNorm over the last axis: y = (x − mean) / sqrt(var + eps) · w + b.
+
+pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Result<Tensor> {
+    if fused(x) {
+        return x.contiguous()?.apply_op3(w, b, LayerNormOp { eps: eps as f32 });
+    }
+    let mean = x.mean_keepdim(D::Minus1)?;
+    let centered = x.broadcast_sub(&mean)?;
+    let var = centered.sqr()?.mean_keepdim(D::Minus1)?;
+    let normed = centered.broadcast_div(&(var + eps)?.sqrt()?)?;
+    normed.broadcast_mul(w)?.broadcast_add(b)
+}
+
+struct LayerNormOp {
+    eps: f32,
+}
+
+/// Mean and 1/σ of one row, with the two-pass variance (as candle's graph computes it).
+#[inline]
+fn row_stats(row: &[f32], eps: f32) -> (f32, f32) {
+    let n = row.len() as f32;
+    let mean = row.iter().sum::<f32>() / n;
+    let var = row.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+impl CustomOp3 for LayerNormOp {
+    fn name(&self) -> &'static str {
+        "bertpipe-layer-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (x, w, b) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?, slice(s3, l3, self.name())?);
+        let h = w.len();
+        let mut y = vec![0f32; x.len()];
+        y.par_chunks_mut(h * rows_per_task(h)).zip(x.par_chunks(h * rows_per_task(h))).for_each(|(ys, xs)| {
+            for (yr, xr) in ys.chunks_mut(h).zip(xs.chunks(h)) {
+                let (mean, inv) = row_stats(xr, self.eps);
+                for j in 0..h {
+                    yr[j] = (xr[j] - mean) * inv * w[j] + b[j];
+                }
+            }
+        });
+        Ok((CpuStorage::F32(y), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _b: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let h = w.elem_count();
+        let n = x.elem_count();
+        // One pass gives dx, dw and db packed together: [dx (n) | dw (h) | db (h)].
+        let packed = x.apply_op3_no_bwd(w, &grad.contiguous()?, &LayerNormBwd { eps: self.eps })?;
+        let dx = packed.narrow(0, 0, n)?.reshape(x.shape())?;
+        let dw = packed.narrow(0, n, h)?.reshape(w.shape())?;
+        let db = packed.narrow(0, n + h, h)?.reshape(w.shape())?;
+        Ok((Some(dx), Some(dw), Some(db)))
+    }
+}
+
+struct LayerNormBwd {
+    eps: f32,
+}
+
+impl CustomOp3 for LayerNormBwd {
+    fn name(&self) -> &'static str {
+        "bertpipe-layer-norm-bwd"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (x, w, g) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?, slice(s3, l3, self.name())?);
+        let h = w.len();
+        let n = x.len();
+        let mut out = vec![0f32; n + 2 * h];
+        let (dx, rest) = out.split_at_mut(n);
+        let chunk = h * rows_per_task(h);
+        // dx per row; dw, db summed per task, then across tasks.
+        let partial: Vec<(Vec<f32>, Vec<f32>)> = dx
+            .par_chunks_mut(chunk)
+            .zip(x.par_chunks(chunk).zip(g.par_chunks(chunk)))
+            .map(|(dxs, (xs, gs))| {
+                let (mut dw, mut db) = (vec![0f32; h], vec![0f32; h]);
+                for ((dxr, xr), gr) in dxs.chunks_mut(h).zip(xs.chunks(h)).zip(gs.chunks(h)) {
+                    let (mean, inv) = row_stats(xr, self.eps);
+                    // With x̂ = (x − mean)·inv and ĝ = g·w:
+                    // dx = inv · (ĝ − mean(ĝ) − x̂ · mean(ĝ · x̂)).
+                    let (mut sum_g, mut sum_gx) = (0f32, 0f32);
+                    for j in 0..h {
+                        let xh = (xr[j] - mean) * inv;
+                        let gh = gr[j] * w[j];
+                        sum_g += gh;
+                        sum_gx += gh * xh;
+                        dw[j] += gr[j] * xh;
+                        db[j] += gr[j];
+                    }
+                    let (mg, mgx) = (sum_g / h as f32, sum_gx / h as f32);
+                    for j in 0..h {
+                        let xh = (xr[j] - mean) * inv;
+                        dxr[j] = inv * (gr[j] * w[j] - mg - xh * mgx);
+                    }
+                }
+                (dw, db)
+            })
+            .collect();
+        let (dw, db) = rest.split_at_mut(h);
+        for (pw, pb) in partial {
+            for j in 0..h {
+                dw[j] += pw[j];
+                db[j] += pb[j];
+            }
+        }
+        Ok((CpuStorage::F32(out), Shape::from(n + 2 * h)))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention probabilities: softmax(scores · scale + mask) over the last axis.
+
+/// `scores` `[b, heads, q, k]`; `mask_bias` additive, `[b, 1, 1, k]` or `[b, 1, q, k]`.
+pub fn attention_softmax(scores: &Tensor, mask_bias: &Tensor, scale: f64) -> Result<Tensor> {
+    if fused(scores) && mask_bias.dtype() == DType::F32 {
+        return scores.contiguous()?.apply_op2(&mask_bias.contiguous()?, SoftmaxOp { scale: scale as f32 });
+    }
+    let x = (scores * scale)?.broadcast_add(mask_bias)?;
+    let max = x.max_keepdim(D::Minus1)?;
+    let e = x.broadcast_sub(&max)?.exp()?;
+    e.broadcast_div(&e.sum_keepdim(D::Minus1)?)
+}
+
+struct SoftmaxOp {
+    scale: f32,
+}
+
+impl CustomOp2 for SoftmaxOp {
+    fn name(&self) -> &'static str {
+        "bertpipe-attention-softmax"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (x, m) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?);
+        let (b, heads, q, k) = l1.shape().dims4()?;
+        let mdims = l2.shape().dims4()?;
+        if mdims.0 != b || mdims.1 != 1 || mdims.3 != k || (mdims.2 != 1 && mdims.2 != q) {
+            candle_core::bail!("attention softmax: mask {:?} does not fit scores {:?}", mdims, (b, heads, q, k));
+        }
+        let per_query = mdims.2 == q;
+        let mut y = vec![0f32; x.len()];
+        let chunk = k * rows_per_task(k);
+        y.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).enumerate().for_each(|(t, (ys, xs))| {
+            let first = t * rows_per_task(k);
+            for (r, (yr, xr)) in ys.chunks_mut(k).zip(xs.chunks(k)).enumerate() {
+                let row = first + r;
+                let (bi, qi) = (row / (heads * q), row % q);
+                let mrow = if per_query { &m[(bi * q + qi) * k..][..k] } else { &m[bi * k..][..k] };
+                let mut max = f32::NEG_INFINITY;
+                for j in 0..k {
+                    yr[j] = xr[j] * self.scale + mrow[j];
+                    max = max.max(yr[j]);
+                }
+                let mut sum = 0f32;
+                for v in yr.iter_mut() {
+                    *v = (*v - max).exp();
+                    sum += *v;
+                }
+                for v in yr.iter_mut() {
+                    *v /= sum;
+                }
+            }
+        });
+        Ok((CpuStorage::F32(y), l1.shape().clone()))
+    }
+
+    fn bwd(&self, _x: &Tensor, _mask: &Tensor, y: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let dx = y.apply_op2_no_bwd(&grad.contiguous()?, &SoftmaxBwd { scale: self.scale })?;
+        Ok((Some(dx), None))
+    }
+}
+
+struct SoftmaxBwd {
+    scale: f32,
+}
+
+impl CustomOp2 for SoftmaxBwd {
+    fn name(&self) -> &'static str {
+        "bertpipe-attention-softmax-bwd"
+    }
+
+    /// dx = scale · y · (g − Σ g·y).
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (y, g) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?);
+        let k = l1.shape().dims().last().copied().unwrap_or(1);
+        let mut dx = vec![0f32; y.len()];
+        let chunk = k * rows_per_task(k);
+        dx.par_chunks_mut(chunk).zip(y.par_chunks(chunk).zip(g.par_chunks(chunk))).for_each(|(ds, (ys, gs))| {
+            for ((dr, yr), gr) in ds.chunks_mut(k).zip(ys.chunks(k)).zip(gs.chunks(k)) {
+                let dot: f32 = yr.iter().zip(gr).map(|(a, b)| a * b).sum();
+                for j in 0..k {
+                    dr[j] = self.scale * yr[j] * (gr[j] - dot);
+                }
+            }
+        });
+        Ok((CpuStorage::F32(dx), l1.shape().clone()))
+    }
+}
+
+/// Zeroes one row of a contiguous f32 matrix in place (the padding token's gradient).
+pub struct ZeroRow {
+    pub row: usize,
+    pub width: usize,
+}
+
+impl candle_core::InplaceOp1 for ZeroRow {
+    fn name(&self) -> &'static str {
+        "bertpipe-zero-row"
+    }
+
+    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> Result<()> {
+        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("zero row: not contiguous") };
+        let CpuStorage::F32(data) = s else { candle_core::bail!("zero row: not f32") };
+        let data = &mut data[a..b];
+        data[self.row * self.width..(self.row + 1) * self.width].fill(0.0);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Var;
+
+    fn rand(shape: &[usize], seed: u64, scale: f32) -> Tensor {
+        let mut rng = crate::rng::Rng(seed);
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| (rng.f64() as f32 * 2.0 - 1.0) * scale).collect();
+        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+    }
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+    }
+
+    /// Runs `f` fused and unfused (`BERTPIPE_UNFUSED` is read per call, so the two runs use a
+    /// flag instead of the environment) and compares outputs and input gradients.
+    fn check(inputs: &[Tensor], f: impl Fn(&[Tensor], bool) -> Tensor, tol: f32) {
+        let mut results = Vec::new();
+        for fused in [true, false] {
+            let vars: Vec<Var> = inputs.iter().map(|t| Var::from_tensor(t).unwrap()).collect();
+            let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
+            let y = f(&ts, fused);
+            // A weighted sum so every output element gets a distinct gradient.
+            let weights = rand(y.dims(), 99, 1.0);
+            let loss = (&y * &weights).unwrap().sum_all().unwrap();
+            let grads = loss.backward().unwrap();
+            let gs: Vec<Tensor> = ts.iter().map(|t| grads.get(t).expect("gradient").clone()).collect();
+            results.push((y, gs));
+        }
+        let (a, b) = (&results[0], &results[1]);
+        assert!(max_diff(&a.0, &b.0) < tol, "values differ by {}", max_diff(&a.0, &b.0));
+        for (i, (ga, gb)) in a.1.iter().zip(&b.1).enumerate() {
+            assert!(max_diff(ga, gb) < tol, "gradient {i} differs by {}", max_diff(ga, gb));
+        }
+    }
+
+    fn unfused_ln(x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Tensor {
+        let mean = x.mean_keepdim(D::Minus1).unwrap();
+        let c = x.broadcast_sub(&mean).unwrap();
+        let var = c.sqr().unwrap().mean_keepdim(D::Minus1).unwrap();
+        let n = c.broadcast_div(&(var + eps).unwrap().sqrt().unwrap()).unwrap();
+        n.broadcast_mul(w).unwrap().broadcast_add(b).unwrap()
+    }
+
+    #[test]
+    fn layer_norm_matches_the_graph_of_basic_ops_with_gradients() {
+        let x = rand(&[3, 37, 64], 1, 3.0);
+        let w = (rand(&[64], 2, 0.5) + 1.0).unwrap();
+        let b = rand(&[64], 3, 0.5);
+        check(
+            &[x, w, b],
+            |t, fused| {
+                if fused {
+                    t[0].apply_op3(&t[1], &t[2], LayerNormOp { eps: 1e-12 }).unwrap()
+                } else {
+                    unfused_ln(&t[0], &t[1], &t[2], 1e-12)
+                }
+            },
+            1e-5,
+        );
+    }
+
+    fn unfused_softmax(x: &Tensor, m: &Tensor, scale: f64) -> Tensor {
+        let x = (x * scale).unwrap().broadcast_add(m).unwrap();
+        let max = x.max_keepdim(D::Minus1).unwrap();
+        let e = x.broadcast_sub(&max).unwrap().exp().unwrap();
+        e.broadcast_div(&e.sum_keepdim(D::Minus1).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn attention_softmax_matches_the_graph_with_padding_and_block_masks() {
+        let scores = rand(&[2, 4, 9, 9], 4, 6.0);
+        let mut pad = vec![0f32; 2 * 9];
+        for j in 6..9 {
+            pad[9 + j] = crate::model::bert::MASKED;
+        }
+        let pad = Tensor::from_vec(pad, (2, 1, 1, 9), &Device::Cpu).unwrap();
+        let block = rand(&[2, 1, 9, 9], 5, 1.0).ge(0.3).unwrap().to_dtype(DType::F32).unwrap();
+        let block = (block * crate::model::bert::MASKED as f64).unwrap();
+        for mask in [pad, block] {
+            let m = mask.clone();
+            check(
+                std::slice::from_ref(&scores),
+                move |t, fused| {
+                    if fused {
+                        t[0].apply_op2(&m, SoftmaxOp { scale: 0.125 }).unwrap()
+                    } else {
+                        unfused_softmax(&t[0], &m, 0.125)
+                    }
+                },
+                1e-5,
+            );
+        }
+    }
+}
