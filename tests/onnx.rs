@@ -52,6 +52,14 @@ fn tiny_cls() -> PathBuf {
     root().join("tests/fixtures/tiny-bert-cls")
 }
 
+/// `bertpipe export onnx --checkpoint CHECKPOINT --out OUT FLAGS…`.
+fn export_cli(checkpoint: &Path, out: &Path, flags: &[&str]) -> std::process::Output {
+    let (c, o) = (checkpoint.display().to_string(), out.display().to_string());
+    let mut args = vec!["export", "onnx", "--checkpoint", &c, "--out", &o];
+    args.extend_from_slice(flags);
+    run(&args)
+}
+
 /// Sample shards, a briefly trained tiny classifier on them, and its export: made once.
 struct Trained {
     _dir: tempfile::TempDir,
@@ -85,9 +93,7 @@ fn trained() -> &'static Trained {
         assert_ok(&o);
         let checkpoint = ft.join("final");
         let model = dir.path().join("model.onnx");
-        let c = checkpoint.display().to_string();
-        let m = model.display().to_string();
-        assert_ok(&run(&["export", "onnx", "--checkpoint", &c, "--out", &m]));
+        assert_ok(&export_cli(&checkpoint, &model, &[]));
         Trained { _dir: dir, shards, checkpoint, model }
     })
 }
@@ -178,15 +184,7 @@ fn export_matches_pytorch_and_candle_on_dynamic_shapes_plain_and_optimized() {
 fn metadata_records_vocabulary_length_labels_and_producer() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("m.onnx");
-    let o = run(&[
-        "export",
-        "onnx",
-        "--checkpoint",
-        tiny_cls().to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--verify",
-    ]);
+    let o = export_cli(&tiny_cls(), &out, &["--verify"]);
     assert_ok(&o);
     let err = stderr(&o);
     assert!(err.contains("verified against candle") && err.contains("max |Δ logits|"), "{err}");
@@ -204,16 +202,7 @@ fn metadata_records_vocabulary_length_labels_and_producer() {
 fn weights_can_live_in_an_external_data_file() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("ext.onnx");
-    let o = run(&[
-        "export",
-        "onnx",
-        "--checkpoint",
-        tiny_cls().to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--external-data",
-        "--verify",
-    ]);
+    let o = export_cli(&tiny_cls(), &out, &["--external-data", "--verify"]);
     assert_ok(&o);
     let data = dir.path().join("ext.onnx.data");
     let model_bytes = std::fs::metadata(&out).unwrap().len();
@@ -230,7 +219,7 @@ fn a_bare_encoder_is_refused_for_export() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("m.onnx");
     let pretrain = root().join("tests/fixtures/tiny-bert-pretrain");
-    let o = run(&["export", "onnx", "--checkpoint", pretrain.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let o = export_cli(&pretrain, &out, &[]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("not a sequence-classification checkpoint"), "{}", stderr(&o));
     assert!(!out.exists());
@@ -360,14 +349,7 @@ fn eval_refuses_a_model_with_another_vocabulary() {
     let t = trained();
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("tiny.onnx");
-    assert_ok(&run(&[
-        "export",
-        "onnx",
-        "--checkpoint",
-        tiny_cls().to_str().unwrap(),
-        "--out",
-        model.to_str().unwrap(),
-    ]));
+    assert_ok(&export_cli(&tiny_cls(), &model, &[]));
     let o = run(&["eval", "--model", model.to_str().unwrap(), "--data", t.shards.to_str().unwrap(), "--quiet"]);
     assert!(!o.status.success());
     let err = stderr(&o);

@@ -137,27 +137,20 @@ pub fn predict(
     let mut rows: Vec<(usize, Vec<u32>)> = Vec::new();
     let mut results: Vec<Prediction> = Vec::with_capacity(inputs.len());
     for (i, input) in inputs.iter().enumerate() {
-        match sequences(steps, input) {
-            Ok(seqs) => rows.extend(seqs.into_iter().map(|s| (i, s))),
-            Err(reason) => {
-                results.push(Prediction {
-                    id: input.id.clone(),
-                    label: None,
-                    confidence: None,
-                    probabilities: None,
-                    windows: None,
-                    rejected: Some(reason),
-                });
-                continue;
+        let rejected = match sequences(steps, input) {
+            Ok(seqs) => {
+                rows.extend(seqs.into_iter().map(|s| (i, s)));
+                None
             }
-        }
+            Err(reason) => Some(reason),
+        };
         results.push(Prediction {
             id: input.id.clone(),
             label: None,
             confidence: None,
             probabilities: None,
             windows: None,
-            rejected: None,
+            rejected,
         });
     }
     let mut order: Vec<usize> = (0..rows.len()).collect();
