@@ -60,6 +60,14 @@ fn export_cli(checkpoint: &Path, out: &Path, flags: &[&str]) -> std::process::Ou
     run(&args)
 }
 
+/// `bertpipe eval --model MODEL --data DATA --out OUT --quiet FLAGS…`.
+fn eval_cli(model: &Path, data: &Path, out: &Path, flags: &[&str]) -> std::process::Output {
+    let (m, d, o) = (model.display().to_string(), data.display().to_string(), out.display().to_string());
+    let mut args = vec!["eval", "--model", &m, "--data", &d, "--out", &o, "--quiet"];
+    args.extend_from_slice(flags);
+    run(&args)
+}
+
 /// Sample shards, a briefly trained tiny classifier on them, and its export: made once.
 struct Trained {
     _dir: tempfile::TempDir,
@@ -273,21 +281,7 @@ fn eval_on_the_sample_shards_writes_metrics_that_match_its_predictions() {
     let t = trained();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("eval");
-    let o = run(&[
-        "eval",
-        "--model",
-        t.model.to_str().unwrap(),
-        "--data",
-        t.shards.to_str().unwrap(),
-        "--split",
-        "test",
-        "--out",
-        out.to_str().unwrap(),
-        "--json",
-        "--quiet",
-        "--batch-size",
-        "16",
-    ]);
+    let o = eval_cli(&t.model, &t.shards, &out, &["--split", "test", "--json", "--batch-size", "16"]);
     assert_ok(&o);
     let report: Value = serde_json::from_slice(&o.stdout).expect("--json prints the report");
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
@@ -326,20 +320,7 @@ fn eval_on_the_sample_shards_writes_metrics_that_match_its_predictions() {
 
     // Fixed padding gives the same predictions.
     let fixed = dir.path().join("fixed");
-    assert_ok(&run(&[
-        "eval",
-        "--model",
-        t.model.to_str().unwrap(),
-        "--data",
-        t.shards.to_str().unwrap(),
-        "--out",
-        fixed.to_str().unwrap(),
-        "--max-len",
-        "512",
-        "--quiet",
-        "--batch-size",
-        "8",
-    ]));
+    assert_ok(&eval_cli(&t.model, &t.shards, &fixed, &["--max-len", "512", "--batch-size", "8"]));
     let again: Value = serde_json::from_str(&std::fs::read_to_string(fixed.join("metrics.json")).unwrap()).unwrap();
     assert!((again["metrics"]["loss"].as_f64().unwrap() - m["loss"].as_f64().unwrap()).abs() < 1e-5);
 }
@@ -363,16 +344,7 @@ fn predict_gives_what_eval_gives_for_the_same_text_and_reports_rejects() {
     let t = trained();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("eval");
-    assert_ok(&run(&[
-        "eval",
-        "--model",
-        t.model.to_str().unwrap(),
-        "--data",
-        t.shards.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-    ]));
+    assert_ok(&eval_cli(&t.model, &t.shards, &out, &[]));
     let mut by_id = std::collections::HashMap::new();
     for b in read_parquet(&out.join("predictions.parquet")) {
         let ids = b.column_by_name("id").unwrap().as_string::<i32>().clone();
@@ -433,17 +405,7 @@ fn windowed_rows_are_scored_per_row_and_per_document_and_predict_votes_the_same_
     let shards = dir.path().join("windows");
     assert_ok(&run_pipeline("pipelines/imdb.yaml", &shards, &["--set", window]));
     let out = dir.path().join("eval");
-    let o = run(&[
-        "eval",
-        "--model",
-        t.model.to_str().unwrap(),
-        "--data",
-        shards.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--json",
-        "--quiet",
-    ]);
+    let o = eval_cli(&t.model, &shards, &out, &["--json"]);
     assert_ok(&o);
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     let (rows, docs) = (r["rows"].as_u64().unwrap(), r["documents"].as_u64().unwrap());
