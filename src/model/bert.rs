@@ -117,7 +117,7 @@ pub fn softmax(x: &Tensor) -> Result<Tensor> {
 
 pub fn activation(act: Activation, x: &Tensor) -> Result<Tensor> {
     match act {
-        Activation::Gelu => x.gelu_erf(),
+        Activation::Gelu => super::ops::gelu_erf(x),
         Activation::GeluNew => x.gelu(),
         Activation::Relu => x.relu(),
     }

@@ -1,8 +1,9 @@
 //! Fused CPU kernels with hand-written backward passes, for the ops where candle's graph of
 //! small ops spends its time: LayerNorm (mean, centre, variance, scale, affine: one pass
-//! forward, one backward, instead of ~8 ops and their gradients) and the attention softmax
-//! (scale, mask bias, max, exp, sum, divide). Other devices take the graph of basic ops, which
-//! backpropagates everywhere.
+//! forward, one backward, instead of ~8 ops and their gradients), the attention softmax
+//! (scale, mask bias, max, exp, sum, divide) and exact GELU (whose derivative candle builds
+//! from ten graph ops). Other devices take the graph of basic ops, which backpropagates
+//! everywhere.
 //!
 //! Each kernel is checked against that graph, values and gradients, in the tests below.
 
@@ -255,6 +256,72 @@ impl CustomOp2 for SoftmaxBwd {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Exact GELU: y = x · Φ(x) = 0.5 · x · (1 + erf(x/√2)).
+
+/// GELU with erf, fused on the CPU: one pass forward, one backward (candle's graph builds the
+/// derivative from ten tensor ops over the whole intermediate activation).
+pub fn gelu_erf(x: &Tensor) -> Result<Tensor> {
+    if fused(x) {
+        return x.contiguous()?.apply_op1(GeluOp);
+    }
+    x.gelu_erf()
+}
+
+struct GeluOp;
+
+/// Candle's forward formula, bit for bit.
+#[inline]
+fn gelu(v: f32) -> f32 {
+    (libm::erff(v * std::f32::consts::FRAC_1_SQRT_2) + 1.0) * 0.5 * v
+}
+
+/// d/dx = 0.5 + 0.398942·x·e^(−x²/2) + 0.5·erf(x/√2), as candle's backward computes it.
+#[inline]
+fn gelu_grad(v: f32) -> f32 {
+    0.5 + 0.398942 * (-(v * v) / 2.0).exp() * v + 0.5 * libm::erff(v / std::f32::consts::SQRT_2)
+}
+
+impl candle_core::CustomOp1 for GeluOp {
+    fn name(&self) -> &'static str {
+        "bertpipe-gelu-erf"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let x = slice(s, l, self.name())?;
+        let mut y = vec![0f32; x.len()];
+        y.par_chunks_mut(1 << 14).zip(x.par_chunks(1 << 14)).for_each(|(ys, xs)| {
+            for (y, &v) in ys.iter_mut().zip(xs) {
+                *y = gelu(v);
+            }
+        });
+        Ok((CpuStorage::F32(y), l.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(x.apply_op2_no_bwd(&grad.contiguous()?, &GeluBwd)?))
+    }
+}
+
+struct GeluBwd;
+
+impl CustomOp2 for GeluBwd {
+    fn name(&self) -> &'static str {
+        "bertpipe-gelu-erf-bwd"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (x, g) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?);
+        let mut dx = vec![0f32; x.len()];
+        dx.par_chunks_mut(1 << 14).zip(x.par_chunks(1 << 14).zip(g.par_chunks(1 << 14))).for_each(|(ds, (xs, gs))| {
+            for ((d, &v), &g) in ds.iter_mut().zip(xs).zip(gs) {
+                *d = g * gelu_grad(v);
+            }
+        });
+        Ok((CpuStorage::F32(dx), l1.shape().clone()))
+    }
+}
+
 /// Zeroes one row of a contiguous f32 matrix in place (the padding token's gradient).
 pub struct ZeroRow {
     pub row: usize,
@@ -319,6 +386,16 @@ mod tests {
         let var = c.sqr().unwrap().mean_keepdim(D::Minus1).unwrap();
         let n = c.broadcast_div(&(var + eps).unwrap().sqrt().unwrap()).unwrap();
         n.broadcast_mul(w).unwrap().broadcast_add(b).unwrap()
+    }
+
+    #[test]
+    fn gelu_matches_candles_op_with_gradients() {
+        let x = rand(&[4, 33, 70], 6, 5.0);
+        check(
+            std::slice::from_ref(&x),
+            |t, fused| if fused { t[0].apply_op1(GeluOp).unwrap() } else { t[0].gelu_erf().unwrap() },
+            1e-6,
+        );
     }
 
     #[test]
