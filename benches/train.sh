@@ -31,3 +31,5 @@ for shape in "4 256 4 32 128" "2 128 2 32 128"; do
   ts=$(echo "$t" | head -1 | sed -E 's/.*: ([0-9.]+) s\/step.*/\1/')
   echo "ratio candle/torch (L H A B S = $shape): $(ratio "$cs" "$ts")"
 done
+echo "== real-length batches (IMDb-shaped lengths up to 512, length-grouped, padded per batch)"
+BERTPIPE_REAL_LENGTHS=1 "$exe" 4 256 4 32 512 "$steps"

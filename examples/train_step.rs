@@ -3,6 +3,8 @@
 //! `benches/train.sh`.
 //!
 //! `cargo run --release --example train_step -- LAYERS HIDDEN HEADS BATCH SEQ [STEPS]`
+//! (`BERTPIPE_REAL_LENGTHS=1`: IMDb-shaped lengths up to SEQ, length-grouped, padded per batch;
+//! prints tokens/s without padding).
 
 use anyhow::Result;
 use bertpipe::model::bert::{Inputs, Mode};
@@ -25,10 +27,53 @@ fn main() -> Result<()> {
     let model = BertTask::fresh(ModelKind::SequenceClassification, &config, &dev, 0)?;
     let mut opt = AdamW::new(&model.params, 0.9, 0.999, 1e-8, 0.01)?;
     let mut rng = Rng(1);
-    let ids: Vec<u32> = (0..b * s).map(|_| 1000 + rng.below(29000) as u32).collect();
-    let inputs = Inputs::new(&ids, &vec![0; b * s], &vec![1; b * s], b, s, &dev)?;
-    let labels: Vec<u32> = (0..b).map(|_| rng.below(2) as u32).collect();
-    let labels = Tensor::from_slice(&labels, b, &dev)?;
+    // Fixed `b × s` batches, or (BERTPIPE_REAL_LENGTHS=1) IMDb-shaped rows: log-normal lengths
+    // around 230 tokens capped at `s`, grouped by length into batches of `b`, padded per batch,
+    // as `bertpipe train` feeds them.
+    let real = std::env::var_os("BERTPIPE_REAL_LENGTHS").is_some();
+    let batches: Vec<(Inputs, Tensor, usize)> = if real {
+        let mut lengths: Vec<usize> = (0..b * (steps + 2))
+            .map(|_| {
+                let n = (-2.0 * (1.0 - rng.f64()).ln()).sqrt() * (2.0 * std::f64::consts::PI * rng.f64()).cos();
+                ((230f64.ln() + 0.5 * n).exp().round() as usize).clamp(8, s)
+            })
+            .collect();
+        lengths.sort_unstable_by(|x, y| y.cmp(x));
+        let mut out = Vec::new();
+        for chunk in lengths.chunks(b) {
+            let seq = chunk[0];
+            let mut ids = Vec::new();
+            let mut mask = Vec::new();
+            for &n in chunk {
+                for j in 0..seq {
+                    ids.push(if j < n { 1000 + rng.below(29000) as u32 } else { 0 });
+                    mask.push((j < n) as u32);
+                }
+            }
+            let inputs = Inputs::new(&ids, &vec![0; ids.len()], &mask, chunk.len(), seq, &dev)?;
+            let labels: Vec<u32> = (0..chunk.len()).map(|_| rng.below(2) as u32).collect();
+            out.push((inputs, Tensor::from_slice(&labels, chunk.len(), &dev)?, chunk.iter().sum()));
+        }
+        // Interleave long and short batches, as a shuffled epoch would.
+        let mut mixed = Vec::new();
+        let (mut lo, mut hi) = (0, out.len());
+        let mut all: Vec<Option<(Inputs, Tensor, usize)>> = out.into_iter().map(Some).collect();
+        while lo < hi {
+            mixed.push(all[lo].take().expect("each batch once"));
+            lo += 1;
+            if lo < hi {
+                hi -= 1;
+                mixed.push(all[hi].take().expect("each batch once"));
+            }
+        }
+        mixed
+    } else {
+        let ids: Vec<u32> = (0..b * s).map(|_| 1000 + rng.below(29000) as u32).collect();
+        let inputs = Inputs::new(&ids, &vec![0; b * s], &vec![1; b * s], b, s, &dev)?;
+        let labels: Vec<u32> = (0..b).map(|_| rng.below(2) as u32).collect();
+        vec![(inputs, Tensor::from_slice(&labels, b, &dev)?, b * s)]
+    };
+    let mut real_tokens = 0usize;
     let mut times = Vec::new();
     // Per phase: forward + loss, backward, gradient collection, clipping, optimiser.
     let mut phases: Vec<[f64; 5]> = Vec::new();
@@ -40,8 +85,9 @@ fn main() -> Result<()> {
             marks[k] = lap.elapsed().as_secs_f64();
             lap = std::time::Instant::now();
         };
-        let logits = model.forward(&inputs, None, &mut Mode::train(0, i as u64))?.logits.expect("logits");
-        let loss = candle_nn::loss::cross_entropy(&logits, &labels)?;
+        let (inputs, labels, tokens) = &batches[i % batches.len()];
+        let logits = model.forward(inputs, None, &mut Mode::train(0, i as u64))?.logits.expect("logits");
+        let loss = candle_nn::loss::cross_entropy(&logits, labels)?;
         loss.to_scalar::<f32>()?;
         mark(0);
         let store = loss.backward()?;
@@ -55,6 +101,7 @@ fn main() -> Result<()> {
         if i >= 2 {
             times.push(t.elapsed().as_secs_f64());
             phases.push(marks);
+            real_tokens += tokens;
         }
     }
     if std::env::var_os("BERTPIPE_STEP_PHASES").is_some() {
@@ -64,6 +111,15 @@ fn main() -> Result<()> {
             xs.sort_by(f64::total_cmp);
             eprintln!("  {name:<13} {:.3} s", xs[xs.len() / 2]);
         }
+    }
+    if real {
+        let total: f64 = times.iter().sum();
+        println!(
+            "candle L{l} H{h} A{heads} real lengths (batch {b}, up to {s}, {} steps): {:.0} tokens/s (tokens without padding)",
+            times.len(),
+            real_tokens as f64 / total
+        );
+        return Ok(());
     }
     times.sort_by(f64::total_cmp);
     let med = times[times.len() / 2];
