@@ -108,13 +108,6 @@ impl Module for LayerNorm {
     }
 }
 
-/// Softmax over the last axis from ops that backpropagate.
-pub fn softmax(x: &Tensor) -> Result<Tensor> {
-    let max = x.max_keepdim(D::Minus1)?;
-    let e = x.broadcast_sub(&max)?.exp()?;
-    e.broadcast_div(&e.sum_keepdim(D::Minus1)?)
-}
-
 pub fn activation(act: Activation, x: &Tensor) -> Result<Tensor> {
     match act {
         Activation::Gelu => super::ops::gelu_erf(x),
