@@ -10,9 +10,16 @@
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Device, Layout, Result, Shape, Tensor, D};
 use rayon::prelude::*;
 
+/// Whether the fused CPU kernels (and the in-place optimiser) are on: yes, unless
+/// `BERTPIPE_UNFUSED` is set (to measure the graph path). Read once per process.
+pub fn kernels_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("BERTPIPE_UNFUSED").is_none())
+}
+
 /// Whether `t` lives where the fused kernels run.
 fn fused(t: &Tensor) -> bool {
-    matches!(t.device(), Device::Cpu) && t.dtype() == DType::F32 && std::env::var_os("BERTPIPE_UNFUSED").is_none()
+    matches!(t.device(), Device::Cpu) && t.dtype() == DType::F32 && kernels_enabled()
 }
 
 /// The contiguous f32 slice of a storage, or an error naming the op.
@@ -358,7 +365,7 @@ mod tests {
         (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
     }
 
-    /// Runs `f` fused and unfused (`BERTPIPE_UNFUSED` is read per call, so the two runs use a
+    /// Runs `f` fused and unfused (`BERTPIPE_UNFUSED` is read once per process, so the two runs use a
     /// flag instead of the environment) and compares outputs and input gradients.
     fn check(inputs: &[Tensor], f: impl Fn(&[Tensor], bool) -> Tensor, tol: f32) {
         let mut results = Vec::new();

@@ -37,7 +37,7 @@ fn in_place(t: &Tensor) -> bool {
     matches!(t.device(), candle_core::Device::Cpu)
         && t.dtype() == DType::F32
         && t.is_contiguous()
-        && std::env::var_os("BERTPIPE_UNFUSED").is_none()
+        && crate::model::ops::kernels_enabled()
 }
 
 /// One AdamW step for one parameter, in place, in a single pass: clipping coefficient, weight
