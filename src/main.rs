@@ -282,7 +282,7 @@ fn predict(args: bertpipe::cli::PredictArgs) -> ExitCode {
                 println!("{}", serde_json::to_string(p)?);
             }
         } else {
-            println!("{}", predict::format_table(&preds, &eval::label_names(&model)));
+            println!("{}", predict::format_table(&preds, &model.label_names()));
         }
         let rejected = preds.iter().filter(|p| p.rejected.is_some()).count();
         if rejected > 0 {

@@ -203,7 +203,7 @@ fn metadata_records_vocabulary_length_labels_and_producer() {
     assert_eq!(m.metadata["max_len"], "64");
     assert_eq!(m.metadata["id2label"], r#"{"0":"neg","1":"pos"}"#);
     assert!(m.metadata["created_by"].starts_with("bertpipe "));
-    assert_eq!(m.num_labels, 2);
+    assert_eq!(m.label_names(), ["neg", "pos"]);
 }
 
 #[test]

@@ -129,21 +129,12 @@ pub fn open_model(model: &Path, device: &str, threads: usize, ort_lib: Option<&P
     rt.open(model, provider, threads)
 }
 
-/// Label names from the model's `id2label`.
-pub fn label_names(model: &Model) -> Vec<String> {
-    let map: serde_json::Map<String, serde_json::Value> =
-        model.metadata.get("id2label").and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
-    (0..map.len())
-        .map(|i| map.get(&i.to_string()).and_then(|v| v.as_str()).map(String::from).unwrap_or(format!("LABEL_{i}")))
-        .collect()
-}
-
 pub fn run(opts: &EvalOptions) -> Result<EvalReport> {
     if opts.batch_size == 0 {
         bail!("--batch-size must be at least 1");
     }
     let mut model = open_model(&opts.model, &opts.device, opts.threads, opts.ort_lib.as_deref())?;
-    let names = label_names(&model);
+    let names = model.label_names();
     if names.is_empty() {
         bail!("'{}' records no id2label; was it exported by `bertpipe export onnx`?", opts.model.display());
     }

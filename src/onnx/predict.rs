@@ -129,7 +129,7 @@ pub fn predict(
     inputs: &[Input],
     batch_size: usize,
 ) -> Result<Vec<Prediction>> {
-    let names = super::eval::label_names(model);
+    let names = model.label_names();
     if names.is_empty() {
         bail!("the model records no id2label; was it exported by `bertpipe export onnx`?");
     }

@@ -292,7 +292,6 @@ fn ort_err<R>(e: ort::Error<R>) -> anyhow::Error {
 pub struct Model {
     session: Session,
     pub provider: Provider,
-    pub num_labels: usize,
     /// The model's metadata props.
     pub metadata: std::collections::BTreeMap<String, String>,
 }
@@ -343,16 +342,21 @@ impl Runtime {
                 }
             }
         }
-        let num_labels = metadata
-            .get("id2label")
-            .and_then(|s| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(s).ok())
-            .map(|m| m.len())
-            .unwrap_or(0);
-        Ok(Model { session, provider, num_labels, metadata })
+        Ok(Model { session, provider, metadata })
     }
 }
 
 impl Model {
+    /// Class names in label order, from the `id2label` metadata (`LABEL_i` where one is
+    /// missing); empty when the model records none.
+    pub fn label_names(&self) -> Vec<String> {
+        let map: serde_json::Map<String, serde_json::Value> =
+            self.metadata.get("id2label").and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
+        (0..map.len())
+            .map(|i| map.get(&i.to_string()).and_then(|v| v.as_str()).map(String::from).unwrap_or(format!("LABEL_{i}")))
+            .collect()
+    }
+
     /// Logits `[batch × num_labels]` for row-major `[batch, seq]` inputs.
     pub fn logits(
         &mut self,
