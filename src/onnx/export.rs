@@ -46,9 +46,11 @@ pub struct ExportOptions {
     pub external_data: bool,
 }
 
-/// What was written.
-#[derive(Debug)]
+/// What was written, and the model it came from (for `--verify`, without a second load).
 pub struct Exported {
+    pub model: BertTask,
+    pub max_len: usize,
+    pub lowercase: bool,
     pub path: PathBuf,
     pub external_data: Option<PathBuf>,
     pub bytes: u64,
@@ -142,6 +144,9 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
     let bytes = proto.encode_to_vec();
     write_file_atomic(out, &bytes)?;
     Ok(Exported {
+        lowercase: checkpoint_lowercase(&opts.checkpoint),
+        model,
+        max_len,
         path: out.clone(),
         external_data,
         bytes: bytes.len() as u64,

@@ -120,6 +120,25 @@ pub fn compare(model: &BertTask, session: &mut Model, cases: &[Case]) -> Result<
     Ok(out)
 }
 
+/// `export onnx --verify`: the written model in ONNX Runtime (CPU) against the checkpoint's
+/// candle model on the [`standard_cases`]; fails past [`TOLERANCE`], naming the worst case.
+pub fn verify_export(rt: &super::runtime::Runtime, done: &super::export::Exported) -> Result<Vec<Checked>> {
+    let mut session = rt.open(&done.path, super::runtime::Provider::Cpu, 0)?;
+    let cases = standard_cases(&done.model, &done.vocab_file, done.lowercase, done.max_len)?;
+    let checked = compare(&done.model, &mut session, &cases)?;
+    if let Some(worst) = checked.iter().max_by(|a, b| a.max_abs_diff.total_cmp(&b.max_abs_diff)) {
+        if worst.max_abs_diff >= TOLERANCE {
+            bail!(
+                "verification failed: ONNX Runtime {} differs from candle by {:.3e} on `{}` (limit {TOLERANCE:.0e})",
+                rt.version,
+                worst.max_abs_diff,
+                worst.name
+            );
+        }
+    }
+    Ok(checked)
+}
+
 /// The standard cases: random padded batches of several shapes (a single token, a full
 /// `max_len` row), and the [`SENTENCES`] tokenized with the model's vocabulary.
 pub fn standard_cases(model: &BertTask, vocab_file: &Path, lowercase: bool, max_len: usize) -> Result<Vec<Case>> {
