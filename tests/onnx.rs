@@ -304,9 +304,9 @@ fn eval_on_the_sample_shards_writes_metrics_that_match_its_predictions() {
     let slices: u64 = report["by_length"].as_array().unwrap().iter().map(|s| s["examples"].as_u64().unwrap()).sum();
     assert_eq!(slices, rows);
     assert_eq!(report["by_noise"].as_array().unwrap().len(), 4);
-    if let Some(first) = report["mistakes"].as_array().unwrap().first() {
-        assert!(first["text"].as_str().is_some_and(|s| !s.is_empty()), "kept text shown: {first}");
-    }
+    // A 12-step model makes mistakes; the most confident ones carry the kept text.
+    let first = report["mistakes"].as_array().unwrap().first().expect("mistakes listed");
+    assert!(first["text"].as_str().is_some_and(|s| !s.is_empty()), "kept text shown: {first}");
     for f in ["confusion", "roc", "calibration"] {
         for ext in ["svg", "png"] {
             assert!(out.join(format!("{f}.{ext}")).is_file(), "{f}.{ext}");
