@@ -117,11 +117,13 @@ pub struct EvalArgs {
     /// The shard folder (with manifest.json).
     #[arg(long, value_name = "DIR")]
     pub data: PathBuf,
+    /// The split to evaluate (a folder of the shard set).
     #[arg(long, default_value = "test")]
     pub split: String,
     /// `cpu`, `cuda` or `cuda:N` (CUDA never falls back to the CPU silently).
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Rows per ONNX Runtime call.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
     /// Pad every batch to this length (default: each batch to its longest row, rows sorted
@@ -167,10 +169,13 @@ pub struct PredictArgs {
     /// JSON lines instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// `cpu`, `cuda` or `cuda:N` (CUDA never falls back to the CPU silently).
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Rows (texts, or their windows) per ONNX Runtime call.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
+    /// ONNX Runtime intra-op threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
     #[command(flatten)]
