@@ -233,6 +233,19 @@ fn a_bare_encoder_is_refused_for_export() {
     assert!(!out.exists());
 }
 
+/// `(key column, P(pos))` for every row of a predictions.parquet, in order.
+fn positive_probabilities(predictions: &Path, key: &str) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    for b in read_parquet(predictions) {
+        let keys = b.column_by_name(key).unwrap().as_string::<i32>().clone();
+        let probs = b.column_by_name("probabilities").unwrap().as_list::<i32>().clone();
+        for i in 0..b.num_rows() {
+            out.push((keys.value(i).to_string(), probs.value(i).as_primitive::<Float32Type>().value(1) as f64));
+        }
+    }
+    out
+}
+
 /// Metrics recomputed here from predictions.parquet, without bertpipe's metrics module.
 fn independent_metrics(predictions: &Path) -> (f64, f64, f64, Vec<Vec<usize>>) {
     let mut labels = Vec::new();
@@ -345,14 +358,8 @@ fn predict_gives_what_eval_gives_for_the_same_text_and_reports_rejects() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("eval");
     assert_ok(&eval_cli(&t.model, &t.shards, &out, &[]));
-    let mut by_id = std::collections::HashMap::new();
-    for b in read_parquet(&out.join("predictions.parquet")) {
-        let ids = b.column_by_name("id").unwrap().as_string::<i32>().clone();
-        let probs = b.column_by_name("probabilities").unwrap().as_list::<i32>().clone();
-        for i in 0..b.num_rows() {
-            by_id.insert(ids.value(i).to_string(), probs.value(i).as_primitive::<Float32Type>().value(1) as f64);
-        }
-    }
+    let by_id: std::collections::HashMap<String, f64> =
+        positive_probabilities(&out.join("predictions.parquet"), "id").into_iter().collect();
     // A .jsonl input with the reviews' own ids, plus an empty text.
     let mut lines = Vec::new();
     let mut want = Vec::new();
@@ -415,13 +422,8 @@ fn windowed_rows_are_scored_per_row_and_per_document_and_predict_votes_the_same_
 
     // The mean of a long review's window probabilities is what predict answers for its text.
     let mut windows: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
-    for b in read_parquet(&out.join("predictions.parquet")) {
-        let doc = b.column_by_name("doc_id").unwrap().as_string::<i32>().clone();
-        let probs = b.column_by_name("probabilities").unwrap().as_list::<i32>().clone();
-        for i in 0..b.num_rows() {
-            let p = probs.value(i).as_primitive::<Float32Type>().value(1) as f64;
-            windows.entry(doc.value(i).to_string()).or_default().push(p);
-        }
+    for (doc, p) in positive_probabilities(&out.join("predictions.parquet"), "doc_id") {
+        windows.entry(doc).or_default().push(p);
     }
     let (doc, ps) = windows.iter().max_by_key(|(_, v)| v.len()).unwrap();
     assert!(ps.len() >= 3, "{doc} has {} windows", ps.len());
