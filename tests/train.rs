@@ -133,6 +133,33 @@ fn interrupted_and_resumed_training_equals_an_uninterrupted_run() {
     assert!(!o.status.success() && stderr(&o).contains("config differs"), "{}", stderr(&o));
 }
 
+/// The fused CPU kernels (attention softmax + dropout, bias epilogues, LayerNorm, GELU, the
+/// in-place AdamW) against candle's graph of basic ops, with dropout on: dropout is keyed by
+/// element position, so both paths drop the same elements and the losses agree.
+#[test]
+fn fused_kernels_train_as_the_graph_of_basic_ops_does_dropout_included() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = shards(dir.path(), "pipelines/imdb.yaml", &[]);
+    let settings = ["max_steps=5", "logging_steps=1", "eval_split=none", "per_device_train_batch_size=8"];
+    let fused = dir.path().join("fused");
+    assert_ok(&train("pipelines/imdb-finetune.yaml", &data, &fused, &settings, &[]));
+    let graph = dir.path().join("graph");
+    assert_ok(&train("pipelines/imdb-finetune.yaml", &data, &graph, &settings, &[("BERTPIPE_UNFUSED", "1")]));
+    let series =
+        |out: &Path, key: &str| -> Vec<f64> { metrics(out).iter().filter_map(|r| r.get(key)?.as_f64()).collect() };
+    for key in ["loss", "grad_norm"] {
+        let (a, b) = (series(&fused, key), series(&graph, key));
+        assert_eq!(a.len(), 5, "{key}: {a:?}");
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= 1e-4 * y.abs().max(1.0), "{key}: fused {a:?} vs graph {b:?}");
+        }
+    }
+    // Training with dropout is still repeatable to the bit.
+    let again = dir.path().join("again");
+    assert_ok(&train("pipelines/imdb-finetune.yaml", &data, &again, &settings, &[]));
+    assert_eq!(series(&fused, "loss"), series(&again, "loss"));
+}
+
 #[test]
 fn a_nan_loss_stops_with_the_step_and_keeps_the_last_checkpoint() {
     let dir = tempfile::tempdir().unwrap();

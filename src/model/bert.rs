@@ -9,6 +9,7 @@
 use candle_core::{DType, Device, Module, Result, Tensor, D};
 
 use super::config::{Activation, BertConfig};
+use super::ops::{self, Dropout};
 use super::params::{Init, ParamLoader};
 use crate::rng::Rng;
 
@@ -28,25 +29,19 @@ impl Mode {
         Mode { train: true, rng: Rng::for_key(seed, &[0x4452_4f50, step]) }
     }
 
+    /// The dropout of the next site in forward order, or `None` when not training or `p`
+    /// is 0. Each site gets its own key from the step's stream; which elements it drops is
+    /// a hash of that key and the element's index (see [`Dropout`]).
+    pub fn site(&mut self, p: f64) -> Option<Dropout> {
+        (self.train && p > 0.0).then(|| Dropout::new(self.rng.next_u64(), p))
+    }
+
     /// Inverted dropout: zero with probability `p`, scale the rest by 1/(1−p).
     pub fn dropout(&mut self, x: &Tensor, p: f64) -> Result<Tensor> {
-        if !self.train || p <= 0.0 {
-            return Ok(x.clone());
+        match self.site(p) {
+            Some(d) => d.apply(x),
+            None => Ok(x.clone()),
         }
-        let scale = (1.0 / (1.0 - p)) as f32;
-        let threshold = (p * (1u64 << 32) as f64) as u64;
-        let n = x.elem_count();
-        let mut mask = Vec::with_capacity(n);
-        while mask.len() < n {
-            let r = self.rng.next_u64();
-            for half in [r & 0xffff_ffff, r >> 32] {
-                if mask.len() < n {
-                    mask.push(if half < threshold { 0.0 } else { scale });
-                }
-            }
-        }
-        let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
-        x * mask
     }
 }
 
@@ -65,15 +60,23 @@ impl Linear {
     }
 }
 
-impl Module for Linear {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+impl Linear {
+    /// `x Wᵀ` without the bias, in `x`'s shape with the last axis `out`: the bias goes into
+    /// a fused epilogue ([`ops::bias_gelu`], [`ops::bias_dropout_residual`]).
+    pub fn matmul(&self, x: &Tensor) -> Result<Tensor> {
         let dims = x.dims();
         let inp = dims[dims.len() - 1];
         let rows = x.elem_count() / inp;
-        let y = x.reshape((rows, inp))?.matmul(&self.weight.t()?)?.broadcast_add(&self.bias)?;
+        let y = x.reshape((rows, inp))?.matmul(&self.weight.t()?)?;
         let mut out = dims.to_vec();
         *out.last_mut().unwrap() = self.weight.dim(0)?;
         y.reshape(out)
+    }
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        ops::bias_add(&self.matmul(x)?, &self.bias)
     }
 }
 
@@ -97,7 +100,7 @@ impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let dtype = x.dtype();
         if dtype == DType::F32 {
-            return super::ops::layer_norm(x, &self.weight, &self.bias, self.eps);
+            return ops::layer_norm(x, &self.weight, &self.bias, self.eps);
         }
         let x = x.to_dtype(DType::F32)?;
         let mean = x.mean_keepdim(D::Minus1)?;
@@ -110,9 +113,17 @@ impl Module for LayerNorm {
 
 pub fn activation(act: Activation, x: &Tensor) -> Result<Tensor> {
     match act {
-        Activation::Gelu => super::ops::gelu_erf(x),
+        Activation::Gelu => ops::gelu_erf(x),
         Activation::GeluNew => x.gelu(),
         Activation::Relu => x.relu(),
+    }
+}
+
+/// `act(x Wᵀ + b)`: bias and exact GELU in one fused pass.
+fn linear_activation(linear: &Linear, act: Activation, x: &Tensor) -> Result<Tensor> {
+    match act {
+        Activation::Gelu => ops::bias_gelu(&linear.matmul(x)?, &linear.bias),
+        _ => activation(act, &linear.forward(x)?),
     }
 }
 
@@ -177,9 +188,9 @@ impl BertSelfAttention {
         let q = split(self.query.forward(x)?)?;
         let k = split(self.key.forward(x)?)?;
         let v = split(self.value.forward(x)?)?;
-        // softmax(q·kᵀ/√d + mask), one fused kernel on the CPU.
-        let probs = super::ops::attention_softmax(&q.matmul(&k.t()?)?, mask_bias, 1.0 / (d as f64).sqrt())?;
-        let probs = mode.dropout(&probs, self.dropout)?;
+        // dropout(softmax(q·kᵀ/√d + mask)), one fused kernel on the CPU.
+        let drop = mode.site(self.dropout);
+        let probs = ops::attention_softmax(&q.matmul(&k.t()?)?, mask_bias, 1.0 / (d as f64).sqrt(), drop)?;
         probs.matmul(&v)?.transpose(1, 2)?.reshape((b, s, h))
     }
 }
@@ -201,8 +212,9 @@ impl BertResidualOutput {
     }
 
     fn forward(&self, x: &Tensor, residual: &Tensor, mode: &mut Mode) -> Result<Tensor> {
-        let y = mode.dropout(&self.dense.forward(x)?, self.dropout)?;
-        self.layer_norm.forward(&(y + residual)?)
+        let drop = mode.site(self.dropout);
+        let y = ops::bias_dropout_residual(&self.dense.matmul(x)?, &self.dense.bias, residual, drop)?;
+        self.layer_norm.forward(&y)
     }
 }
 
@@ -237,7 +249,7 @@ impl BertLayer {
     fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut Mode) -> Result<Tensor> {
         let a = self.attention.forward(x, mask_bias, mode)?;
         let a = self.attention_output.forward(&a, x, mode)?;
-        let i = activation(self.act, &self.intermediate.forward(&a)?)?;
+        let i = linear_activation(&self.intermediate, self.act, &a)?;
         self.output.forward(&i, &a, mode)
     }
 }

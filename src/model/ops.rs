@@ -174,21 +174,72 @@ impl CustomOp3 for LayerNormBwd {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Attention probabilities: softmax(scores · scale + mask) over the last axis.
+// Attention probabilities: dropout(softmax(scores · scale + mask)) over the last axis.
 
-/// `scores` `[b, heads, q, k]`; `mask_bias` additive, `[b, 1, 1, k]` or `[b, 1, q, k]`.
-pub fn attention_softmax(scores: &Tensor, mask_bias: &Tensor, scale: f64) -> Result<Tensor> {
+/// `scores` `[b, heads, q, k]`; `mask_bias` additive, `[b, 1, 1, k]` or `[b, 1, q, k]`;
+/// `drop`: attention dropout on the probabilities, applied in the same pass.
+pub fn attention_softmax(scores: &Tensor, mask_bias: &Tensor, scale: f64, drop: Option<Dropout>) -> Result<Tensor> {
     if fused(scores) && mask_bias.dtype() == DType::F32 {
-        return scores.contiguous()?.apply_op2(&mask_bias.contiguous()?, SoftmaxOp { scale: scale as f32 });
+        return scores.contiguous()?.apply_op2(&mask_bias.contiguous()?, SoftmaxOp { scale: scale as f32, drop });
     }
     let x = (scores * scale)?.broadcast_add(mask_bias)?;
     let max = x.max_keepdim(D::Minus1)?;
     let e = x.broadcast_sub(&max)?.exp()?;
-    e.broadcast_div(&e.sum_keepdim(D::Minus1)?)
+    let probs = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
+    match drop {
+        Some(d) => d.apply(&probs),
+        None => Ok(probs),
+    }
 }
 
 struct SoftmaxOp {
     scale: f32,
+    drop: Option<Dropout>,
+}
+
+/// The mask rows for `[b, heads, q, k]` scores: row `r` of the scores uses `mask_row(r)`.
+struct MaskRows<'a> {
+    m: &'a [f32],
+    heads: usize,
+    q: usize,
+    k: usize,
+    per_query: bool,
+}
+
+impl<'a> MaskRows<'a> {
+    fn new(m: &'a [f32], scores: &Layout, mask: &Layout) -> Result<MaskRows<'a>> {
+        let (b, heads, q, k) = scores.shape().dims4()?;
+        let mdims = mask.shape().dims4()?;
+        if mdims.0 != b || mdims.1 != 1 || mdims.3 != k || (mdims.2 != 1 && mdims.2 != q) {
+            candle_core::bail!("attention softmax: mask {:?} does not fit scores {:?}", mdims, (b, heads, q, k));
+        }
+        Ok(MaskRows { m, heads, q, k, per_query: mdims.2 == q })
+    }
+
+    #[inline]
+    fn row(&self, row: usize) -> &'a [f32] {
+        let (bi, qi) = (row / (self.heads * self.q), row % self.q);
+        let start = if self.per_query { (bi * self.q + qi) * self.k } else { bi * self.k };
+        &self.m[start..start + self.k]
+    }
+}
+
+/// `out = softmax(x · scale + mask)` for one row.
+#[inline]
+fn softmax_row(x: &[f32], mask: &[f32], scale: f32, out: &mut [f32]) {
+    let mut max = f32::NEG_INFINITY;
+    for j in 0..x.len() {
+        out[j] = x[j] * scale + mask[j];
+        max = max.max(out[j]);
+    }
+    let mut sum = 0f32;
+    for v in out.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    for v in out.iter_mut() {
+        *v /= sum;
+    }
 }
 
 impl CustomOp2 for SoftmaxOp {
@@ -198,68 +249,388 @@ impl CustomOp2 for SoftmaxOp {
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
         let (x, m) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?);
-        let (b, heads, q, k) = l1.shape().dims4()?;
-        let mdims = l2.shape().dims4()?;
-        if mdims.0 != b || mdims.1 != 1 || mdims.3 != k || (mdims.2 != 1 && mdims.2 != q) {
-            candle_core::bail!("attention softmax: mask {:?} does not fit scores {:?}", mdims, (b, heads, q, k));
-        }
-        let per_query = mdims.2 == q;
+        let masks = MaskRows::new(m, l1, l2)?;
+        let k = masks.k;
         let mut y = vec![0f32; x.len()];
         let chunk = k * rows_per_task(k);
         y.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).enumerate().for_each(|(t, (ys, xs))| {
             let first = t * rows_per_task(k);
             for (r, (yr, xr)) in ys.chunks_mut(k).zip(xs.chunks(k)).enumerate() {
-                let row = first + r;
-                let (bi, qi) = (row / (heads * q), row % q);
-                let mrow = if per_query { &m[(bi * q + qi) * k..][..k] } else { &m[bi * k..][..k] };
-                let mut max = f32::NEG_INFINITY;
-                for j in 0..k {
-                    yr[j] = xr[j] * self.scale + mrow[j];
-                    max = max.max(yr[j]);
-                }
-                let mut sum = 0f32;
-                for v in yr.iter_mut() {
-                    *v = (*v - max).exp();
-                    sum += *v;
-                }
-                for v in yr.iter_mut() {
-                    *v /= sum;
+                softmax_row(xr, masks.row(first + r), self.scale, yr);
+                if let Some(d) = self.drop {
+                    let base = (first + r) * k;
+                    for (j, v) in yr.iter_mut().enumerate() {
+                        *v *= d.factor(base + j);
+                    }
                 }
             }
         });
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
 
-    fn bwd(&self, _x: &Tensor, _mask: &Tensor, y: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let dx = y.apply_op2_no_bwd(&grad.contiguous()?, &SoftmaxBwd { scale: self.scale })?;
+    fn bwd(&self, x: &Tensor, mask: &Tensor, y: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let bwd = SoftmaxBwd { scale: self.scale, drop: self.drop };
+        let dx = match self.drop {
+            // y is the softmax itself.
+            None => y.apply_op3_no_bwd(mask, &grad.contiguous()?, &bwd)?,
+            // y has dropped entries: the softmax is recomputed from the scores.
+            Some(_) => x.apply_op3_no_bwd(mask, &grad.contiguous()?, &bwd)?,
+        };
         Ok((Some(dx), None))
     }
 }
 
 struct SoftmaxBwd {
     scale: f32,
+    drop: Option<Dropout>,
 }
 
-impl CustomOp2 for SoftmaxBwd {
+impl CustomOp3 for SoftmaxBwd {
     fn name(&self) -> &'static str {
         "bertpipe-attention-softmax-bwd"
     }
 
-    /// dx = scale · y · (g − Σ g·y).
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (y, g) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?);
-        let k = l1.shape().dims().last().copied().unwrap_or(1);
-        let mut dx = vec![0f32; y.len()];
+    /// With p the softmax and ĝ = g · dropout factor: dx = scale · p · (ĝ − Σ ĝ·p).
+    /// The first input is p itself without dropout, else the scores p is recomputed from.
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (a, m, g) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?, slice(s3, l3, self.name())?);
+        let masks = MaskRows::new(m, l1, l2)?;
+        let k = masks.k;
+        let mut dx = vec![0f32; a.len()];
         let chunk = k * rows_per_task(k);
-        dx.par_chunks_mut(chunk).zip(y.par_chunks(chunk).zip(g.par_chunks(chunk))).for_each(|(ds, (ys, gs))| {
-            for ((dr, yr), gr) in ds.chunks_mut(k).zip(ys.chunks(k)).zip(gs.chunks(k)) {
-                let dot: f32 = yr.iter().zip(gr).map(|(a, b)| a * b).sum();
-                for j in 0..k {
-                    dr[j] = self.scale * yr[j] * (gr[j] - dot);
+        dx.par_chunks_mut(chunk).zip(a.par_chunks(chunk).zip(g.par_chunks(chunk))).enumerate().for_each(
+            |(t, (ds, (a_s, gs)))| {
+                let first = t * rows_per_task(k);
+                let mut scratch = vec![0f32; k];
+                let mut gh = vec![0f32; k];
+                for (r, ((dr, ar), gr)) in ds.chunks_mut(k).zip(a_s.chunks(k)).zip(gs.chunks(k)).enumerate() {
+                    let row = first + r;
+                    let p: &[f32] = match self.drop {
+                        None => ar,
+                        Some(_) => {
+                            softmax_row(ar, masks.row(row), self.scale, &mut scratch);
+                            &scratch
+                        }
+                    };
+                    match self.drop {
+                        None => gh.copy_from_slice(gr),
+                        Some(d) => {
+                            for j in 0..k {
+                                gh[j] = gr[j] * d.factor(row * k + j);
+                            }
+                        }
+                    }
+                    let dot: f32 = p.iter().zip(&gh).map(|(a, b)| a * b).sum();
+                    for j in 0..k {
+                        dr[j] = self.scale * p[j] * (gh[j] - dot);
+                    }
+                }
+            },
+        );
+        Ok((CpuStorage::F32(dx), l1.shape().clone()))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dropout, keyed by position: whether element i of a site is dropped is a hash of
+// (site key, i), so any thread computes any part of a mask, the backward pass recomputes it
+// instead of storing it, and the fused and graph paths drop the same elements.
+
+/// Inverted dropout for one site: zero with probability p, scale the rest by 1/(1−p).
+#[derive(Clone, Copy, Debug)]
+pub struct Dropout {
+    key: u64,
+    /// Drop when the hash's high 32 bits are below this.
+    threshold: u64,
+    scale: f32,
+}
+
+impl Dropout {
+    pub fn new(key: u64, p: f64) -> Dropout {
+        Dropout { key, threshold: (p * (1u64 << 32) as f64) as u64, scale: (1.0 / (1.0 - p)) as f32 }
+    }
+
+    /// 0 or 1/(1−p) for element `i` (SplitMix64's finaliser over the site key and `i`).
+    #[inline]
+    pub fn factor(&self, i: usize) -> f32 {
+        let mut z = self.key.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        if (z >> 32) < self.threshold {
+            0.0
+        } else {
+            self.scale
+        }
+    }
+
+    /// The factors of elements `0..n`, for the graph path.
+    pub fn factors(&self, n: usize) -> Vec<f32> {
+        let mut out = vec![0f32; n];
+        out.par_chunks_mut(1 << 14).enumerate().for_each(|(c, chunk)| {
+            for (j, v) in chunk.iter_mut().enumerate() {
+                *v = self.factor((c << 14) + j);
+            }
+        });
+        out
+    }
+
+    /// `x` times its dropout factors (x is indexed in row-major order).
+    pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        if fused(x) {
+            return x.contiguous()?.apply_op1(DropoutOp(*self));
+        }
+        let mask = Tensor::from_vec(self.factors(x.elem_count()), x.shape(), x.device())?.to_dtype(x.dtype())?;
+        x * mask
+    }
+}
+
+struct DropoutOp(Dropout);
+
+impl candle_core::CustomOp1 for DropoutOp {
+    fn name(&self) -> &'static str {
+        "bertpipe-dropout"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let x = slice(s, l, self.name())?;
+        let mut y = vec![0f32; x.len()];
+        y.par_chunks_mut(1 << 14).zip(x.par_chunks(1 << 14)).enumerate().for_each(|(c, (ys, xs))| {
+            for (j, (y, &v)) in ys.iter_mut().zip(xs).enumerate() {
+                *y = v * self.0.factor((c << 14) + j);
+            }
+        });
+        Ok((CpuStorage::F32(y), l.shape().clone()))
+    }
+
+    /// Linear: the gradient takes the same factors.
+    fn bwd(&self, _x: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(grad.contiguous()?.apply_op1_no_bwd(self)?))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bias epilogues of a matmul `y = x·Wᵀ` (`[rows, out]`): `y + b`, `gelu(y + b)` and
+// `dropout(y + b) + residual`, each one pass forward; the bias gradient is a column sum
+// done in parallel (candle's broadcast backward sums it on one thread).
+
+/// `y + b` over the last axis.
+pub fn bias_add(y: &Tensor, b: &Tensor) -> Result<Tensor> {
+    if fused(y) {
+        return y.contiguous()?.apply_op2(b, BiasOp { gelu: false });
+    }
+    y.broadcast_add(b)
+}
+
+/// `gelu(y + b)` (exact GELU).
+pub fn bias_gelu(y: &Tensor, b: &Tensor) -> Result<Tensor> {
+    if fused(y) {
+        return y.contiguous()?.apply_op2(b, BiasOp { gelu: true });
+    }
+    y.broadcast_add(b)?.gelu_erf()
+}
+
+/// `dropout(y + b) + residual`: the end of BERT's attention and feed-forward blocks, before
+/// their LayerNorm.
+pub fn bias_dropout_residual(y: &Tensor, b: &Tensor, residual: &Tensor, drop: Option<Dropout>) -> Result<Tensor> {
+    if fused(y) && residual.dtype() == DType::F32 {
+        return y.contiguous()?.apply_op3(b, &residual.contiguous()?, BiasDropoutResidualOp { drop });
+    }
+    let z = y.broadcast_add(b)?;
+    let z = match drop {
+        Some(d) => d.apply(&z)?,
+        None => z,
+    };
+    z + residual
+}
+
+/// Column sums of a contiguous `[rows, h]` slice: per-task partial sums over fixed row
+/// blocks, added in block order, so the result does not depend on the thread count.
+fn column_sums(g: &[f32], h: usize) -> Vec<f32> {
+    let chunk = h * rows_per_task(h);
+    let partial: Vec<Vec<f32>> = g
+        .par_chunks(chunk)
+        .map(|gs| {
+            let mut s = vec![0f32; h];
+            for r in gs.chunks(h) {
+                for (a, &v) in s.iter_mut().zip(r) {
+                    *a += v;
+                }
+            }
+            s
+        })
+        .collect();
+    let mut out = vec![0f32; h];
+    for p in partial {
+        for (a, v) in out.iter_mut().zip(p) {
+            *a += v;
+        }
+    }
+    out
+}
+
+/// Column sums of a contiguous tensor over every axis but the last.
+fn column_sum(g: &Tensor) -> Result<Tensor> {
+    g.contiguous()?.apply_op1_no_bwd(&ColumnSum)
+}
+
+struct ColumnSum;
+
+impl candle_core::CustomOp1 for ColumnSum {
+    fn name(&self) -> &'static str {
+        "bertpipe-column-sum"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let g = slice(s, l, self.name())?;
+        let h = l.shape().dims().last().copied().unwrap_or(1);
+        Ok((CpuStorage::F32(column_sums(g, h)), Shape::from(h)))
+    }
+}
+
+struct BiasOp {
+    gelu: bool,
+}
+
+impl CustomOp2 for BiasOp {
+    fn name(&self) -> &'static str {
+        "bertpipe-bias"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (x, b) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?);
+        let h = b.len();
+        if l1.shape().dims().last() != Some(&h) {
+            candle_core::bail!("bias: {:?} does not end in {h}", l1.shape());
+        }
+        let mut y = vec![0f32; x.len()];
+        let chunk = h * rows_per_task(h);
+        y.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).for_each(|(ys, xs)| {
+            for (yr, xr) in ys.chunks_mut(h).zip(xs.chunks(h)) {
+                if self.gelu {
+                    for j in 0..h {
+                        yr[j] = gelu(xr[j] + b[j]);
+                    }
+                } else {
+                    for j in 0..h {
+                        yr[j] = xr[j] + b[j];
+                    }
+                }
+            }
+        });
+        Ok((CpuStorage::F32(y), l1.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, b: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let grad = grad.contiguous()?;
+        let dx = if self.gelu { x.apply_op3_no_bwd(b, &grad, &BiasGeluBwd)? } else { grad };
+        let db = column_sum(&dx)?;
+        Ok((Some(dx), Some(db)))
+    }
+}
+
+struct BiasGeluBwd;
+
+impl CustomOp3 for BiasGeluBwd {
+    fn name(&self) -> &'static str {
+        "bertpipe-bias-gelu-bwd"
+    }
+
+    /// d(y + b) = g · gelu′(y + b).
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (x, b, g) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?, slice(s3, l3, self.name())?);
+        let h = b.len();
+        let mut dx = vec![0f32; x.len()];
+        let chunk = h * rows_per_task(h);
+        dx.par_chunks_mut(chunk).zip(x.par_chunks(chunk).zip(g.par_chunks(chunk))).for_each(|(ds, (xs, gs))| {
+            for ((dr, xr), gr) in ds.chunks_mut(h).zip(xs.chunks(h)).zip(gs.chunks(h)) {
+                for j in 0..h {
+                    dr[j] = gr[j] * gelu_grad(xr[j] + b[j]);
                 }
             }
         });
         Ok((CpuStorage::F32(dx), l1.shape().clone()))
+    }
+}
+
+struct BiasDropoutResidualOp {
+    drop: Option<Dropout>,
+}
+
+impl CustomOp3 for BiasDropoutResidualOp {
+    fn name(&self) -> &'static str {
+        "bertpipe-bias-dropout-residual"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (x, b, r) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?, slice(s3, l3, self.name())?);
+        let h = b.len();
+        if l1.shape() != l3.shape() || l1.shape().dims().last() != Some(&h) {
+            candle_core::bail!("bias-dropout-residual: {:?}, bias {h}, residual {:?}", l1.shape(), l3.shape());
+        }
+        let mut y = vec![0f32; x.len()];
+        let rows = rows_per_task(h);
+        y.par_chunks_mut(h * rows).zip(x.par_chunks(h * rows).zip(r.par_chunks(h * rows))).enumerate().for_each(
+            |(t, (ys, (xs, rs)))| {
+                for (i, ((yr, xr), rr)) in ys.chunks_mut(h).zip(xs.chunks(h)).zip(rs.chunks(h)).enumerate() {
+                    let base = (t * rows + i) * h;
+                    match self.drop {
+                        Some(d) => {
+                            for j in 0..h {
+                                yr[j] = (xr[j] + b[j]) * d.factor(base + j) + rr[j];
+                            }
+                        }
+                        None => {
+                            for j in 0..h {
+                                yr[j] = (xr[j] + b[j]) + rr[j];
+                            }
+                        }
+                    }
+                }
+            },
+        );
+        Ok((CpuStorage::F32(y), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        _b: &Tensor,
+        _r: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let grad = grad.contiguous()?;
+        let dx = match self.drop {
+            Some(d) => grad.apply_op1_no_bwd(&DropoutOp(d))?,
+            None => grad.clone(),
+        };
+        let db = column_sum(&dx)?;
+        Ok((Some(dx), Some(db), Some(grad)))
     }
 }
 
@@ -446,7 +817,7 @@ mod tests {
                 std::slice::from_ref(&scores),
                 move |t, fused| {
                     if fused {
-                        t[0].apply_op2(&m, SoftmaxOp { scale: 0.125 }).unwrap()
+                        t[0].apply_op2(&m, SoftmaxOp { scale: 0.125, drop: None }).unwrap()
                     } else {
                         unfused_softmax(&t[0], &m, 0.125)
                     }
@@ -454,5 +825,111 @@ mod tests {
                 1e-5,
             );
         }
+    }
+
+    /// The graph path's dropout: the same factors as a mask tensor.
+    fn graph_dropout(x: &Tensor, d: Dropout) -> Tensor {
+        let m = Tensor::from_vec(d.factors(x.elem_count()), x.shape(), x.device()).unwrap();
+        (x * m).unwrap()
+    }
+
+    #[test]
+    fn dropout_drops_its_share_the_same_way_on_both_paths() {
+        let d = Dropout::new(0xfeed, 0.1);
+        let f = d.factors(100_000);
+        let dropped = f.iter().filter(|&&v| v == 0.0).count() as f64 / f.len() as f64;
+        assert!((dropped - 0.1).abs() < 0.005, "dropped {dropped}");
+        assert!(f.iter().all(|&v| v == 0.0 || (v - 1.0 / 0.9).abs() < 1e-6));
+        // Another key drops other elements.
+        let g = Dropout::new(0xbeef, 0.1).factors(100_000);
+        assert!(f.iter().zip(&g).filter(|(a, b)| a != b).count() > 10_000);
+        let x = rand(&[3, 50, 70], 7, 2.0);
+        check(
+            std::slice::from_ref(&x),
+            |t, fused| if fused { t[0].apply_op1(DropoutOp(d)).unwrap() } else { graph_dropout(&t[0], d) },
+            1e-6,
+        );
+    }
+
+    #[test]
+    fn bias_epilogues_match_the_graph_with_gradients() {
+        let y = rand(&[2, 37, 48], 11, 3.0);
+        let b = rand(&[48], 12, 1.0);
+        let r = rand(&[2, 37, 48], 13, 1.0);
+        check(
+            &[y.clone(), b.clone()],
+            |t, fused| {
+                if fused {
+                    t[0].apply_op2(&t[1], BiasOp { gelu: false }).unwrap()
+                } else {
+                    t[0].broadcast_add(&t[1]).unwrap()
+                }
+            },
+            1e-5,
+        );
+        check(
+            &[y.clone(), b.clone()],
+            |t, fused| {
+                if fused {
+                    t[0].apply_op2(&t[1], BiasOp { gelu: true }).unwrap()
+                } else {
+                    t[0].broadcast_add(&t[1]).unwrap().gelu_erf().unwrap()
+                }
+            },
+            1e-5,
+        );
+        for drop in [None, Some(Dropout::new(3, 0.25))] {
+            check(
+                &[y.clone(), b.clone(), r.clone()],
+                |t, fused| {
+                    if fused {
+                        t[0].apply_op3(&t[1], &t[2], BiasDropoutResidualOp { drop }).unwrap()
+                    } else {
+                        let z = t[0].broadcast_add(&t[1]).unwrap();
+                        let z = match drop {
+                            Some(d) => graph_dropout(&z, d),
+                            None => z,
+                        };
+                        (z + &t[2]).unwrap()
+                    }
+                },
+                1e-5,
+            );
+        }
+    }
+
+    #[test]
+    fn column_sums_do_not_depend_on_the_thread_count() {
+        let g = rand(&[1000, 96], 21, 1.0);
+        let data = g.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap().install(|| column_sums(&data, 96));
+        let four = rayon::ThreadPoolBuilder::new().num_threads(4).build().unwrap().install(|| column_sums(&data, 96));
+        assert_eq!(one, four);
+        let want = g.sum(0).unwrap().to_vec1::<f32>().unwrap();
+        for (a, b) in one.iter().zip(&want) {
+            assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn attention_softmax_with_dropout_matches_the_graph() {
+        let scores = rand(&[2, 4, 9, 9], 4, 6.0);
+        let mut pad = vec![0f32; 2 * 9];
+        for j in 5..9 {
+            pad[j] = crate::model::bert::MASKED;
+        }
+        let pad = Tensor::from_vec(pad, (2, 1, 1, 9), &Device::Cpu).unwrap();
+        let d = Dropout::new(77, 0.3);
+        check(
+            std::slice::from_ref(&scores),
+            move |t, fused| {
+                if fused {
+                    t[0].apply_op2(&pad, SoftmaxOp { scale: 0.25, drop: Some(d) }).unwrap()
+                } else {
+                    graph_dropout(&unfused_softmax(&t[0], &pad, 0.25), d)
+                }
+            },
+            1e-5,
+        );
     }
 }
