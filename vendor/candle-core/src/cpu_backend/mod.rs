@@ -1439,6 +1439,17 @@ impl MatMul {
     }
 }
 
+/// A destination pointer shared by the tasks of a batched matmul, each writing its own product.
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
+impl<T> SendPtr<T> {
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+
 impl Map2 for MatMul {
     const OP: &'static str = "mat_mul";
 
@@ -1478,7 +1489,6 @@ impl Map2 for MatMul {
         let dst_rs = dst_strides[0];
         let dst_cs = dst_strides[1];
 
-        let mut dst = vec![T::zero(); b * m * n];
         let num_threads = crate::utils::get_num_threads();
         let parallelism = if num_threads > 1 {
             Parallelism::Rayon(num_threads)
@@ -1499,34 +1509,46 @@ impl Map2 for MatMul {
             // over itself, so a stride-zero batch on lhs goes through the loop below.
             (b, m, n, k)
         };
-        for step in 0..b {
-            let lhs_p = &lhs[step * a_skip..];
-            let rhs_p = &rhs[step * b_skip..];
-            let dst_p = &mut dst[step * c_skip..];
-            unsafe {
-                gemm(
-                    /* m: usize = */ m,
-                    /* n: usize = */ n,
-                    /* k: usize = */ k,
-                    /* dst: *mut T = */ dst_p.as_mut_ptr(),
-                    /* dst_cs: isize = */ dst_cs as isize,
-                    /* dst_rs: isize = */ dst_rs as isize,
-                    /* read_dst: bool = */ false,
-                    /* lhs: *const T = */ lhs_p.as_ptr(),
-                    /* lhs_cs: isize = */ lhs_cs as isize,
-                    /* lhs_rs: isize = */ lhs_rs as isize,
-                    /* rhs: *const T = */ rhs_p.as_ptr(),
-                    /* rhs_cs: isize = */ rhs_cs as isize,
-                    /* rhs_rs: isize = */ rhs_rs as isize,
-                    /* alpha: T = */ T::zero(),
-                    /* beta: T = */ T::one(),
-                    /* conj_dst: bool = */ false,
-                    /* conj_lhs: bool = */ false,
-                    /* conj_rhs: bool = */ false,
-                    parallelism,
-                )
+        let len = b * m * n;
+        if k == 0 {
+            return Ok(vec![T::zero(); len]);
+        }
+        // bertpipe: no zeroing pass (gemm overwrites dst: read_dst is false).
+        let mut dst: Vec<T> = Vec::with_capacity(len);
+        let dst_ptr = SendPtr(dst.as_mut_ptr());
+        let product = |step: usize, parallelism: Parallelism| unsafe {
+            gemm(
+                /* m: usize = */ m,
+                /* n: usize = */ n,
+                /* k: usize = */ k,
+                /* dst: *mut T = */ dst_ptr.get().add(step * c_skip),
+                /* dst_cs: isize = */ dst_cs as isize,
+                /* dst_rs: isize = */ dst_rs as isize,
+                /* read_dst: bool = */ false,
+                /* lhs: *const T = */ lhs[step * a_skip..].as_ptr(),
+                /* lhs_cs: isize = */ lhs_cs as isize,
+                /* lhs_rs: isize = */ lhs_rs as isize,
+                /* rhs: *const T = */ rhs[step * b_skip..].as_ptr(),
+                /* rhs_cs: isize = */ rhs_cs as isize,
+                /* rhs_rs: isize = */ rhs_rs as isize,
+                /* alpha: T = */ T::zero(),
+                /* beta: T = */ T::one(),
+                /* conj_dst: bool = */ false,
+                /* conj_lhs: bool = */ false,
+                /* conj_rhs: bool = */ false,
+                parallelism,
+            )
+        };
+        // bertpipe: a batch of at least one product per thread runs a sequential gemm per task.
+        if b > 1 && num_threads > 1 && b >= num_threads {
+            (0..b).into_par_iter().for_each(|step| product(step, Parallelism::None));
+        } else {
+            for step in 0..b {
+                product(step, parallelism);
             }
         }
+        // SAFETY: the products above wrote all b * m * n elements.
+        unsafe { dst.set_len(len) };
         Ok(dst)
     }
 
