@@ -182,16 +182,14 @@ pub struct BertSelfAttention {
 impl BertSelfAttention {
     /// `mask_bias`: additive, broadcastable to `[batch, heads, seq, seq]` (0 keep, −1e9 drop).
     fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut Mode) -> Result<Tensor> {
-        let (b, s, h) = x.dims3()?;
-        let d = h / self.heads;
-        let split = |t: Tensor| t.reshape((b, s, self.heads, d))?.transpose(1, 2)?.contiguous();
-        let q = split(self.query.forward(x)?)?;
-        let k = split(self.key.forward(x)?)?;
-        let v = split(self.value.forward(x)?)?;
+        let d = x.dim(2)? / self.heads;
+        // x·Wᵀ, then the bias added while splitting into [b, heads, s, d].
+        let split = |l: &Linear| ops::split_heads(&l.matmul(x)?, &l.bias, self.heads);
+        let (q, k, v) = (split(&self.query)?, split(&self.key)?, split(&self.value)?);
         // dropout(softmax(q·kᵀ/√d + mask)), one fused kernel on the CPU.
         let drop = mode.site(self.dropout);
         let probs = ops::attention_softmax(&q.matmul(&k.t()?)?, mask_bias, 1.0 / (d as f64).sqrt(), drop)?;
-        probs.matmul(&v)?.transpose(1, 2)?.reshape((b, s, h))
+        ops::merge_heads(&probs.matmul(&v)?)
     }
 }
 

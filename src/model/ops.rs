@@ -31,6 +31,16 @@ fn slice<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
     }
 }
 
+/// `n` zeros, written by the rayon workers: `vec![0.0; n]` would memset the whole output on
+/// the calling thread (or fault its pages in there) before the parallel kernel starts.
+fn zeroed(n: usize) -> Vec<f32> {
+    let mut v = Vec::with_capacity(n);
+    v.spare_capacity_mut().par_chunks_mut(1 << 16).for_each(|c| c.fill(std::mem::MaybeUninit::new(0.0)));
+    // SAFETY: every element of the first n was written just above.
+    unsafe { v.set_len(n) };
+    v
+}
+
 /// Rows per rayon task: enough work to pay for the hand-off.
 fn rows_per_task(width: usize) -> usize {
     (16384 / width.max(1)).max(1)
@@ -79,7 +89,7 @@ impl CustomOp3 for LayerNormOp {
     ) -> Result<(CpuStorage, Shape)> {
         let (x, w, b) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?, slice(s3, l3, self.name())?);
         let h = w.len();
-        let mut y = vec![0f32; x.len()];
+        let mut y = zeroed(x.len());
         y.par_chunks_mut(h * rows_per_task(h)).zip(x.par_chunks(h * rows_per_task(h))).for_each(|(ys, xs)| {
             for (yr, xr) in ys.chunks_mut(h).zip(xs.chunks(h)) {
                 let (mean, inv) = row_stats(xr, self.eps);
@@ -131,7 +141,7 @@ impl CustomOp3 for LayerNormBwd {
         let (x, w, g) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?, slice(s3, l3, self.name())?);
         let h = w.len();
         let n = x.len();
-        let mut out = vec![0f32; n + 2 * h];
+        let mut out = zeroed(n + 2 * h);
         let (dx, rest) = out.split_at_mut(n);
         let chunk = h * rows_per_task(h);
         // dx per row; dw, db summed per task, then across tasks.
@@ -251,7 +261,7 @@ impl CustomOp2 for SoftmaxOp {
         let (x, m) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?);
         let masks = MaskRows::new(m, l1, l2)?;
         let k = masks.k;
-        let mut y = vec![0f32; x.len()];
+        let mut y = zeroed(x.len());
         let chunk = k * rows_per_task(k);
         y.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).enumerate().for_each(|(t, (ys, xs))| {
             let first = t * rows_per_task(k);
@@ -304,7 +314,7 @@ impl CustomOp3 for SoftmaxBwd {
         let (a, m, g) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?, slice(s3, l3, self.name())?);
         let masks = MaskRows::new(m, l1, l2)?;
         let k = masks.k;
-        let mut dx = vec![0f32; a.len()];
+        let mut dx = zeroed(a.len());
         let chunk = k * rows_per_task(k);
         dx.par_chunks_mut(chunk).zip(a.par_chunks(chunk).zip(g.par_chunks(chunk))).enumerate().for_each(
             |(t, (ds, (a_s, gs)))| {
@@ -374,7 +384,7 @@ impl Dropout {
 
     /// The factors of elements `0..n`, for the graph path.
     pub fn factors(&self, n: usize) -> Vec<f32> {
-        let mut out = vec![0f32; n];
+        let mut out = zeroed(n);
         out.par_chunks_mut(1 << 14).enumerate().for_each(|(c, chunk)| {
             for (j, v) in chunk.iter_mut().enumerate() {
                 *v = self.factor((c << 14) + j);
@@ -402,7 +412,7 @@ impl candle_core::CustomOp1 for DropoutOp {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let x = slice(s, l, self.name())?;
-        let mut y = vec![0f32; x.len()];
+        let mut y = zeroed(x.len());
         y.par_chunks_mut(1 << 14).zip(x.par_chunks(1 << 14)).enumerate().for_each(|(c, (ys, xs))| {
             for (j, (y, &v)) in ys.iter_mut().zip(xs).enumerate() {
                 *y = v * self.0.factor((c << 14) + j);
@@ -511,7 +521,7 @@ impl CustomOp2 for BiasOp {
         if l1.shape().dims().last() != Some(&h) {
             candle_core::bail!("bias: {:?} does not end in {h}", l1.shape());
         }
-        let mut y = vec![0f32; x.len()];
+        let mut y = zeroed(x.len());
         let chunk = h * rows_per_task(h);
         y.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).for_each(|(ys, xs)| {
             for (yr, xr) in ys.chunks_mut(h).zip(xs.chunks(h)) {
@@ -556,7 +566,7 @@ impl CustomOp3 for BiasGeluBwd {
     ) -> Result<(CpuStorage, Shape)> {
         let (x, b, g) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?, slice(s3, l3, self.name())?);
         let h = b.len();
-        let mut dx = vec![0f32; x.len()];
+        let mut dx = zeroed(x.len());
         let chunk = h * rows_per_task(h);
         dx.par_chunks_mut(chunk).zip(x.par_chunks(chunk).zip(g.par_chunks(chunk))).for_each(|(ds, (xs, gs))| {
             for ((dr, xr), gr) in ds.chunks_mut(h).zip(xs.chunks(h)).zip(gs.chunks(h)) {
@@ -592,7 +602,7 @@ impl CustomOp3 for BiasDropoutResidualOp {
         if l1.shape() != l3.shape() || l1.shape().dims().last() != Some(&h) {
             candle_core::bail!("bias-dropout-residual: {:?}, bias {h}, residual {:?}", l1.shape(), l3.shape());
         }
-        let mut y = vec![0f32; x.len()];
+        let mut y = zeroed(x.len());
         let rows = rows_per_task(h);
         y.par_chunks_mut(h * rows).zip(x.par_chunks(h * rows).zip(r.par_chunks(h * rows))).enumerate().for_each(
             |(t, (ys, (xs, rs)))| {
@@ -635,6 +645,126 @@ impl CustomOp3 for BiasDropoutResidualOp {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Attention heads: `[b, s, heads·d]` rows ⇄ `[b, heads, s, d]` blocks, in parallel, with the
+// projection's bias added on the way in (candle's transpose + `contiguous()` copies on one
+// thread, and the bias would be one more pass).
+
+/// `y + bias` (`y` `[b, s, heads·d]`, the bias-free output of a Q/K/V projection) as
+/// `[b, heads, s, d]`.
+pub fn split_heads(y: &Tensor, bias: &Tensor, heads: usize) -> Result<Tensor> {
+    if fused(y) {
+        return y.contiguous()?.apply_op2(bias, Heads { heads });
+    }
+    let (b, s, h) = y.dims3()?;
+    y.broadcast_add(bias)?.reshape((b, s, heads, h / heads))?.transpose(1, 2)?.contiguous()
+}
+
+/// `[b, heads, s, d]` → `[b, s, heads·d]`.
+pub fn merge_heads(x: &Tensor) -> Result<Tensor> {
+    if fused(x) {
+        return x.contiguous()?.apply_op1(Heads { heads: x.dim(1)? });
+    }
+    let (b, heads, s, d) = x.dims4()?;
+    x.transpose(1, 2)?.reshape((b, s, heads * d))
+}
+
+/// As a `CustomOp2` (rows, bias): split into heads; as a `CustomOp1` (blocks): merge them.
+struct Heads {
+    heads: usize,
+}
+
+/// `n` floats, each written once by `fill(task, chunk)` over consecutive `chunk`-sized
+/// pieces in parallel, without zeroing them first.
+///
+/// # Safety
+/// `fill` must write every element of the piece it is given.
+unsafe fn filled(n: usize, chunk: usize, fill: impl Fn(usize, &mut [std::mem::MaybeUninit<f32>]) + Sync) -> Vec<f32> {
+    let mut v = Vec::with_capacity(n);
+    v.spare_capacity_mut()[..n].par_chunks_mut(chunk.max(1)).enumerate().for_each(|(t, c)| fill(t, c));
+    // SAFETY: the caller's fill wrote every element.
+    unsafe { v.set_len(n) };
+    v
+}
+
+impl CustomOp2 for Heads {
+    fn name(&self) -> &'static str {
+        "bertpipe-split-heads"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (y, bias) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?);
+        let (b, s, h) = l1.shape().dims3()?;
+        if bias.len() != h || h % self.heads != 0 {
+            candle_core::bail!("split heads: {:?} with bias {} into {} heads", l1.shape(), bias.len(), self.heads);
+        }
+        let (heads, d) = (self.heads, h / self.heads);
+        // One task per (batch, head) block of s × d: row i of the block is y[batch, i, head·d..].
+        // SAFETY: each block's s rows of d cover it exactly.
+        let out = unsafe {
+            filled(y.len(), s * d, |t, block| {
+                let (bi, hi) = (t / heads, t % heads);
+                let bias = &bias[hi * d..][..d];
+                for (i, row) in block.chunks_mut(d).enumerate() {
+                    let src = &y[(bi * s + i) * h + hi * d..][..d];
+                    for ((o, &v), &c) in row.iter_mut().zip(src).zip(bias) {
+                        o.write(v + c);
+                    }
+                }
+            })
+        };
+        Ok((CpuStorage::F32(out), Shape::from((b, heads, s, d))))
+    }
+
+    /// dy = the gradient merged back into rows; dbias = its column sums.
+    fn bwd(
+        &self,
+        y: &Tensor,
+        _bias: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let dy = grad.contiguous()?.apply_op1_no_bwd(self)?.reshape(y.shape())?;
+        let db = column_sum(&dy)?;
+        Ok((Some(dy), Some(db)))
+    }
+}
+
+impl candle_core::CustomOp1 for Heads {
+    fn name(&self) -> &'static str {
+        "bertpipe-merge-heads"
+    }
+
+    fn cpu_fwd(&self, st: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let x = slice(st, l, candle_core::CustomOp1::name(self))?;
+        let (b, heads, s, d) = l.shape().dims4()?;
+        let h = heads * d;
+        // One task per block of output rows; row (bi, i) gathers d floats from each head.
+        let rows = rows_per_task(h);
+        // SAFETY: every row of h is written head by head, d floats each.
+        let out = unsafe {
+            filled(x.len(), rows * h, |t, chunk| {
+                for (r, row) in chunk.chunks_mut(h).enumerate() {
+                    let (bi, i) = ((t * rows + r) / s, (t * rows + r) % s);
+                    for (hi, dst) in row.chunks_mut(d).enumerate() {
+                        let src = &x[((bi * heads + hi) * s + i) * d..][..d];
+                        for (o, &v) in dst.iter_mut().zip(src) {
+                            o.write(v);
+                        }
+                    }
+                }
+            })
+        };
+        Ok((CpuStorage::F32(out), Shape::from((b, s, h))))
+    }
+
+    fn bwd(&self, _x: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let h = grad.dim(2)?;
+        let zero = Tensor::zeros(h, DType::F32, grad.device())?;
+        Ok(Some(grad.contiguous()?.apply_op2_no_bwd(&zero, self)?))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Exact GELU: y = x · Φ(x) = 0.5 · x · (1 + erf(x/√2)).
 
 /// GELU with erf, fused on the CPU: one pass forward, one backward (candle's graph builds the
@@ -667,7 +797,7 @@ impl candle_core::CustomOp1 for GeluOp {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let x = slice(s, l, self.name())?;
-        let mut y = vec![0f32; x.len()];
+        let mut y = zeroed(x.len());
         y.par_chunks_mut(1 << 14).zip(x.par_chunks(1 << 14)).for_each(|(ys, xs)| {
             for (y, &v) in ys.iter_mut().zip(xs) {
                 *y = gelu(v);
@@ -690,7 +820,7 @@ impl CustomOp2 for GeluBwd {
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
         let (x, g) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?);
-        let mut dx = vec![0f32; x.len()];
+        let mut dx = zeroed(x.len());
         dx.par_chunks_mut(1 << 14).zip(x.par_chunks(1 << 14).zip(g.par_chunks(1 << 14))).for_each(|(ds, (xs, gs))| {
             for ((d, &v), &g) in ds.iter_mut().zip(xs).zip(gs) {
                 *d = g * gelu_grad(v);
@@ -930,6 +1060,36 @@ mod tests {
                 }
             },
             1e-5,
+        );
+    }
+
+    #[test]
+    fn head_split_and_merge_match_the_graph_with_gradients() {
+        let y = rand(&[3, 7, 24], 31, 2.0);
+        let b = rand(&[24], 32, 1.0);
+        check(
+            &[y, b],
+            |t, fused| {
+                if fused {
+                    t[0].apply_op2(&t[1], Heads { heads: 4 }).unwrap()
+                } else {
+                    let z = t[0].broadcast_add(&t[1]).unwrap();
+                    z.reshape((3, 7, 4, 6)).unwrap().transpose(1, 2).unwrap().contiguous().unwrap()
+                }
+            },
+            1e-6,
+        );
+        let x = rand(&[3, 4, 7, 6], 33, 2.0);
+        check(
+            std::slice::from_ref(&x),
+            |t, fused| {
+                if fused {
+                    t[0].apply_op1(Heads { heads: 4 }).unwrap()
+                } else {
+                    t[0].transpose(1, 2).unwrap().reshape((3, 7, 24)).unwrap()
+                }
+            },
+            1e-6,
         );
     }
 }
