@@ -778,16 +778,34 @@ pub fn gelu_erf(x: &Tensor) -> Result<Tensor> {
 
 struct GeluOp;
 
-/// Candle's forward formula, bit for bit.
+/// erf(x) as a rational function of x on [−4, 4] (Eigen's `generic_fast_erf_float`, as in
+/// TensorFlow): within 5e-7 of the exact value everywhere (tested), with no branches or calls,
+/// so the loops over a row vectorise — libm's `erff` was 5% of a training step.
+#[inline]
+fn erf(x: f32) -> f32 {
+    let x = x.clamp(-4.0, 4.0);
+    let x2 = x * x;
+    let mut p = -2.726_142_3e-10_f32;
+    for c in [2.770_681_4e-8, -2.101_024e-6, -5.692_506_4e-5, -7.349_906_3e-4, -2.954_600_2e-3, -1.609_603_3e-2] {
+        p = p * x2 + c;
+    }
+    let mut q = -1.456_607_2e-5_f32;
+    for c in [-2.133_740_6e-4, -1.682_827e-3, -7.373_329_2e-3, -1.426_473_9e-2] {
+        q = q * x2 + c;
+    }
+    x * p / q
+}
+
+/// Candle's forward formula, with the erf above.
 #[inline]
 fn gelu(v: f32) -> f32 {
-    (libm::erff(v * std::f32::consts::FRAC_1_SQRT_2) + 1.0) * 0.5 * v
+    (erf(v * std::f32::consts::FRAC_1_SQRT_2) + 1.0) * 0.5 * v
 }
 
 /// d/dx = 0.5 + 0.398942·x·e^(−x²/2) + 0.5·erf(x/√2), as candle's backward computes it.
 #[inline]
 fn gelu_grad(v: f32) -> f32 {
-    0.5 + 0.398942 * (-(v * v) / 2.0).exp() * v + 0.5 * libm::erff(v / std::f32::consts::SQRT_2)
+    0.5 + 0.398942 * (-(v * v) / 2.0).exp() * v + 0.5 * erf(v / std::f32::consts::SQRT_2)
 }
 
 impl candle_core::CustomOp1 for GeluOp {
@@ -902,7 +920,8 @@ mod tests {
         check(
             std::slice::from_ref(&x),
             |t, fused| if fused { t[0].apply_op1(GeluOp).unwrap() } else { t[0].gelu_erf().unwrap() },
-            1e-6,
+            // |x| ≤ 5 times erf's 5e-7.
+            3e-6,
         );
     }
 
@@ -1091,5 +1110,15 @@ mod tests {
             },
             1e-6,
         );
+    }
+
+    #[test]
+    fn fast_erf_is_within_5e7_of_the_exact_value() {
+        let mut worst = 0f64;
+        for i in -800_000..=800_000 {
+            let x = i as f32 * 1e-5;
+            worst = worst.max((erf(x) as f64 - libm::erf(x as f64)).abs());
+        }
+        assert!(worst < 5e-7, "max |erf error| {worst}");
     }
 }
