@@ -18,9 +18,10 @@ pub struct ClassifySequences {
     /// rest from the end (Sun et al. 2019, best on IMDb), `window` emits overlapping chunks.
     #[serde(default)]
     pub truncation: Truncation,
-    /// With `head_tail`: tokens kept from the start.
-    #[serde(default = "default_head_tokens")]
-    pub head_tokens: usize,
+    /// With `head_tail`: tokens kept from the start. Default a quarter of `max_len` (128 of
+    /// 512, Sun et al.'s split), so any valid `max_len` gives a valid default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_tokens: Option<usize>,
     /// With `window`: tokens between window starts. Default 0.8 × max_len.
     #[serde(default)]
     pub window_stride: Option<usize>,
@@ -43,14 +44,15 @@ fn default_max_len() -> usize {
     512
 }
 
-fn default_head_tokens() -> usize {
-    128
-}
-
 impl ClassifySequences {
     /// Content tokens per sequence: `max_len` minus [CLS] and [SEP].
     pub fn content_len(&self) -> usize {
         self.max_len.saturating_sub(2)
+    }
+
+    /// Tokens kept from the start with `head_tail`.
+    pub fn head(&self) -> usize {
+        self.head_tokens.unwrap_or(self.max_len / 4)
     }
 
     pub fn stride(&self) -> usize {
@@ -63,8 +65,8 @@ impl ClassifySequences {
         if self.max_len < 3 {
             p.push(("max_len", format!("must be at least 3 ([CLS], one token, [SEP]), got {}", self.max_len)));
         }
-        if self.truncation == Truncation::HeadTail && self.head_tokens > self.content_len() {
-            p.push(("head_tokens", format!("{} is more than max_len − 2 = {}", self.head_tokens, self.content_len())));
+        if self.truncation == Truncation::HeadTail && self.head() > self.content_len() {
+            p.push(("head_tokens", format!("{} is more than max_len − 2 = {}", self.head(), self.content_len())));
         }
         if self.truncation == Truncation::Window && (self.stride() == 0 || self.stride() > self.content_len()) {
             p.push((
@@ -90,7 +92,7 @@ impl ClassifySequences {
             Truncation::Head => vec![vec![&tokens[..c]]],
             Truncation::Tail => vec![vec![&tokens[n - c..]]],
             Truncation::HeadTail => {
-                let head = self.head_tokens.min(c);
+                let head = self.head().min(c);
                 vec![vec![&tokens[..head], &tokens[n - (c - head)..]]]
             }
             Truncation::Window => {
@@ -151,7 +153,7 @@ mod tests {
     }
 
     fn step(max_len: usize, truncation: Truncation) -> ClassifySequences {
-        ClassifySequences { max_len, truncation, head_tokens: 3, window_stride: None, specials: None }
+        ClassifySequences { max_len, truncation, head_tokens: Some(3), window_stride: None, specials: None }
     }
 
     #[test]
@@ -205,11 +207,19 @@ mod tests {
     #[test]
     fn options_are_checked() {
         let mut s = step(10, Truncation::HeadTail);
-        s.head_tokens = 9;
+        s.head_tokens = Some(9);
         assert_eq!(s.check()[0].0, "head_tokens");
         let mut s = step(10, Truncation::Window);
         s.window_stride = Some(9);
         assert_eq!(s.check()[0].0, "window_stride");
+        // The defaults fit any max_len: only max_len given, as for short texts.
+        for max_len in [3, 16, 128, 512, 4096] {
+            let s: ClassifySequences = serde_json::from_str(&format!(r#"{{"max_len": {max_len}}}"#)).unwrap();
+            assert!(s.check().is_empty(), "max_len {max_len}: {:?}", s.check());
+            assert_eq!(s.truncation, Truncation::HeadTail);
+        }
+        let s: ClassifySequences = serde_json::from_str("{}").unwrap();
+        assert_eq!(s.head(), 128, "128 of 512, as before");
         assert_eq!(step(2, Truncation::Head).check()[0].0, "max_len");
     }
 }
