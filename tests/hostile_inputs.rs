@@ -199,6 +199,17 @@ fn jsonl_csv_text_and_parquet_sources() {
     assert_reconciles(&out);
     assert_eq!(strings(&out, "train", "text"), ["Multi-line review, with \"quotes\"", "Short one"]);
     assert!(strings(&out, "_rejects", "reason")[0].starts_with("bad_csv:"));
+    // The malformed record is kept in the rejects, not an empty text.
+    assert_eq!(strings(&out, "_rejects", "text"), ["3,too,many,fields"]);
+
+    // A folder of .tsv files is read with tabs (a single .tsv file was already).
+    std::fs::create_dir_all(d.join("tsvs")).unwrap();
+    std::fs::write(d.join("tsvs/a.tsv"), "text\tlabel\nGood, fine, great film\t1\n").unwrap();
+    std::fs::write(d.join("tsvs/b.tsv"), "text\tlabel\nBad, awful, boring film\t0\n").unwrap();
+    let out = d.join("o-tsv");
+    let p = pipeline_for(d, &format!("{{ type: csv, path: {}, label_column: label }}", d.join("tsvs").display()), &out);
+    assert_ok(&run(&p));
+    assert_eq!(strings(&out, "train", "text"), ["Good, fine, great film", "Bad, awful, boring film"]);
 
     std::fs::write(d.join("in.txt"), "Para one line one.\nline two.\n\n\nPara two.\n").unwrap();
     let out = d.join("o-text");

@@ -29,9 +29,9 @@ pub struct Csv {
     /// String labels to class ids, e.g. `{negative: 0, positive: 1}`.
     #[serde(default)]
     pub label_map: Option<BTreeMap<String, i64>>,
-    /// Field delimiter, one ASCII character (`,`; use `"\t"` for TSV).
-    #[serde(default = "default_delimiter")]
-    pub delimiter: char,
+    /// Field delimiter, one ASCII character. Default per file: tab for `.tsv`, else `,`.
+    #[serde(default)]
+    pub delimiter: Option<char>,
     /// The split every document belongs to.
     #[serde(default = "default_split")]
     pub split: String,
@@ -44,14 +44,19 @@ fn default_text_column() -> String {
     "text".into()
 }
 
-fn default_delimiter() -> char {
-    ','
-}
-
 impl Csv {
+    /// The delimiter of `file`: the configured one, else tab for `.tsv` and `,` otherwise.
+    fn delimiter(&self, file: &std::path::Path) -> u8 {
+        match self.delimiter {
+            Some(c) => c as u8,
+            None if file.extension().is_some_and(|e| e.eq_ignore_ascii_case("tsv")) => b'\t',
+            None => b',',
+        }
+    }
+
     pub fn read(&self, out: &mut dyn Emit) -> Result<()> {
-        if !self.delimiter.is_ascii() {
-            bail!("csv delimiter `{}` must be one ASCII character", self.delimiter);
+        if let Some(d) = self.delimiter.filter(|d| !d.is_ascii()) {
+            bail!("csv delimiter `{d}` must be one ASCII character");
         }
         let files = input_files(&self.path, &["csv", "tsv"])?;
         out.total_bytes(files.iter().map(|f| file_size(f)).sum());
@@ -67,7 +72,7 @@ impl Csv {
             let prefix: Vec<u8> = if head[..got] == *b"\xEF\xBB\xBF" { Vec::new() } else { head[..got].to_vec() };
             let reader = std::io::Cursor::new(prefix).chain(raw);
             let mut csv =
-                ::csv::ReaderBuilder::new().delimiter(self.delimiter as u8).has_headers(true).from_reader(reader);
+                ::csv::ReaderBuilder::new().delimiter(self.delimiter(&file)).has_headers(true).from_reader(reader);
             let headers = csv
                 .byte_headers()
                 .with_context(|| format!("could not read the header of '{}'", file.display()))?
@@ -115,7 +120,10 @@ impl Csv {
                         return Err(e).with_context(|| format!("could not read '{}'", file.display()))
                     }
                     Err(e) => {
-                        out.emit(meta.reject(format!("bad_csv:{e}"), String::new()))?;
+                        // The fields read (the reader fills them before it checks the count),
+                        // written back as one CSV line, so the rejects keep what was read.
+                        let raw = unparse(&record, self.delimiter(&file));
+                        out.emit(meta.reject(format!("bad_csv:{e}"), raw))?;
                         continue;
                     }
                 }
@@ -140,6 +148,24 @@ impl Csv {
         }
         Ok(())
     }
+}
+
+/// One record as a CSV line (quoted where needed, no line terminator).
+fn unparse(record: &::csv::ByteRecord, delimiter: u8) -> String {
+    let mut w = ::csv::WriterBuilder::new()
+        .delimiter(delimiter)
+        .terminator(::csv::Terminator::Any(b'\n'))
+        .has_headers(false)
+        .flexible(true)
+        .from_writer(Vec::new());
+    if w.write_byte_record(record).is_err() {
+        return String::from_utf8_lossy(record.as_slice()).into_owned();
+    }
+    let mut bytes = w.into_inner().unwrap_or_default();
+    if bytes.last() == Some(&b'\n') {
+        bytes.pop();
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> Result<usize> {

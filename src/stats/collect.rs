@@ -202,9 +202,6 @@ pub fn source_pipeline(path: &Path, kind: &str, overrides: &[String]) -> Result<
             if has_label_field(&abs, kind) {
                 source[field] = "label".into();
             }
-            if kind == "csv" && abs.extension().is_some_and(|e| e.eq_ignore_ascii_case("tsv")) {
-                source["delimiter"] = "\t".into();
-            }
         }
         _ => {}
     }
