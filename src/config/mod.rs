@@ -132,7 +132,7 @@ impl Checker<'_> {
             }
             Some(Ok(v)) => Some(v),
             Some(Err(e)) => {
-                self.serde_error(&path, &format!("{label} ({type_name})"), e);
+                self.serde_error(&path, &format!("{label} ({type_name})"), e, &["type"]);
                 None
             }
         }
@@ -143,7 +143,7 @@ impl Checker<'_> {
         match serde_path_to_error::deserialize(node.to_value()) {
             Ok(v) => Some(v),
             Err(e) => {
-                self.serde_error(&path, label, e);
+                self.serde_error(&path, label, e, &[]);
                 None
             }
         }
@@ -161,7 +161,16 @@ impl Checker<'_> {
         Some(node)
     }
 
-    fn serde_error(&mut self, base: &[PathSeg], label: &str, e: serde_path_to_error::Error<serde_json::Error>) {
+    /// Reports serde's error at its place. An unknown field is reported with every other
+    /// unknown key of the same mapping (serde stops at the first); `ignore`: keys taken out
+    /// before deserialising (a component's `type`).
+    fn serde_error(
+        &mut self,
+        base: &[PathSeg],
+        label: &str,
+        e: serde_path_to_error::Error<serde_json::Error>,
+        ignore: &[&str],
+    ) {
         let mut path = base.to_vec();
         for seg in e.path().iter() {
             match seg {
@@ -180,15 +189,27 @@ impl Checker<'_> {
         let field_path = display_path(&path[base.len()..]);
         let within = if field_path.is_empty() { label.to_string() } else { format!("{label}.{field_path}") };
         if let Some((field, expected)) = unknown {
-            let hint = suggest(&field, &expected).map(|s| format!(", did you mean `{s}`?")).unwrap_or_default();
-            let valid = if hint.is_empty() && !expected.is_empty() {
-                format!(" (valid: {})", expected.join(", "))
-            } else {
-                String::new()
+            let ignored = |k: &str| ignore.contains(&k) && path.len() == base.len();
+            let mut unknowns: Vec<(String, Pos)> = match self.node(&path) {
+                Some(Node::Map(entries, _)) => entries
+                    .iter()
+                    .filter(|(k, _, _)| !expected.contains(k) && !ignored(k))
+                    .map(|(k, p, _)| (k.clone(), *p))
+                    .collect(),
+                _ => Vec::new(),
             };
-            let parent = self.node(&path).and_then(|n| n.key_pos(&field));
-            let pos = parent.unwrap_or_else(|| self.root.locate(&path));
-            self.at(pos, format!("unknown field `{field}` in {within}{hint}{valid}"));
+            if !unknowns.iter().any(|(k, _)| *k == field) {
+                unknowns = vec![(field, self.root.locate(&path))];
+            }
+            for (field, pos) in unknowns {
+                let hint = suggest(&field, &expected).map(|s| format!(", did you mean `{s}`?")).unwrap_or_default();
+                let valid = if hint.is_empty() && !expected.is_empty() {
+                    format!(" (valid: {})", expected.join(", "))
+                } else {
+                    String::new()
+                };
+                self.at(pos, format!("unknown field `{field}` in {within}{hint}{valid}"));
+            }
         } else if let Some((variant, expected)) = parse_unknown(&inner, "unknown variant") {
             let hint = suggest(&variant, &expected).map(|s| format!(", did you mean `{s}`?")).unwrap_or_default();
             self.at_path(
@@ -569,6 +590,23 @@ mod tests {
             msg.contains("p.yaml:7:5: unknown field `max_nosie` in steps[2] (filter), did you mean `max_noise`?"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn every_unknown_key_of_a_block_is_reported() {
+        // The csv source's keys are text_column / label_column: both wrong keys are named.
+        let text = GOOD.replace(
+            "source: { type: jsonl, path: in.jsonl }",
+            "source:\n  type: csv\n  path: in.jsonl\n  text: review\n  label: sentiment",
+        );
+        let msg = load(&text, &[]).unwrap_err().to_string();
+        assert!(msg.contains("p.yaml:5:3: unknown field `text` in source (csv)"), "{msg}");
+        assert!(msg.contains("p.yaml:6:3: unknown field `label` in source (csv)"), "{msg}");
+        assert!(!msg.contains("`type`"), "type is not an unknown field: {msg}");
+        let text = GOOD.replace("max_noise: 15", "max_nosie: 15\n    min_wrds: 3");
+        let msg = load(&text, &[]).unwrap_err().to_string();
+        assert!(msg.contains("`max_nosie` in steps[2] (filter), did you mean `max_noise`?"), "{msg}");
+        assert!(msg.contains("`min_wrds` in steps[2] (filter), did you mean `min_words`?"), "{msg}");
     }
 
     #[test]
