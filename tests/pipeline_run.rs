@@ -184,3 +184,54 @@ fn progress_and_summary_stay_plain_when_stderr_is_not_a_terminal() {
     assert_ok(&quiet);
     assert!(quiet.stderr.is_empty(), "--quiet prints nothing: {}", stderr(&quiet));
 }
+
+/// A one-file corpus split by fractions: every document lands in the split its id and the seed
+/// give, whatever order the file lists it in; counts reconcile; the manifest records the
+/// fractions.
+#[test]
+fn split_fractions_assign_each_document_by_its_id_whatever_the_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let rows: Vec<String> = (0..300)
+        .map(|i| format!("{{\"id\": \"r{i}\", \"text\": \"Review number {i} is here.\", \"label\": {}}}", i % 2))
+        .collect();
+    std::fs::write(d.join("a.jsonl"), rows.join("\n") + "\n").unwrap();
+    let mut reversed = rows.clone();
+    reversed.reverse();
+    std::fs::write(d.join("b.jsonl"), reversed.join("\n") + "\n").unwrap();
+    let run = |file: &str, out: &str| {
+        let yaml = format!(
+            "name: s\nseed: 7\nsource: {{ type: jsonl, path: {}, id_field: id, split: {{ train: 0.8, validation: 0.2 }} }}\nsteps: []\nsink: {{ type: parquet, path: {} }}\n",
+            d.join(file).display(),
+            d.join(out).display()
+        );
+        let p = write_pipeline(d, &format!("{out}.yaml"), &yaml);
+        assert_ok(&bertpipe(&["pipeline", "run", p.to_str().unwrap(), "--quiet"]));
+        d.join(out)
+    };
+    let (a, b) = (run("a.jsonl", "a"), run("b.jsonl", "b"));
+    assert_reconciles(&a);
+    let m = manifest(&a);
+    let (train, val) =
+        (m["splits"]["train"]["docs_out"].as_u64().unwrap(), m["splits"]["validation"]["docs_out"].as_u64().unwrap());
+    assert_eq!(train + val, 300);
+    assert!((35..=85).contains(&val), "validation {val} of 300 for a 0.2 share");
+    assert_eq!(m["config"]["source"]["split"]["validation"], 0.2);
+    let sorted = |out: &std::path::Path, split: &str| {
+        let mut ids = strings(out, split, "id");
+        ids.sort();
+        ids
+    };
+    for split in ["train", "validation"] {
+        assert_eq!(sorted(&a, split), sorted(&b, split), "{split}: the same ids in either order");
+    }
+    // Bad fractions are a config error naming the field.
+    let yaml = format!(
+        "name: s\nsource: {{ type: jsonl, path: {}, split: {{ train: 0.8, validation: 0.3 }} }}\nsteps: []\nsink: {{ type: parquet, path: {} }}\n",
+        d.join("a.jsonl").display(),
+        d.join("c").display()
+    );
+    let p = write_pipeline(d, "c.yaml", &yaml);
+    let o = bertpipe(&["pipeline", "run", p.to_str().unwrap(), "--quiet"]);
+    assert!(!o.status.success() && stderr(&o).contains("fractions must add up to 1"), "{}", stderr(&o));
+}

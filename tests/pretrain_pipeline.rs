@@ -89,7 +89,7 @@ fn dynamic_masking_in_the_trainer_equals_static_masking() {
         _ => None,
     });
     let spec = spec.unwrap();
-    for split in ["train", "test"] {
+    for split in ["train", "validation"] {
         let (plain, masked) = (lists(&dy, split, "input_ids"), lists(&st, split, "input_ids"));
         let (pos, lab) = (lists(&st, split, "masked_lm_positions"), lists(&st, split, "masked_lm_ids"));
         assert_eq!(plain.len(), masked.len());

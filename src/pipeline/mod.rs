@@ -66,7 +66,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     // bad vocabulary or source leaves no half-made output behind.
     let mut steps = pipeline.steps.clone();
     let tokenizer = prepare_steps(&mut steps)?;
-    resolve_noise_quantiles(&pipeline.source, &mut steps, threads, opts.quiet)?;
+    resolve_noise_quantiles(&pipeline.source, pipeline.seed, &mut steps, threads, opts.quiet)?;
 
     let kept = prepare_output(&out, opts, &config_sha256)?;
     let kept_shards = kept.values().map(Vec::len).sum();
@@ -113,7 +113,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     let mut reject_writer =
         ShardWriter::new(&out, REJECTS, rejects.schema(), sink, kept.get(REJECTS).cloned().unwrap_or_default());
     let set_total = |b: u64| progress.set_total(b);
-    let text_bytes = parallel::process(&pipeline.source, &steps, threads, &set_total, |outcome| {
+    let text_bytes = parallel::process(&pipeline.source, pipeline.seed, &steps, threads, &set_total, |outcome| {
         progress.advance(outcome.input_bytes(), 1);
         match outcome {
             Outcome::Kept(doc) => {
@@ -358,6 +358,7 @@ fn prepare_output(out: &Path, opts: &RunOptions, config_sha256: &str) -> Result<
 /// through the steps before that filter.
 pub(crate) fn resolve_noise_quantiles(
     source: &crate::source::Source,
+    seed: u64,
     steps: &mut [PipelineStep],
     threads: usize,
     quiet: bool,
@@ -372,7 +373,7 @@ pub(crate) fn resolve_noise_quantiles(
         let progress = Progress::new(quiet, "noise quantile pass");
         let mut scores: Vec<f32> = Vec::new();
         let set_total = |b: u64| progress.set_total(b);
-        parallel::process(source, &steps[..i], threads, &set_total, |outcome| {
+        parallel::process(source, seed, &steps[..i], threads, &set_total, |outcome| {
             progress.advance(outcome.input_bytes(), 1);
             if let Outcome::Kept(doc) = outcome {
                 scores.push(doc.noise.map_or(0.0, |n| n.score));

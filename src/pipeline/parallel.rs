@@ -130,12 +130,13 @@ impl Emit for Batcher<'_> {
 /// wins whatever the thread count. Returns the bytes of document text read.
 pub fn process(
     source: &Source,
+    seed: u64,
     steps: &[PipelineStep],
     threads: usize,
     on_total: &(dyn Fn(u64) + Sync),
     mut consume: impl FnMut(Outcome) -> Result<()>,
 ) -> Result<u64> {
-    process_with(source, steps, threads, on_total, &|_: &Document| (), |outcome, _| consume(outcome))
+    process_with(source, seed, steps, threads, on_total, &|_: &Document| (), |outcome, _| consume(outcome))
 }
 
 /// As [`process`], and `measure` runs on the workers for every document the steps keep; its
@@ -143,6 +144,7 @@ pub fn process(
 /// kept document's text belongs here rather than on the ordered consumer thread.
 pub fn process_with<M: Send>(
     source: &Source,
+    seed: u64,
     steps: &[PipelineStep],
     threads: usize,
     on_total: &(dyn Fn(u64) + Sync),
@@ -169,7 +171,7 @@ pub fn process_with<M: Send>(
                 on_total,
                 text_bytes: 0,
             };
-            source.read(&mut b)?;
+            source.read(seed, &mut b)?;
             b.send()?;
             Ok(b.text_bytes)
         });

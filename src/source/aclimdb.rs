@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{Emit, InvalidUtf8, RecordMeta};
+use super::{Emit, InvalidUtf8, RecordMeta, Split};
 
 /// Read aclImdb: `{train,test}/{neg,pos,unsup}/<id>_<rating>.txt`. Files in a label folder
 /// whose name does not have that shape go to the rejects (`bad_file_name`); the dataset's other
@@ -30,6 +30,10 @@ pub struct AclImdb {
     /// `replace` (default) or `reject` reviews that are not valid UTF-8.
     #[serde(default)]
     pub on_invalid_utf8: InvalidUtf8,
+    /// Re-split what is read: one name, or fractions (`{train: 0.95, validation: 0.05}`)
+    /// assigned by a stable hash of the review id and the pipeline seed. Default: the folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<Split>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

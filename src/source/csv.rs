@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{default_split, file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta};
+use super::{file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta, Split};
 
 /// Read CSV (or TSV) with a header row. Quoted fields may contain delimiters and newlines.
 /// A record with the wrong number of fields goes to the rejects with its line number.
@@ -32,9 +32,10 @@ pub struct Csv {
     /// Field delimiter, one ASCII character. Default per file: tab for `.tsv`, else `,`.
     #[serde(default)]
     pub delimiter: Option<char>,
-    /// The split every document belongs to.
-    #[serde(default = "default_split")]
-    pub split: String,
+    /// The split every document belongs to, or fractions (`{train: 0.9, validation: 0.1}`)
+    /// assigned by a stable hash of the document id and the pipeline seed.
+    #[serde(default)]
+    pub split: Split,
     /// `replace` (default) or `reject` fields that are not valid UTF-8.
     #[serde(default)]
     pub on_invalid_utf8: InvalidUtf8,
@@ -106,7 +107,7 @@ impl Csv {
                 let offset = csv.position().byte();
                 let mut meta = RecordMeta {
                     id: format!("{name}:{line}"),
-                    split: self.split.clone(),
+                    split: self.split.initial().to_string(),
                     label: None,
                     rating: None,
                     origin: format!("{}:{line}", file.display()),

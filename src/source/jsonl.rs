@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{default_split, file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta};
+use super::{file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta, Split};
 
 /// Read JSON Lines: one object per line. A line that is not valid JSON, or lacks the text
 /// field, goes to the rejects with its line number. Blank lines are skipped.
@@ -29,9 +29,10 @@ pub struct Jsonl {
     /// String labels to class ids, e.g. `{neg: 0, pos: 1}`.
     #[serde(default)]
     pub label_map: Option<BTreeMap<String, i64>>,
-    /// The split every document belongs to.
-    #[serde(default = "default_split")]
-    pub split: String,
+    /// The split every document belongs to, or fractions (`{train: 0.9, validation: 0.1}`)
+    /// assigned by a stable hash of the document id and the pipeline seed.
+    #[serde(default)]
+    pub split: Split,
     /// `replace` (default) or `reject` lines that are not valid UTF-8.
     #[serde(default)]
     pub on_invalid_utf8: InvalidUtf8,
@@ -67,7 +68,7 @@ impl Jsonl {
                 }
                 let meta = RecordMeta {
                     id: format!("{name}:{line_no}"),
-                    split: self.split.clone(),
+                    split: self.split.initial().to_string(),
                     label: None,
                     rating: None,
                     origin: format!("{}:{line_no}", file.display()),

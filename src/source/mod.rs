@@ -40,8 +40,28 @@ pub trait Emit {
 }
 
 impl Source {
-    /// Reads every record, in a deterministic order, into `out`.
-    pub fn read(&self, out: &mut dyn Emit) -> Result<()> {
+    /// Reads every record, in a deterministic order, into `out`; `seed` (the pipeline's)
+    /// keys split fractions.
+    pub fn read(&self, seed: u64, out: &mut dyn Emit) -> Result<()> {
+        match self.reassigned_split() {
+            Some(split) => self.read_raw(&mut AssignSplit { inner: out, split, seed }),
+            None => self.read_raw(out),
+        }
+    }
+
+    /// The split that replaces the one each record is read with: fractions, or a name given
+    /// to an aclImdb source.
+    fn reassigned_split(&self) -> Option<&Split> {
+        match self {
+            Source::AclImdb(s) => s.split.as_ref(),
+            Source::Jsonl(Jsonl { split, .. })
+            | Source::Csv(Csv { split, .. })
+            | Source::Parquet(ParquetSource { split, .. })
+            | Source::Text(TextSource { split, .. }) => matches!(split, Split::Fractions(_)).then_some(split),
+        }
+    }
+
+    fn read_raw(&self, out: &mut dyn Emit) -> Result<()> {
         match self {
             Source::AclImdb(s) => s.read(out),
             Source::Jsonl(s) => s.read(out),
@@ -80,7 +100,125 @@ impl Source {
         if let Source::AclImdb(s) = self {
             problems.extend(s.check());
         }
+        let split = match self {
+            Source::AclImdb(s) => s.split.as_ref(),
+            Source::Jsonl(Jsonl { split, .. })
+            | Source::Csv(Csv { split, .. })
+            | Source::Parquet(ParquetSource { split, .. })
+            | Source::Text(TextSource { split, .. }) => Some(split),
+        };
+        if let Some(split) = split {
+            problems.extend(split.check().into_iter().map(|m| ("split", m)));
+        }
         problems
+    }
+}
+
+/// `split:` of a source: one name for every document, or fractions of the documents by split
+/// name. A document's split is then a pure function of its id and the pipeline seed — the
+/// same wherever it sits in the input and however the input is divided among machines.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Split {
+    Name(String),
+    Fractions(BTreeMap<String, f64>),
+}
+
+impl Default for Split {
+    fn default() -> Split {
+        Split::Name("train".into())
+    }
+}
+
+impl Split {
+    /// The name records are read with (the first fraction's until [`Split::assign`]).
+    pub fn initial(&self) -> &str {
+        match self {
+            Split::Name(n) => n,
+            Split::Fractions(f) => f.keys().next().map(String::as_str).unwrap_or("train"),
+        }
+    }
+
+    /// The split of document `id`: its hash as a point in [0, 1) against the cumulative
+    /// fractions, in name order.
+    pub fn assign(&self, id: &str, seed: u64) -> &str {
+        let fractions = match self {
+            Split::Name(n) => return n,
+            Split::Fractions(f) => f,
+        };
+        let u = unit_hash(id, seed);
+        let total: f64 = fractions.values().sum();
+        let mut cumulative = 0.0;
+        for (name, f) in fractions {
+            cumulative += f / total;
+            if u < cumulative {
+                return name;
+            }
+        }
+        fractions.keys().next_back().map(String::as_str).unwrap_or("train")
+    }
+
+    pub fn check(&self) -> Vec<String> {
+        let valid_name = |n: &str| {
+            !n.is_empty() && n != "_rejects" && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        };
+        let mut problems = Vec::new();
+        let names: Vec<&String> = match self {
+            Split::Name(n) => vec![n],
+            Split::Fractions(f) => f.keys().collect(),
+        };
+        for n in names.into_iter().filter(|n| !valid_name(n)) {
+            problems.push(format!("split name `{n}` must be letters, digits, `_` or `-` (it names a folder)"));
+        }
+        if let Split::Fractions(f) = self {
+            if f.is_empty() {
+                problems.push("no fractions given, e.g. {train: 0.9, validation: 0.1}".into());
+            }
+            if let Some((n, v)) = f.iter().find(|(_, v)| !(**v > 0.0 && **v <= 1.0)) {
+                problems.push(format!("fraction of `{n}` must be in (0, 1], got {v}"));
+            }
+            let sum: f64 = f.values().sum();
+            if !f.is_empty() && (sum - 1.0).abs() > 1e-6 {
+                problems.push(format!("fractions must add up to 1, got {sum}"));
+            }
+        }
+        problems
+    }
+}
+
+/// A stable point in [0, 1) for `(id, seed)`: FNV-1a over the id's bytes, mixed with the seed
+/// by SplitMix64's finaliser. Defined here, so no crate update moves a document.
+fn unit_hash(id: &str, seed: u64) -> f64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let mut z = h ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Gives each record read its split from a [`Split`].
+struct AssignSplit<'a> {
+    inner: &'a mut dyn Emit,
+    split: &'a Split,
+    seed: u64,
+}
+
+impl Emit for AssignSplit<'_> {
+    fn total_bytes(&mut self, bytes: u64) {
+        self.inner.total_bytes(bytes);
+    }
+
+    fn emit(&mut self, mut item: SourceItem) -> Result<()> {
+        match &mut item {
+            SourceItem::Doc(d) => d.split = self.split.assign(&d.id, self.seed).to_string(),
+            SourceItem::Reject(r) => r.split = self.split.assign(&r.id, self.seed).to_string(),
+        }
+        self.inner.emit(item)
     }
 }
 
@@ -221,13 +359,11 @@ pub(crate) fn file_size(p: &Path) -> u64 {
     std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
 }
 
-fn default_split() -> String {
-    "train".into()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const PINNED_ASSIGNMENT: &str = "[44, 50, 54, 72]";
 
     #[test]
     fn decode_table() {
@@ -253,5 +389,27 @@ mod tests {
         assert_eq!(parse_label(&json!(null), None), Ok(None));
         assert!(parse_label(&json!("meh"), Some(&map)).unwrap_err().contains("label_map"));
         assert!(parse_label(&json!(1.5), None).is_err());
+    }
+
+    #[test]
+    fn split_fractions_are_stable_and_near_their_shares() {
+        let split: Split = serde_json::from_str(r#"{"train": 0.9, "validation": 0.1}"#).unwrap();
+        assert!(split.check().is_empty());
+        let ids: Vec<String> = (0..20_000).map(|i| format!("reviews.csv:{i}")).collect();
+        let a: Vec<&str> = ids.iter().map(|id| split.assign(id, 42)).collect();
+        let val = a.iter().filter(|s| **s == "validation").count() as f64 / ids.len() as f64;
+        assert!((val - 0.1).abs() < 0.01, "validation share {val}");
+        // Order-independent: the same id gets the same split, alone or among others.
+        assert_eq!(split.assign("reviews.csv:17", 42), a[17]);
+        // Pinned: changing the hash moves documents between splits in existing datasets.
+        let validation: Vec<usize> =
+            (0..100).filter(|i| split.assign(&format!("doc{i}"), 42) == "validation").collect();
+        assert_eq!(format!("{validation:?}"), PINNED_ASSIGNMENT);
+        // Another seed, another assignment.
+        let b: Vec<&str> = ids.iter().map(|id| split.assign(id, 7)).collect();
+        assert!(a.iter().zip(&b).filter(|(x, y)| x != y).count() > 1000);
+        assert!(serde_json::from_str::<Split>(r#"{"train": 0.9, "validation": 0.2}"#).unwrap().check()[0]
+            .contains("add up to 1"));
+        assert!(!serde_json::from_str::<Split>(r#""a/b""#).unwrap().check().is_empty());
     }
 }

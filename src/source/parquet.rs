@@ -10,7 +10,7 @@ use arrow_schema::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::{default_split, file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta};
+use super::{file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta, Split};
 
 /// Read Parquet files batch by batch. Text and id columns are strings; the label column may be
 /// an integer, boolean or string column.
@@ -31,9 +31,10 @@ pub struct ParquetSource {
     /// String labels to class ids.
     #[serde(default)]
     pub label_map: Option<BTreeMap<String, i64>>,
-    /// The split every document belongs to.
-    #[serde(default = "default_split")]
-    pub split: String,
+    /// The split every document belongs to, or fractions (`{train: 0.9, validation: 0.1}`)
+    /// assigned by a stable hash of the document id and the pipeline seed.
+    #[serde(default)]
+    pub split: Split,
     /// Not used by Parquet (strings are UTF-8 by format); accepted for symmetry.
     #[serde(default)]
     pub on_invalid_utf8: InvalidUtf8,
@@ -114,7 +115,7 @@ impl ParquetSource {
                     row += 1;
                     let mut meta = RecordMeta {
                         id: format!("{name}:{row}"),
-                        split: self.split.clone(),
+                        split: self.split.initial().to_string(),
                         label: None,
                         rating: None,
                         origin: format!("{}:row {row}", file.display()),

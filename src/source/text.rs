@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{default_split, file_size, input_files, Emit, InvalidUtf8, RecordMeta};
+use super::{file_size, input_files, Emit, InvalidUtf8, RecordMeta, Split};
 
 /// Read plain text files. Ids are `<file>:<first line>`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -19,9 +19,10 @@ pub struct TextSource {
     /// lines are documents.
     #[serde(default)]
     pub mode: TextMode,
-    /// The split every document belongs to.
-    #[serde(default = "default_split")]
-    pub split: String,
+    /// The split every document belongs to, or fractions (`{train: 0.9, validation: 0.1}`)
+    /// assigned by a stable hash of the document id and the pipeline seed.
+    #[serde(default)]
+    pub split: Split,
     /// `replace` (default) or `reject` documents that are not valid UTF-8.
     #[serde(default)]
     pub on_invalid_utf8: InvalidUtf8,
@@ -57,7 +58,7 @@ impl TextSource {
                 }
                 let meta = RecordMeta {
                     id: format!("{name}:{start}"),
-                    split: self.split.clone(),
+                    split: self.split.initial().to_string(),
                     label: None,
                     rating: None,
                     origin: format!("{}:{start}", file.display()),

@@ -287,7 +287,7 @@ pub fn from_pipeline(pipeline: &Pipeline, is_pipeline: bool, path: &Path, opts: 
         steps.push(PipelineStep::Tokenize(tokenize));
     }
     let tokenized = prepare_steps(&mut steps)?.is_some();
-    resolve_noise_quantiles(&pipeline.source, &mut steps, threads, opts.quiet)?;
+    resolve_noise_quantiles(&pipeline.source, pipeline.seed, &mut steps, threads, opts.quiet)?;
 
     let columns = Columns { text: true, tokens: tokenized, unk: tokenized, noise: true };
     let mut table = DocTable::new(columns, opts.top);
@@ -297,28 +297,36 @@ pub fn from_pipeline(pipeline: &Pipeline, is_pipeline: bool, path: &Path, opts: 
     let progress = Progress::new(opts.quiet, "stats");
     let set_total = |b: u64| progress.set_total(b);
     let measure = |doc: &crate::document::Document| TextMeasure::of(&doc.text);
-    let text_bytes = parallel::process_with(&pipeline.source, &steps, threads, &set_total, &measure, |outcome, m| {
-        progress.advance(outcome.input_bytes(), 1);
-        read += 1;
-        match outcome {
-            Outcome::Kept(doc) => table.push(Record {
-                id: &doc.id,
-                split: &doc.split,
-                label: doc.label,
-                text: Some(&doc.text),
-                measured: m,
-                tokens: tokenized.then_some(doc.tokens.len() as u32),
-                unk: tokenized.then_some(doc.unk_tokens),
-                noise: Some(doc.noise.unwrap_or_default().values()),
-            }),
-            Outcome::Rejected(r) => {
-                let key = r.reason_key().to_string();
-                *rejected.entry(key.clone()).or_default() += 1;
-                reject_examples.entry(key).or_insert_with(|| (r.id.clone(), r.reason.clone()));
+    let text_bytes = parallel::process_with(
+        &pipeline.source,
+        pipeline.seed,
+        &steps,
+        threads,
+        &set_total,
+        &measure,
+        |outcome, m| {
+            progress.advance(outcome.input_bytes(), 1);
+            read += 1;
+            match outcome {
+                Outcome::Kept(doc) => table.push(Record {
+                    id: &doc.id,
+                    split: &doc.split,
+                    label: doc.label,
+                    text: Some(&doc.text),
+                    measured: m,
+                    tokens: tokenized.then_some(doc.tokens.len() as u32),
+                    unk: tokenized.then_some(doc.unk_tokens),
+                    noise: Some(doc.noise.unwrap_or_default().values()),
+                }),
+                Outcome::Rejected(r) => {
+                    let key = r.reason_key().to_string();
+                    *rejected.entry(key.clone()).or_default() += 1;
+                    reject_examples.entry(key).or_insert_with(|| (r.id.clone(), r.reason.clone()));
+                }
             }
-        }
-        Ok(())
-    })?;
+            Ok(())
+        },
+    )?;
     progress.finish();
     let source_json = serde_json::to_value(&pipeline.source)?;
     Ok(Collected {

@@ -91,7 +91,7 @@ pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<Voca
         // The sender moves into the reader so the trainer's input ends when reading does.
         let reader = scope.spawn(move || {
             let set_total = |b: u64| progress.set_total(b);
-            parallel::process(&pipeline.source, steps, threads, &set_total, |outcome| {
+            parallel::process(&pipeline.source, pipeline.seed, steps, threads, &set_total, |outcome| {
                 progress.advance(outcome.input_bytes(), 1);
                 if let Outcome::Kept(doc) = outcome {
                     tx.send(doc.text).map_err(|_| anyhow!("the trainer stopped"))?;
@@ -139,7 +139,7 @@ pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<Voca
     let progress = Progress::new(opts.quiet, "vocab: measuring coverage");
     let (mut tokens, mut unk_tokens) = (0u64, 0u64);
     let set_total = |b: u64| progress.set_total(b);
-    parallel::process(&pipeline.source, &measure, threads, &set_total, |outcome| {
+    parallel::process(&pipeline.source, pipeline.seed, &measure, threads, &set_total, |outcome| {
         progress.advance(outcome.input_bytes(), 1);
         if let Outcome::Kept(doc) = outcome {
             tokens += doc.tokens.len() as u64;
