@@ -192,6 +192,10 @@ pub struct PretrainBuilder {
     doc_index: u64,
     row_index: u64,
     partners: VecDeque<Vec<Vec<u32>>>,
+    /// NSP choices owed to the balance: > 0, "follows" owed for B forced to random (a
+    /// document's lone last sentence); < 0, "random" owed for B forced to follow (no other
+    /// document yet). The next free choices repay it, so the random share stays at 50%.
+    nsp_owed: i64,
     pack: Pack,
     pub stats: PretrainStats,
 }
@@ -213,6 +217,7 @@ impl PretrainBuilder {
             doc_index: 0,
             row_index: 0,
             partners: VecDeque::new(),
+            nsp_owed: 0,
             pack: Pack::default(),
             stats: PretrainStats::default(),
         }
@@ -283,18 +288,44 @@ impl PretrainBuilder {
             chunk_len += doc[i].len();
             if i == doc.len() - 1 || chunk_len >= target {
                 let coin_random = rng.f64() < 0.5;
-                // Google forces a random B for one-sentence chunks, which tips the balance
-                // towards random (56% on IMDb); take the next sentence as B instead when there is one.
-                if chunk.len() == 1 && !coin_random && i + 1 < doc.len() {
+                // B can follow A when the chunk has two sentences, or one and the document
+                // another (taken as B: Google forces a random B for every one-sentence chunk,
+                // 56% random on IMDb); B can be random once there is another document. A
+                // forced side is owed back by the next free choices (`nsp_owed`).
+                let can_follow = chunk.len() >= 2 || i + 1 < doc.len();
+                let can_random = !self.partners.is_empty();
+                let want_random = match (can_follow, can_random) {
+                    (true, true) if self.nsp_owed > 0 => {
+                        self.nsp_owed -= 1;
+                        false
+                    }
+                    (true, true) if self.nsp_owed < 0 => {
+                        self.nsp_owed += 1;
+                        true
+                    }
+                    (true, true) => coin_random,
+                    // Every forced row is owed back, whatever the coin said: a forced random
+                    // row is +1 to (random − follows), its repayment replaces a fair choice
+                    // (0 on average) with −1.
+                    (false, true) => {
+                        self.nsp_owed += 1;
+                        true
+                    }
+                    (true, false) => {
+                        self.nsp_owed -= 1;
+                        false
+                    }
+                    (false, false) => true,
+                };
+                if chunk.len() == 1 && !want_random {
                     i += 1;
                     chunk.push(&doc[i]);
                     chunk_len += doc[i].len();
                 }
                 let a_end = if chunk.len() >= 2 { 1 + rng.below(chunk.len() - 1) } else { 1 };
                 let mut a: Vec<u32> = chunk[..a_end].iter().flat_map(|s| s.iter().copied()).collect();
-                let want_random = chunk.len() == 1 || coin_random;
                 let mut b: Vec<u32>;
-                let random = if want_random && !self.partners.is_empty() {
+                let random = if want_random && can_random {
                     let target_b = target.saturating_sub(a.len()).max(1);
                     let partner = &self.partners[rng.below(self.partners.len())];
                     let start = rng.below(partner.len().max(1));
@@ -539,9 +570,11 @@ mod tests {
             }
         }
         assert_eq!((random, follows), (stats.nsp_random, stats.nsp_follows));
-        // Near 50/50: only a document's lone last sentence is forced to a random partner.
-        let share = random as f64 / (random + follows) as f64;
-        assert!((0.45..0.60).contains(&share), "NSP random share {share}");
+        // 50/50: a forced random B (a document's lone last sentence) is repaid by the next free
+        // choice, so only the coin's own noise remains (3 sigma).
+        let n = (random + follows) as f64;
+        let share = random as f64 / n;
+        assert!((share - 0.5).abs() < 0.01_f64.max(1.5 / n.sqrt()), "NSP random share {share} of {n} rows");
     }
 
     #[test]
