@@ -13,6 +13,22 @@ use crate::document::Document;
 pub struct NoiseScore {
     /// Weight of each component in the composite score.
     pub weights: NoiseWeights,
+    /// `bertpipe` (default) or `recipe`: the seed recipe's `calculate_noise_score` exactly.
+    pub formula: NoiseFormula,
+}
+
+/// How sentences, punctuation and capitals are counted, and how the composite is scaled.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum NoiseFormula {
+    /// Sentences end at `.!?…` and line breaks; punctuation over visible characters; words
+    /// without punctuation-only tokens; capitals need ≥ 3 upper-case letters; ratios × 100.
+    #[default]
+    Bertpipe,
+    /// The seed recipe's numbers: `np.std` of the word counts of `re.split(r"[.!?]+")`
+    /// segments, `[^\w\s]` over all characters, `isupper()` segments longer than 5
+    /// characters over all segments, weights unscaled (0.4 / 0.3 / 0.3 by default).
+    Recipe,
 }
 
 /// Weights of the composite. The seed used the first three; the others default to 0 so the
@@ -75,6 +91,24 @@ impl Step for NoiseScore {
 impl NoiseScore {
     pub fn score(&self, text: &str) -> NoiseComponents {
         let m = measure(text);
+        if self.formula == NoiseFormula::Recipe {
+            let r = recipe(text);
+            let mut c = NoiseComponents {
+                sent_len_std: r.sent_len_std as f32,
+                punct_ratio: r.punct_ratio as f32,
+                caps_ratio: r.caps_ratio as f32,
+                repeat_ratio: ratio(m.repeated_trigrams, m.trigrams),
+                mojibake_ratio: ratio(m.bad, m.chars).min(1.0),
+                score: 0.0,
+            };
+            let w = &self.weights;
+            c.score = (w.sent_len_std as f64 * r.sent_len_std
+                + w.punct_ratio as f64 * r.punct_ratio
+                + w.caps_ratio as f64 * r.caps_ratio
+                + w.repeat_ratio as f64 * c.repeat_ratio as f64
+                + w.mojibake_ratio as f64 * c.mojibake_ratio as f64) as f32;
+            return c;
+        }
         let mut c = NoiseComponents {
             sent_len_std: m.sentence_std(),
             caps_ratio: ratio(m.caps_sentences, m.sentences.len() as u32),
@@ -92,6 +126,67 @@ impl NoiseScore {
                     + w.mojibake_ratio * c.mojibake_ratio);
         c
     }
+}
+
+/// The recipe's three components, in f64 as NumPy computes them.
+struct Recipe {
+    sent_len_std: f64,
+    punct_ratio: f64,
+    caps_ratio: f64,
+}
+
+/// Python's `str.isspace()` for one character: Unicode White_Space, plus the information
+/// separators U+001C..U+001F (bidi class B/S) that Rust's `is_whitespace` leaves out.
+fn py_isspace(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+/// Python's `\w` (str patterns): letters (L*), numbers (N*) and `_`.
+fn py_word(c: char) -> bool {
+    use unicode_categories::UnicodeCategories;
+    c == '_' || c.is_letter() || c.is_number()
+}
+
+/// Python's `str.isupper()`: at least one cased character, and none lower- or title-case.
+fn py_isupper(s: &str) -> bool {
+    use unicode_categories::UnicodeCategories;
+    let mut cased = false;
+    for c in s.chars() {
+        if c.is_lowercase() || c.is_letter_titlecase() {
+            return false;
+        }
+        cased |= c.is_uppercase();
+    }
+    cased
+}
+
+/// The seed recipe's `calculate_noise_score`, term for term:
+/// ```python
+/// sents = [s for s in re.split(r"[.!?]+", text) if s.strip()]
+/// lens = [len(s.split()) for s in sents]
+/// std = float(np.std(lens)) if len(lens) > 1 else 0.0
+/// pr = len(re.findall(r"[^\w\s]", text)) / len(text) if text else 0.0
+/// caps = sum(1 for s in sents if s.isupper() and len(s) > 5) / len(sents) if sents else 0.0
+/// ```
+fn recipe(text: &str) -> Recipe {
+    let sents: Vec<&str> =
+        text.split(['.', '!', '?']).filter(|s| !s.is_empty() && !s.chars().all(py_isspace)).collect();
+    let lens: Vec<f64> = sents.iter().map(|s| s.split(py_isspace).filter(|w| !w.is_empty()).count() as f64).collect();
+    let sent_len_std = if lens.len() > 1 {
+        let n = lens.len() as f64;
+        // NumPy's std: mean first, then the mean of squared deviations (pairwise sums agree
+        // with these plain ones to the last bit for fewer than 8 values, and within 1e-12 past).
+        let mean = lens.iter().sum::<f64>() / n;
+        (lens.iter().map(|l| (l - mean) * (l - mean)).sum::<f64>() / n).sqrt()
+    } else {
+        0.0
+    };
+    let chars = text.chars().count();
+    let punct = text.chars().filter(|&c| !py_word(c) && !py_isspace(c)).count();
+    let punct_ratio = if chars > 0 { punct as f64 / chars as f64 } else { 0.0 };
+    let caps = sents.iter().filter(|s| py_isupper(s) && s.chars().count() > 5).count();
+    let caps_ratio = if sents.is_empty() { 0.0 } else { caps as f64 / sents.len() as f64 };
+    Recipe { sent_len_std, punct_ratio, caps_ratio }
 }
 
 fn ratio(part: u32, whole: u32) -> f32 {
@@ -284,8 +379,43 @@ mod tests {
                 repeat_ratio: 1.0,
                 mojibake_ratio: 0.0,
             },
+            ..Default::default()
         };
         let c = s.score("a b c a b c");
         assert!((c.score - 100.0 * c.repeat_ratio).abs() < 1e-4);
+    }
+
+    /// `formula: recipe` against the recipe's Python function (fixture from
+    /// scripts/make_golden_noise.py): hard cases and every review of the bundled sample.
+    #[test]
+    fn recipe_formula_equals_the_python_function() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let golden: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(root.join("tests/fixtures/golden_noise.json")).unwrap())
+                .unwrap();
+        let step = NoiseScore { formula: NoiseFormula::Recipe, ..Default::default() };
+        let cases = golden["cases"].as_array().unwrap();
+        assert!(cases.len() > 700);
+        let mut differs_from_ours = 0;
+        for c in cases {
+            let id = c["id"].as_str().unwrap();
+            let text = match c.get("text") {
+                Some(t) => t.as_str().unwrap().to_string(),
+                None => String::from_utf8_lossy(&std::fs::read(root.join("data/aclImdb-sample").join(id)).unwrap())
+                    .into_owned(),
+            };
+            let r = recipe(&text);
+            let got = [r.sent_len_std, r.punct_ratio, r.caps_ratio];
+            for (k, (name, g)) in ["sent_len_std", "punct_ratio", "caps_ratio"].iter().zip(got).enumerate() {
+                let want = c[name].as_f64().unwrap();
+                assert!((g - want).abs() < 1e-12, "{id}: {name} {g} vs Python {want} (component {k})");
+            }
+            let score = step.score(&text).score as f64;
+            let want = c["score"].as_f64().unwrap();
+            assert!((score - want).abs() <= 1e-6 * want.abs().max(1.0), "{id}: score {score} vs Python {want}");
+            differs_from_ours += ((NoiseScore::default().score(&text).score as f64 - want).abs() > 0.01) as usize;
+        }
+        // The default formula is a different scale: it is not what this option reproduces.
+        assert!(differs_from_ours > 700, "{differs_from_ours}");
     }
 }
