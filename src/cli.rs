@@ -241,6 +241,10 @@ pub struct StatsArgs {
     /// max_len, else 512).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(3..))]
     pub max_len: Option<u32>,
+    /// Word-count bucket edges, increasing, e.g. `100,300,500` (default: the quartiles of
+    /// the data's word counts, rounded to two significant digits).
+    #[arg(long, value_name = "N,N,…", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..))]
+    pub word_buckets: Option<Vec<u32>>,
     /// Count WordPiece tokens with this vocab.txt when the input does not tokenize.
     #[arg(long, value_name = "FILE")]
     pub vocab: Option<PathBuf>,

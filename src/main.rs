@@ -106,6 +106,7 @@ fn stats(args: bertpipe::cli::StatsArgs) -> ExitCode {
         set: args.set,
         threads: args.threads,
         quiet: args.quiet,
+        word_buckets: args.word_buckets,
     };
     let (report, collected) = match stats::run(&args.input, &opts) {
         Ok(r) => r,

@@ -1064,9 +1064,7 @@ mod tests {
     fn attention_softmax_with_dropout_matches_the_graph() {
         let scores = rand(&[2, 4, 9, 9], 4, 6.0);
         let mut pad = vec![0f32; 2 * 9];
-        for j in 5..9 {
-            pad[j] = crate::model::bert::MASKED;
-        }
+        pad[5..9].fill(crate::model::bert::MASKED);
         let pad = Tensor::from_vec(pad, (2, 1, 1, 9), &Device::Cpu).unwrap();
         let d = Dropout::new(77, 0.3);
         check(

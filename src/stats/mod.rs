@@ -36,6 +36,8 @@ pub struct StatsOptions {
     pub set: Vec<String>,
     pub threads: usize,
     pub quiet: bool,
+    /// Word-count bucket edges, e.g. `[100, 300, 500]`; default: the data's quartiles.
+    pub word_buckets: Option<Vec<u32>>,
 }
 
 impl Default for StatsOptions {
@@ -48,6 +50,7 @@ impl Default for StatsOptions {
             cased: false,
             set: Vec::new(),
             threads: 0,
+            word_buckets: None,
             quiet: true,
         }
     }
@@ -90,6 +93,6 @@ pub fn run(input: &Path, opts: &StatsOptions) -> Result<(Report, collect::Collec
             collect::from_pipeline(&p, false, input, opts)?
         }
     };
-    let report = report::build(&mut collected, opts.by, opts.max_len, opts.top)?;
+    let report = report::build(&mut collected, opts.by, opts.max_len, opts.top, opts.word_buckets.as_deref())?;
     Ok((report, collected))
 }

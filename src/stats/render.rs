@@ -259,7 +259,7 @@ pub fn to_csv(r: &Report) -> String {
         }
         if let Some(b) = &g.word_buckets {
             for b in b {
-                line(name, "word_bucket", b.range, b.documents.to_string());
+                line(name, "word_bucket", &b.range, b.documents.to_string());
             }
         }
         if let Some(t) = &g.truncation {

@@ -47,13 +47,52 @@ impl Summary {
     }
 }
 
-/// Word-count buckets: `[min, max)`; the last has no upper end.
-pub const WORD_BUCKETS: [(&str, u32, Option<u32>); 4] =
-    [("<100", 0, Some(100)), ("100-299", 100, Some(300)), ("300-499", 300, Some(500)), (">=500", 500, None)];
+/// Word-count buckets from their edges: `<e1`, `e1-(e2−1)`, …, `>=en`, each `[min, max)`.
+fn word_buckets(edges: &[u32]) -> Vec<(String, u32, Option<u32>)> {
+    let mut out = Vec::new();
+    let mut lo = 0;
+    for &e in edges {
+        let label = if lo == 0 { format!("<{e}") } else { format!("{lo}-{}", e - 1) };
+        out.push((label, lo, Some(e)));
+        lo = e;
+    }
+    out.push((format!(">={lo}"), lo, None));
+    out
+}
+
+/// Default bucket edges from the data: the quartiles of the word counts (p25, median, p75 as
+/// the report computes them), rounded to two
+/// significant digits (174 → 170), so each bucket holds about a quarter of any corpus —
+/// tweets or books alike. Empty when there is nothing to split.
+pub fn quartile_edges(words: &mut [f64]) -> Vec<u32> {
+    if words.is_empty() {
+        return Vec::new();
+    }
+    words.sort_by(f64::total_cmp);
+    // The report's quantile (linear between closest ranks), so the edges are the table's
+    // p25 / median / p75, rounded.
+    let at = |q: f64| {
+        let h = (words.len() - 1) as f64 * q;
+        let (i, f) = (h.floor() as usize, h - h.floor());
+        words[i] + f * (words[(i + 1).min(words.len() - 1)] - words[i])
+    };
+    let mut edges: Vec<u32> =
+        [0.25, 0.5, 0.75].into_iter().map(|q| two_significant(at(q))).filter(|&e| e > 0).collect();
+    edges.dedup();
+    edges
+}
+
+fn two_significant(x: f64) -> u32 {
+    if x < 100.0 {
+        return x.round() as u32;
+    }
+    let scale = 10f64.powi(x.log10().floor() as i32 - 1);
+    ((x / scale).round() * scale) as u32
+}
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Bucket {
-    pub range: &'static str,
+    pub range: String,
     pub documents: u64,
     pub share: f64,
 }
@@ -297,13 +336,13 @@ fn read_summary(f: &Frames, row: usize, m: &str) -> PolarsResult<Summary> {
 }
 
 /// Everything aggregated per group, as queries: counts first, then one per summarised metric.
-fn group_queries(c: &Collected, limit: u32) -> Vec<Vec<Expr>> {
+fn group_queries(c: &Collected, limit: u32, buckets: &[(String, u32, Option<u32>)]) -> Vec<Vec<Expr>> {
     let cols = c.table.columns;
     let mut counts = vec![len().cast(DataType::Float64).alias("documents")];
     let mut metrics: Vec<&str> = Vec::new();
     if cols.text {
         metrics.extend(["chars", "words"]);
-        for (i, (_, lo, hi)) in WORD_BUCKETS.iter().enumerate() {
+        for (i, (_, lo, hi)) in buckets.iter().enumerate() {
             let mut cond = col("words").gt_eq(lit(*lo));
             if let Some(hi) = hi {
                 cond = cond.and(col("words").lt(lit(*hi)));
@@ -335,7 +374,15 @@ fn group_queries(c: &Collected, limit: u32) -> Vec<Vec<Expr>> {
     std::iter::once(counts).chain(metrics.into_iter().map(summary_exprs)).collect()
 }
 
-fn read_group(c: &Collected, df: &Frames, row: usize, group: String, total: u64, max_len: u32) -> Result<GroupStats> {
+fn read_group(
+    c: &Collected,
+    df: &Frames,
+    row: usize,
+    group: String,
+    total: u64,
+    max_len: u32,
+    word_buckets: &[(String, u32, Option<u32>)],
+) -> Result<GroupStats> {
     let cols = c.table.columns;
     let limit = max_len.saturating_sub(2);
     let get = |name: &str| -> PolarsResult<f64> { Ok(df.col(name)?[row].unwrap_or(0.0)) };
@@ -358,9 +405,9 @@ fn read_group(c: &Collected, df: &Frames, row: usize, group: String, total: u64,
         g.chars = Some(read_summary(df, row, "chars")?);
         g.words = Some(read_summary(df, row, "words")?);
         let mut buckets = Vec::new();
-        for (i, (range, _, _)) in WORD_BUCKETS.iter().enumerate() {
+        for (i, (range, _, _)) in word_buckets.iter().enumerate() {
             let n = get(&format!("bucket|{i}"))? as u64;
-            buckets.push(Bucket { range, documents: n, share: share(n) });
+            buckets.push(Bucket { range: range.clone(), documents: n, share: share(n) });
         }
         g.word_buckets = Some(buckets);
         g.duplicates = Some(get("duplicates")? as u64);
@@ -430,28 +477,43 @@ fn manifest_figures(c: &Collected, splits: &[&str], max_len: u32, g: &mut GroupS
 }
 
 /// Builds the report from what was collected.
-pub fn build(c: &mut Collected, by: Option<By>, max_len: Option<u32>, top: usize) -> Result<Report> {
+/// `word_edges`: word-count bucket edges (default: the data's quartiles, [`quartile_edges`]).
+pub fn build(
+    c: &mut Collected,
+    by: Option<By>,
+    max_len: Option<u32>,
+    top: usize,
+    word_edges: Option<&[u32]>,
+) -> Result<Report> {
     let max_len = max_len.or(c.max_len).unwrap_or(512);
     let limit = max_len.saturating_sub(2);
     let df = c.table.take_frame()?;
     let c = &*c;
     let total = df.height() as u64;
+    let edges = match word_edges {
+        Some(e) => e.to_vec(),
+        None if c.table.columns.text => {
+            quartile_edges(&mut f64_col(&df, "words")?.into_iter().flatten().collect::<Vec<f64>>())
+        }
+        None => Vec::new(),
+    };
+    let buckets = word_buckets(&edges);
 
-    let all = Frames::aggregate(&df, None, group_queries(c, limit))?;
-    let mut groups = vec![read_group(c, &all, 0, "all".into(), total, max_len)?];
+    let all = Frames::aggregate(&df, None, group_queries(c, limit, &buckets))?;
+    let mut groups = vec![read_group(c, &all, 0, "all".into(), total, max_len, &buckets)?];
     let splits: Vec<&str> = c.table.splits.iter().map(String::as_str).collect();
     if c.token_unit == Some("row") {
         manifest_figures(c, &splits, max_len, &mut groups[0]);
     }
     let key = by.map(|b| b.name());
     if let Some(key) = key {
-        let g = Frames::aggregate(&df, Some(key), group_queries(c, limit))?;
+        let g = Frames::aggregate(&df, Some(key), group_queries(c, limit, &buckets))?;
         let mut rows: Vec<(GroupKey, usize)> =
             group_keys(&g.0[0], key)?.into_iter().enumerate().map(|(i, k)| (k, i)).collect();
         rows.sort();
         for (k, row) in rows {
             let name = k.name(&c.table.splits, &c.labels);
-            let mut stats = read_group(c, &g, row, name, total, max_len)?;
+            let mut stats = read_group(c, &g, row, name, total, max_len, &buckets)?;
             if let GroupKey::Split(code) = k {
                 if c.token_unit == Some("row") {
                     manifest_figures(c, &[splits[code as usize]], max_len, &mut stats);
@@ -643,6 +705,24 @@ fn histograms(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bucket_edges_follow_the_data() {
+        assert_eq!(two_significant(174.0), 170);
+        assert_eq!(two_significant(1234.0), 1200);
+        assert_eq!(two_significant(37.4), 37);
+        // Tweets: every bucket gets a share, not all in the first.
+        let mut tweets: Vec<f64> = (0..1000).map(|i| (5 + i % 30) as f64).collect();
+        let edges = quartile_edges(&mut tweets);
+        assert_eq!(edges, [12, 19, 27]);
+        let labels: Vec<String> = word_buckets(&edges).into_iter().map(|b| b.0).collect();
+        assert_eq!(labels, ["<12", "12-18", "19-26", ">=27"]);
+        let imdb: Vec<String> = word_buckets(&[100, 300, 500]).into_iter().map(|b| b.0).collect();
+        assert_eq!(imdb, ["<100", "100-299", "300-499", ">=500"]);
+        assert!(quartile_edges(&mut []).is_empty());
+        // Identical lengths: one edge, two buckets.
+        assert_eq!(quartile_edges(&mut [7.0; 10]), [7]);
+    }
 
     #[test]
     fn bin_widths_are_round_numbers() {
