@@ -6,8 +6,9 @@
 
 use std::time::Instant;
 
-use bertpipe::clean::{Dedup, Filter, HtmlStrip, Lowercase, NoiseScore, PipelineStep, Punctuation, UnicodeNormalize};
+use bertpipe::clean::{Dedup, Filter, HtmlStrip, Lowercase, NoiseScore, Punctuation, UnicodeNormalize};
 use bertpipe::document::Document;
+use bertpipe::pipeline::PipelineStep;
 use bertpipe::synth::{review, Rng};
 
 fn main() {

@@ -1,8 +1,8 @@
 use std::process::ExitCode;
 
-use bertpipe::clean::PipelineStep;
 use bertpipe::cli::{Cli, Command, PipelineCommand, VocabCommand};
 use bertpipe::config::{ConfigErrors, Pipeline};
+use bertpipe::pipeline::PipelineStep;
 use bertpipe::pipeline::{self, RunOptions};
 use clap::Parser;
 

@@ -6,8 +6,8 @@ mod common;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int8Type};
 use arrow_array::Array;
-use bertpipe::clean::PipelineStep;
 use bertpipe::config::Pipeline;
+use bertpipe::pipeline::PipelineStep;
 use common::*;
 
 fn run(out: &std::path::Path, extra: &[&str]) {

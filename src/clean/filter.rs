@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Step, Verdict};
 use crate::document::Document;
+use crate::pipeline::{Step, Verdict};
 
 /// Reject documents outside length bounds or above a noise threshold. Every bound is optional.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Step, Verdict};
 use crate::document::Document;
+use crate::pipeline::{Step, Verdict};
 
 /// Lower-case the whole text (Unicode-aware; ASCII takes a fast path).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Step, Verdict};
 use crate::document::Document;
+use crate::pipeline::{Step, Verdict};
 
 /// Score how noisy a document is. Each component is kept as its own float32 column; the
 /// composite `noise_score` is `w.sent_len_std × std + 100 × Σ w.ratio × ratio`, so the seed's

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Step, Verdict};
 use crate::document::Document;
+use crate::pipeline::{Step, Verdict};
 
 /// Standardise punctuation. Every rule can be switched off on its own.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

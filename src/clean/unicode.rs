@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 use unicode_normalization::{char::is_combining_mark, UnicodeNormalization};
 
-use super::{Step, Verdict};
 use crate::document::Document;
+use crate::pipeline::{Step, Verdict};
 
 /// Normalise text to one Unicode form, optionally dropping accents or everything non-ASCII.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

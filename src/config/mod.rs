@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::clean::PipelineStep;
+use crate::pipeline::PipelineStep;
 use crate::sink::Sink;
 use crate::source::Source;
 use yaml::{Node, PathSeg, Pos};

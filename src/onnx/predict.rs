@@ -12,10 +12,10 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use super::runtime::Model;
-use crate::clean::{PipelineStep, Verdict};
 use crate::config::Pipeline;
 use crate::document::Document;
 use crate::metrics::{argmax, softmax};
+use crate::pipeline::{PipelineStep, Verdict};
 
 /// One input text and where it came from.
 #[derive(Debug, Clone)]

@@ -2,6 +2,9 @@
 
 pub mod parallel;
 pub mod progress;
+pub mod step;
+
+pub use step::{PipelineStep, Step, Verdict};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,7 +13,6 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 
-use crate::clean::PipelineStep;
 use crate::config::Pipeline;
 use crate::document::Document;
 use crate::sequence::pretrain::{Masking, PretrainBuilder, PretrainSequences};

@@ -8,8 +8,8 @@ use anyhow::{anyhow, Result};
 use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::clean::dedup::DedupIndex;
-use crate::clean::{PipelineStep, Verdict};
 use crate::document::{DedupKey, Document, Rejected, SourceItem};
+use crate::pipeline::{PipelineStep, Verdict};
 use crate::source::{Emit, Source};
 
 /// A batch closes at this many documents or this many bytes of text, whichever comes first.

@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::clean::{Step, Verdict};
 use crate::document::Document;
+use crate::pipeline::{Step, Verdict};
 use crate::tokenize::SpecialIds;
 
 /// Build classifier inputs of at most `max_len` tokens from each document's ids.

@@ -11,8 +11,8 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::mask::{MaskSpec, Masked};
-use crate::clean::{Step, Verdict};
 use crate::document::Document;
+use crate::pipeline::{Step, Verdict};
 use crate::rng::Rng;
 
 /// Build pretraining rows. With `nsp: true`, rows are `[CLS] A [SEP] B [SEP]` where B follows A

@@ -10,8 +10,8 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::clean::{Step, Verdict};
 use crate::document::Document;
+use crate::pipeline::{Step, Verdict};
 pub use wordpiece::{SpecialIds, WordPiece};
 
 /// Split text into WordPiece ids. Ids are identical to HF's `BertTokenizerFast` with the same

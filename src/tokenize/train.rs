@@ -15,10 +15,10 @@ use tokenizers::{AddedToken, Tokenizer};
 
 use super::wordpiece::SPECIALS;
 use super::{Tokenize, WordPiece};
-use crate::clean::PipelineStep;
 use crate::config::Pipeline;
 use crate::pipeline::parallel::{self, Outcome};
 use crate::pipeline::progress::Progress;
+use crate::pipeline::PipelineStep;
 
 /// Options of `vocab train`.
 #[derive(Debug, Clone)]
