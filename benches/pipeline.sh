@@ -49,3 +49,26 @@ if [ -n "${RSS[500000-aclImdb_v1.tar.gz]:-}" ]; then
   awk -v a="${RSS[500000-aclImdb_v1.tar.gz]}" -v b="${RSS[50000-aclImdb_v1.tar.gz]}" 'BEGIN { printf "peak RSS ratio 500k/50k (tar.gz): %.2f\n", a / b }'
 fi
 done
+
+# Side by side with the Python reference (../shared/bench/py_imdb_pipeline.py: the seed recipes,
+# HF tokenizers, pyarrow, multiprocessing over the same cores), 50,000 reviews as a folder,
+# alternating runs. Needs .venv with tokenizers, pyarrow and numpy (see the README).
+py=${PYTHON:-.venv/bin/python}
+ref=../shared/bench/py_imdb_pipeline.py
+if [[ " $PIPELINES " == *" imdb "* ]] && [ -f "$ref" ] && "$py" -c "import tokenizers, pyarrow, numpy" 2>/dev/null; then
+  dir="$WORK/imdb-50000/aclImdb"
+  procs=$(nproc); [ "$THREADS" -gt 0 ] && procs=$THREADS
+  ours=(); theirs=()
+  for _ in $(seq "$RUNS"); do
+    read -r wall _ < <(measure "$BIN" pipeline run pipelines/imdb.yaml --quiet --overwrite --threads "$THREADS" \
+      --set "source.path=$dir" --set "source.labels=[neg, pos]" --set "sink.path=$WORK/out")
+    ours+=("$wall")
+    rm -rf "$WORK/py-out"
+    read -r wall _ < <(measure "$py" "$ref" "$dir" data/vocab/bert-base-uncased.txt "$WORK/py-out" --procs "$procs")
+    theirs+=("$wall")
+  done
+  a=$(printf '%s\n' "${ours[@]}" | median); b=$(printf '%s\n' "${theirs[@]}" | median)
+  awk -v a="$a" -v b="$b" -v p="$procs" 'BEGIN { printf "pipelines/imdb.yaml vs the Python reference, 50,000 reviews (folder, %d processes): %.3f s vs %.3f s: %.1fx (target >= 20)\n", p, a, b, b / a }'
+else
+  echo "(no Python reference run: needs PIPELINES to include imdb, $ref and $py with tokenizers, pyarrow, numpy)"
+fi

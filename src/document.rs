@@ -63,4 +63,25 @@ impl Rejected {
 pub enum SourceItem {
     Doc(Document),
     Reject(Rejected),
+    /// A file to be read into a document by the worker that processes it, so a folder of
+    /// many small files is opened and read on every core instead of on the reader thread.
+    File(crate::source::PendingFile),
+}
+
+impl SourceItem {
+    pub fn id(&self) -> &str {
+        match self {
+            SourceItem::Doc(d) => &d.id,
+            SourceItem::Reject(r) => &r.id,
+            SourceItem::File(f) => &f.meta.id,
+        }
+    }
+
+    pub fn set_split(&mut self, split: String) {
+        match self {
+            SourceItem::Doc(d) => d.split = split,
+            SourceItem::Reject(r) => r.split = split,
+            SourceItem::File(f) => f.meta.split = split,
+        }
+    }
 }

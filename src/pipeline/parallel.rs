@@ -41,12 +41,21 @@ struct Processed<M> {
     measured: Option<M>,
 }
 
-fn run_steps<M>(steps: &[PipelineStep], item: SourceItem, measure: &(dyn Fn(&Document) -> M + Sync)) -> Processed<M> {
+fn run_steps<M>(
+    steps: &[PipelineStep],
+    item: SourceItem,
+    measure: &(dyn Fn(&Document) -> M + Sync),
+) -> Result<Processed<M>> {
+    let item = match item {
+        SourceItem::File(f) => f.load()?,
+        item => item,
+    };
     let mut doc = match item {
         SourceItem::Doc(d) => d,
         SourceItem::Reject(r) => {
-            return Processed { outcome: Outcome::Rejected(r), dedup_key: None, original: None, measured: None }
+            return Ok(Processed { outcome: Outcome::Rejected(r), dedup_key: None, original: None, measured: None })
         }
+        SourceItem::File(_) => unreachable!("loaded above"),
     };
     let original = doc.text.clone();
     for step in steps {
@@ -60,22 +69,22 @@ fn run_steps<M>(steps: &[PipelineStep], item: SourceItem, measure: &(dyn Fn(&Doc
                 text: original,
                 input_bytes: doc.input_bytes,
             };
-            return Processed {
+            return Ok(Processed {
                 outcome: Outcome::Rejected(rejected),
                 dedup_key: doc.dedup_key,
                 original: None,
                 measured: None,
-            };
+            });
         }
     }
     let keep_original = doc.dedup_key.is_some();
     let measured = Some(measure(&doc));
-    Processed {
+    Ok(Processed {
         dedup_key: doc.dedup_key,
         outcome: Outcome::Kept(doc),
         original: keep_original.then_some(original),
         measured,
-    }
+    })
 }
 
 /// Collects source items into batches and hands them to the workers, waiting for a free slot
@@ -89,6 +98,7 @@ struct Batcher<'a> {
     on_total: &'a (dyn Fn(u64) + Sync),
     /// Bytes of document text read so far, for throughput that does not depend on compression.
     text_bytes: u64,
+    workers: usize,
 }
 
 impl Batcher<'_> {
@@ -110,10 +120,16 @@ impl Emit for Batcher<'_> {
         (self.on_total)(bytes);
     }
 
+    fn reads_files(&self) -> bool {
+        self.workers > 1
+    }
+
     fn emit(&mut self, item: SourceItem) -> Result<()> {
         let len = match &item {
             SourceItem::Doc(d) => d.text.len(),
             SourceItem::Reject(r) => r.text.len(),
+            // Not read yet: its size on disk.
+            SourceItem::File(f) => f.meta.input_bytes as usize,
         };
         self.bytes += len;
         self.text_bytes += len as u64;
@@ -154,7 +170,7 @@ pub fn process_with<M: Send>(
     let threads = threads.max(1);
     let slots_n = threads * 4;
     let (work_tx, work_rx) = bounded::<(u64, Vec<SourceItem>)>(slots_n);
-    let (done_tx, done_rx) = bounded::<(u64, Vec<Processed<M>>)>(slots_n);
+    let (done_tx, done_rx) = bounded::<(u64, Vec<Result<Processed<M>>>)>(slots_n);
     let (slot_tx, slot_rx) = bounded::<()>(slots_n);
     for _ in 0..slots_n {
         slot_tx.send(()).expect("fresh channel has room");
@@ -170,6 +186,7 @@ pub fn process_with<M: Send>(
                 slots: &slot_rx,
                 on_total,
                 text_bytes: 0,
+                workers: threads,
             };
             source.read(seed, &mut b)?;
             b.send()?;
@@ -179,7 +196,7 @@ pub fn process_with<M: Send>(
             let (work_rx, done_tx) = (work_rx.clone(), done_tx.clone());
             scope.spawn(move || {
                 for (seq, batch) in work_rx {
-                    let out: Vec<Processed<M>> =
+                    let out: Vec<Result<Processed<M>>> =
                         batch.into_iter().map(|item| run_steps(steps, item, measure)).collect();
                     if done_tx.send((seq, out)).is_err() {
                         return;
@@ -188,14 +205,21 @@ pub fn process_with<M: Send>(
             });
         }
         drop((work_rx, done_tx));
-        let mut pending: BTreeMap<u64, Vec<Processed<M>>> = BTreeMap::new();
+        let mut pending: BTreeMap<u64, Vec<Result<Processed<M>>>> = BTreeMap::new();
         let mut next = 0u64;
         let mut consumed: Result<()> = Ok(());
         'outer: for (seq, batch) in done_rx.iter() {
             pending.insert(seq, batch);
             while let Some(batch) = pending.remove(&next) {
                 next += 1;
-                for mut p in batch {
+                for p in batch {
+                    let mut p = match p {
+                        Ok(p) => p,
+                        Err(e) => {
+                            consumed = Err(e);
+                            break 'outer;
+                        }
+                    };
                     let measured = p.measured.take();
                     let outcome = resolve_dedup(&mut dedup, p);
                     let measured = if matches!(outcome, Outcome::Kept(_)) { measured } else { None };

@@ -37,6 +37,12 @@ pub trait Emit {
     /// The input size in bytes, when the source knows it up front (drives progress and ETA).
     fn total_bytes(&mut self, _bytes: u64) {}
     fn emit(&mut self, item: SourceItem) -> Result<()>;
+    /// Whether files may be handed over unread ([`SourceItem::File`]) to be read by the
+    /// workers: worth it with two workers or more; with one, reading on the source's own
+    /// thread overlaps with the work instead.
+    fn reads_files(&self) -> bool {
+        false
+    }
 }
 
 impl Source {
@@ -213,11 +219,13 @@ impl Emit for AssignSplit<'_> {
         self.inner.total_bytes(bytes);
     }
 
+    fn reads_files(&self) -> bool {
+        self.inner.reads_files()
+    }
+
     fn emit(&mut self, mut item: SourceItem) -> Result<()> {
-        match &mut item {
-            SourceItem::Doc(d) => d.split = self.split.assign(&d.id, self.seed).to_string(),
-            SourceItem::Reject(r) => r.split = self.split.assign(&r.id, self.seed).to_string(),
-        }
+        let split = self.split.assign(item.id(), self.seed).to_string();
+        item.set_split(split);
         self.inner.emit(item)
     }
 }
@@ -265,7 +273,32 @@ fn normalize_line_breaks(text: String) -> String {
     text.replace("\r\n", "\n").replace('\r', "\n")
 }
 
+/// A file a folder source found, read and decoded later by a worker ([`PendingFile::load`]).
+#[derive(Debug)]
+pub struct PendingFile {
+    pub meta: RecordMeta,
+    pub path: PathBuf,
+    pub policy: InvalidUtf8,
+    /// A `source` reject reason decided from the name alone (the text is still read, so the
+    /// rejects hold it).
+    pub reject: Option<String>,
+}
+
+impl PendingFile {
+    /// Reads the file into a document or a `source` reject. A file that cannot be read is an
+    /// error naming it, as when the reader thread read it.
+    pub fn load(self) -> Result<SourceItem> {
+        if let Some(reason) = self.reject {
+            let text = std::fs::read(&self.path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+            return Ok(self.meta.reject(reason, text));
+        }
+        let bytes = std::fs::read(&self.path).with_context(|| format!("could not read '{}'", self.path.display()))?;
+        Ok(self.meta.into_item(bytes, self.policy))
+    }
+}
+
 /// The fields a source knows about a record before its text is decoded.
+#[derive(Debug)]
 pub struct RecordMeta {
     pub id: String,
     pub split: String,
