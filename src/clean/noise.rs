@@ -316,11 +316,49 @@ fn measure(text: &str) -> Measure {
         m.sentences.push(words);
         m.caps_sentences += (upper >= 3 && lower == 0) as u32;
     }
-    // Sorting a few hundred keys is cheaper than hashing them into a set.
-    keys.sort_unstable();
     m.trigrams = keys.len() as u32;
-    m.repeated_trigrams = keys.windows(2).filter(|w| w[0] == w[1]).count() as u32;
+    m.repeated_trigrams = count_repeats(&keys);
     m
+}
+
+/// How many keys equal an earlier one (k copies of a key count k − 1), with a small
+/// open-addressing table reused per thread: a linear pass where sorting the keys cost
+/// n log n comparisons (4% of a whole IMDb pipeline).
+fn count_repeats(keys: &[u64]) -> u32 {
+    thread_local! {
+        static TABLE: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    TABLE.with(|table| {
+        let mut table = table.borrow_mut();
+        let size = (keys.len() * 2).next_power_of_two().max(16);
+        table.clear();
+        table.resize(size, 0);
+        let mask = size - 1;
+        // 0 marks an empty slot, so the key 0 is counted on the side.
+        let (mut repeats, mut zero_seen) = (0u32, false);
+        for &k in keys {
+            if k == 0 {
+                repeats += zero_seen as u32;
+                zero_seen = true;
+                continue;
+            }
+            let mut i = (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & mask;
+            loop {
+                match table[i] {
+                    0 => {
+                        table[i] = k;
+                        break;
+                    }
+                    slot if slot == k => {
+                        repeats += 1;
+                        break;
+                    }
+                    _ => i = (i + 1) & mask,
+                }
+            }
+        }
+        repeats
+    })
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -417,5 +455,17 @@ mod tests {
         }
         // The default formula is a different scale: it is not what this option reproduces.
         assert!(differs_from_ours > 700, "{differs_from_ours}");
+    }
+
+    #[test]
+    fn repeats_are_counted_as_sorting_counts_them() {
+        let mut rng = crate::rng::Rng(5);
+        for n in [0usize, 1, 2, 3, 17, 300, 5000] {
+            let keys: Vec<u64> = (0..n).map(|_| [0, 1, 7, rng.next_u64()][rng.below(4)]).collect();
+            let mut sorted = keys.clone();
+            sorted.sort_unstable();
+            let want = sorted.windows(2).filter(|w| w[0] == w[1]).count() as u32;
+            assert_eq!(count_repeats(&keys), want, "{n} keys");
+        }
     }
 }
