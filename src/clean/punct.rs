@@ -60,8 +60,16 @@ impl Punctuation {
         };
         // Ordinary ASCII is copied in bulk; only characters a rule cares about go one by one.
         let plain = |x: u8| x.is_ascii() && !matches!(x, b'!' | b'?' | b'.' | b',') && !x.is_ascii_whitespace();
+        // A single space between two ASCII non-whitespace bytes is written as it is by the
+        // whitespace rule too, so it stays in the bulk copy (runs were a word long otherwise).
+        let solid = |x: u8| x.is_ascii() && !x.is_ascii_whitespace();
+        let plain_at = |i: usize| {
+            plain(b[i])
+                || (b[i] == b' '
+                    && (!self.whitespace || (i > 0 && i + 1 < b.len() && solid(b[i - 1]) && solid(b[i + 1]))))
+        };
         while pos < b.len() {
-            let run = b[pos..].iter().position(|&x| !plain(x)).unwrap_or(b.len() - pos);
+            let run = (pos..b.len()).position(|i| !plain_at(i)).unwrap_or(b.len() - pos);
             if run > 0 {
                 flush_ws(&mut pending_ws, &mut out);
                 out.push_str(&text[pos..pos + run]);
@@ -124,6 +132,11 @@ mod tests {
             ("Wow!!! Really??? Yes?!?!", "Wow! Really? Yes?"),
             ("Well.... maybe… or.. not", "Well... maybe... or... not"),
             ("end. Start", "end. Start"),
+            // Single spaces go through the bulk copy only between ASCII non-whitespace bytes.
+            (" a b ", "a b"),
+            ("a \u{a0}b c\u{a0} d", "a b c d"),
+            ("a  b\t c . d", "a b c . d"),
+            ("x !! y ,, z", "x ! y , z"),
             ("a,, b,,, c", "a, b, c"),
             ("\u{201C}Great\u{201D} isn\u{2019}t \u{2018}it\u{2019}", "\"Great\" isn't 'it'"),
             ("  lots   of\t\tspace \n\n here  ", "lots of space here"),
