@@ -2,11 +2,12 @@
 //! checkpoint read like this file: `bert.embeddings.*`, `bert.encoder.layer.N.attention.self.*`,
 //! `…attention.output.*`, `…intermediate.dense`, `…output.*`, `bert.pooler.dense`.
 //!
-//! Every op here has a backward pass in candle: LayerNorm and softmax are built from
-//! elementwise ops and reductions, because candle-nn's fused `layer_norm` and
-//! `softmax_last_dim` have none (gradients would silently stop below them).
+//! Every op here has a backward pass: the fused CPU kernels of [`super::ops`] bring their
+//! own, and elsewhere LayerNorm and softmax are built from candle's elementwise ops and
+//! reductions (candle-nn's fused `layer_norm` and `softmax_last_dim` have no backward, so
+//! gradients would silently stop below them).
 
-use candle_core::{DType, Device, Module, Result, Tensor, D};
+use candle_core::{DType, Device, Module, Result, Tensor};
 
 use super::config::{Activation, BertConfig};
 use super::ops::{self, Dropout};
@@ -102,28 +103,18 @@ impl Module for LayerNorm {
         if dtype == DType::F32 {
             return ops::layer_norm(x, &self.weight, &self.bias, self.eps);
         }
-        let x = x.to_dtype(DType::F32)?;
-        let mean = x.mean_keepdim(D::Minus1)?;
-        let centered = x.broadcast_sub(&mean)?;
-        let var = centered.sqr()?.mean_keepdim(D::Minus1)?;
-        let normed = centered.broadcast_div(&(var + self.eps)?.sqrt()?)?;
-        normed.to_dtype(dtype)?.broadcast_mul(&self.weight)?.broadcast_add(&self.bias)
+        // Lower precisions: the statistics and the affine in f32, the result cast back.
+        let f32 = |t: &Tensor| t.to_dtype(DType::F32);
+        ops::layer_norm(&f32(x)?, &f32(&self.weight)?, &f32(&self.bias)?, self.eps)?.to_dtype(dtype)
     }
 }
 
-pub fn activation(act: Activation, x: &Tensor) -> Result<Tensor> {
-    match act {
-        Activation::Gelu => ops::gelu_erf(x),
-        Activation::GeluNew => x.gelu(),
-        Activation::Relu => x.relu(),
-    }
-}
-
-/// `act(x Wᵀ + b)`: bias and exact GELU in one fused pass.
-fn linear_activation(linear: &Linear, act: Activation, x: &Tensor) -> Result<Tensor> {
+/// `act(x Wᵀ + b)`; exact GELU takes the bias in the same fused pass.
+pub fn linear_activation(linear: &Linear, act: Activation, x: &Tensor) -> Result<Tensor> {
     match act {
         Activation::Gelu => ops::bias_gelu(&linear.matmul(x)?, &linear.bias),
-        _ => activation(act, &linear.forward(x)?),
+        Activation::GeluNew => linear.forward(x)?.gelu(),
+        Activation::Relu => linear.forward(x)?.relu(),
     }
 }
 

@@ -12,7 +12,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, Module, Tensor};
 
-use bert::{activation, BertModel, Inputs, LayerNorm, Linear, Mode};
+use bert::{linear_activation, BertModel, Inputs, LayerNorm, Linear, Mode};
 use config::BertConfig;
 use params::{Init, ParamLoader, Params};
 
@@ -64,7 +64,7 @@ impl MlmHead {
 
     /// Vocabulary logits for hidden states `[n, hidden]`.
     pub fn forward(&self, hidden: &Tensor, word_embeddings: &Tensor) -> candle_core::Result<Tensor> {
-        let t = self.layer_norm.forward(&activation(self.act, &self.dense.forward(hidden)?)?)?;
+        let t = self.layer_norm.forward(&linear_activation(&self.dense, self.act, hidden)?)?;
         t.matmul(&word_embeddings.t()?)?.broadcast_add(&self.bias)
     }
 }

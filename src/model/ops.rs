@@ -1,9 +1,10 @@
 //! Fused CPU kernels with hand-written backward passes, for the ops where candle's graph of
-//! small ops spends its time: LayerNorm (mean, centre, variance, scale, affine: one pass
-//! forward, one backward, instead of ~8 ops and their gradients), the attention softmax
-//! (scale, mask bias, max, exp, sum, divide) and exact GELU (whose derivative candle builds
-//! from ten graph ops). Other devices take the graph of basic ops, which backpropagates
-//! everywhere.
+//! small ops spends its time: LayerNorm (one pass forward, one backward, instead of ~8 ops and
+//! their gradients); the attention softmax with its dropout; the bias epilogues of the
+//! projections (`+ b` while splitting Q/K/V into heads, `gelu(y + b)`, `dropout(y + b) +
+//! residual`), whose bias gradient is a parallel column sum; the head merge; and position-keyed
+//! dropout. Other devices (and `BERTPIPE_UNFUSED=1`) take the graph of basic ops, which
+//! backpropagates everywhere and drops the same elements.
 //!
 //! Each kernel is checked against that graph, values and gradients, in the tests below.
 
@@ -765,18 +766,7 @@ impl candle_core::CustomOp1 for Heads {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Exact GELU: y = x · Φ(x) = 0.5 · x · (1 + erf(x/√2)).
-
-/// GELU with erf, fused on the CPU: one pass forward, one backward (candle's graph builds the
-/// derivative from ten tensor ops over the whole intermediate activation).
-pub fn gelu_erf(x: &Tensor) -> Result<Tensor> {
-    if fused(x) {
-        return x.contiguous()?.apply_op1(GeluOp);
-    }
-    x.gelu_erf()
-}
-
-struct GeluOp;
+// Exact GELU: y = x · Φ(x) = 0.5 · x · (1 + erf(x/√2)), used by `bias_gelu`.
 
 /// erf(x) as a rational function of x on [−4, 4] (Eigen's `generic_fast_erf_float`, as in
 /// TensorFlow): within 5e-7 of the exact value everywhere (tested), with no branches or calls,
@@ -806,46 +796,6 @@ fn gelu(v: f32) -> f32 {
 #[inline]
 fn gelu_grad(v: f32) -> f32 {
     0.5 + 0.398942 * (-(v * v) / 2.0).exp() * v + 0.5 * erf(v / std::f32::consts::SQRT_2)
-}
-
-impl candle_core::CustomOp1 for GeluOp {
-    fn name(&self) -> &'static str {
-        "bertpipe-gelu-erf"
-    }
-
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let x = slice(s, l, self.name())?;
-        let mut y = zeroed(x.len());
-        y.par_chunks_mut(1 << 14).zip(x.par_chunks(1 << 14)).for_each(|(ys, xs)| {
-            for (y, &v) in ys.iter_mut().zip(xs) {
-                *y = gelu(v);
-            }
-        });
-        Ok((CpuStorage::F32(y), l.shape().clone()))
-    }
-
-    fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
-        Ok(Some(x.apply_op2_no_bwd(&grad.contiguous()?, &GeluBwd)?))
-    }
-}
-
-struct GeluBwd;
-
-impl CustomOp2 for GeluBwd {
-    fn name(&self) -> &'static str {
-        "bertpipe-gelu-erf-bwd"
-    }
-
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (x, g) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?);
-        let mut dx = zeroed(x.len());
-        dx.par_chunks_mut(1 << 14).zip(x.par_chunks(1 << 14).zip(g.par_chunks(1 << 14))).for_each(|(ds, (xs, gs))| {
-            for ((d, &v), &g) in ds.iter_mut().zip(xs).zip(gs) {
-                *d = g * gelu_grad(v);
-            }
-        });
-        Ok((CpuStorage::F32(dx), l1.shape().clone()))
-    }
 }
 
 /// Zeroes one row of a contiguous f32 matrix in place (the padding token's gradient).
@@ -919,7 +869,14 @@ mod tests {
         let x = rand(&[4, 33, 70], 6, 5.0);
         check(
             std::slice::from_ref(&x),
-            |t, fused| if fused { t[0].apply_op1(GeluOp).unwrap() } else { t[0].gelu_erf().unwrap() },
+            |t, fused| {
+                let zero = Tensor::zeros(70, DType::F32, &Device::Cpu).unwrap();
+                if fused {
+                    t[0].apply_op2(&zero, BiasOp { gelu: true }).unwrap()
+                } else {
+                    t[0].gelu_erf().unwrap()
+                }
+            },
             // |x| ≤ 5 times erf's 5e-7.
             3e-6,
         );
