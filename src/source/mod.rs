@@ -55,16 +55,22 @@ impl Source {
         }
     }
 
-    /// The split that replaces the one each record is read with: fractions, or a name given
-    /// to an aclImdb source.
-    fn reassigned_split(&self) -> Option<&Split> {
+    /// The source's `split:` (an aclImdb source has none unless it re-splits its folders).
+    fn split(&self) -> Option<&Split> {
         match self {
             Source::AclImdb(s) => s.split.as_ref(),
             Source::Jsonl(Jsonl { split, .. })
             | Source::Csv(Csv { split, .. })
             | Source::Parquet(ParquetSource { split, .. })
-            | Source::Text(TextSource { split, .. }) => matches!(split, Split::Fractions(_)).then_some(split),
+            | Source::Text(TextSource { split, .. }) => Some(split),
         }
+    }
+
+    /// The split that replaces the one each record is read with: fractions, or a name given
+    /// to an aclImdb source (the others read records with their name already).
+    fn reassigned_split(&self) -> Option<&Split> {
+        let split = self.split()?;
+        (matches!(self, Source::AclImdb(_)) || matches!(split, Split::Fractions(_))).then_some(split)
     }
 
     fn read_raw(&self, out: &mut dyn Emit) -> Result<()> {
@@ -106,14 +112,7 @@ impl Source {
         if let Source::AclImdb(s) = self {
             problems.extend(s.check());
         }
-        let split = match self {
-            Source::AclImdb(s) => s.split.as_ref(),
-            Source::Jsonl(Jsonl { split, .. })
-            | Source::Csv(Csv { split, .. })
-            | Source::Parquet(ParquetSource { split, .. })
-            | Source::Text(TextSource { split, .. }) => Some(split),
-        };
-        if let Some(split) = split {
+        if let Some(split) = self.split() {
             problems.extend(split.check().into_iter().map(|m| ("split", m)));
         }
         problems
@@ -124,10 +123,32 @@ impl Source {
 /// name. A document's split is then a pure function of its id and the pipeline seed — the
 /// same wherever it sits in the input and however the input is divided among machines.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, try_from = "serde_json::Value")]
 pub enum Split {
     Name(String),
     Fractions(BTreeMap<String, f64>),
+}
+
+/// Either shape, or an error that shows both (serde's own for an untagged enum only says that
+/// no variant matched).
+impl TryFrom<serde_json::Value> for Split {
+    type Error = String;
+
+    fn try_from(v: serde_json::Value) -> std::result::Result<Split, String> {
+        let help = "a split name (`train`) or fractions by name (`{train: 0.9, validation: 0.1}`)";
+        match v {
+            serde_json::Value::String(name) => Ok(Split::Name(name)),
+            serde_json::Value::Object(map) => map
+                .into_iter()
+                .map(|(name, f)| match f.as_f64() {
+                    Some(x) => Ok((name, x)),
+                    None => Err(format!("the fraction of `{name}` is {f}, not a number: expected {help}")),
+                })
+                .collect::<std::result::Result<_, _>>()
+                .map(Split::Fractions),
+            other => Err(format!("got {other}: expected {help}")),
+        }
+    }
 }
 
 impl Default for Split {
@@ -444,5 +465,9 @@ mod tests {
         assert!(serde_json::from_str::<Split>(r#"{"train": 0.9, "validation": 0.2}"#).unwrap().check()[0]
             .contains("add up to 1"));
         assert!(!serde_json::from_str::<Split>(r#""a/b""#).unwrap().check().is_empty());
+        let e = serde_json::from_str::<Split>(r#"{"train": "most"}"#).unwrap_err().to_string();
+        assert!(e.contains("fraction of `train`") && e.contains("{train: 0.9"), "{e}");
+        let e = serde_json::from_str::<Split>("[1, 2]").unwrap_err().to_string();
+        assert!(e.contains("a split name (`train`)"), "{e}");
     }
 }

@@ -216,28 +216,32 @@ impl AdamW {
 pub fn clip_coefficient(grads: &[Tensor], max_norm: f64) -> Result<(f64, f64)> {
     let mut sum_sq = 0f64;
     for g in grads {
-        sum_sq += if in_place(g) {
-            let (storage, layout) = g.storage_and_layout();
-            match (&*storage, layout.contiguous_offsets()) {
-                (candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)), Some((a, b))) => {
-                    // Fixed blocks summed in parallel, then in block order: the same for any
-                    // thread count.
-                    use rayon::prelude::*;
-                    let blocks: Vec<f64> = v[a..b]
-                        .par_chunks(1 << 15)
-                        .map(|c| c.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>())
-                        .collect();
-                    blocks.iter().sum::<f64>()
-                }
-                _ => g.sqr()?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?,
-            }
-        } else {
-            g.sqr()?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?
+        sum_sq += match host_sum_sq(g) {
+            Some(s) => s,
+            None => g.sqr()?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?,
         };
     }
     let norm = sum_sq.sqrt();
     let coef = if max_norm > 0.0 { (max_norm / (norm + 1e-6)).min(1.0) } else { 1.0 };
     Ok((norm, coef))
+}
+
+/// Σ g² of a gradient the in-place kernel handles, read where it lies: fixed blocks summed in
+/// parallel, then in block order, so the result does not depend on the thread count.
+fn host_sum_sq(g: &Tensor) -> Option<f64> {
+    use rayon::prelude::*;
+    if !in_place(g) {
+        return None;
+    }
+    let (storage, layout) = g.storage_and_layout();
+    let (candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)), Some((a, b))) =
+        (&*storage, layout.contiguous_offsets())
+    else {
+        return None;
+    };
+    let blocks: Vec<f64> =
+        v[a..b].par_chunks(1 << 15).map(|c| c.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>()).collect();
+    Some(blocks.iter().sum())
 }
 
 /// The learning rate for optimiser step `step` (0-based), as HF's schedulers compute it:
