@@ -92,6 +92,12 @@ fn exact_figures_on_a_hand_checked_fixture() {
     let (r, _) = stats::run(&input, &StatsOptions { word_buckets: None, ..opts.clone() }).unwrap();
     let ranges: Vec<String> = r.groups[0].word_buckets.as_ref().unwrap().iter().map(|b| b.range.clone()).collect();
     assert_eq!(ranges, ["<75", "75-299", "300-399", ">=400"]);
+    let bad = StatsOptions { word_buckets: Some(vec![300, 100]), ..opts.clone() };
+    let e = match stats::run(&input, &bad) {
+        Err(e) => format!("{e:?}"),
+        Ok(_) => panic!("--word-buckets 300,100 accepted"),
+    };
+    assert!(e.contains("increasing word counts"), "{e}");
     // max_len 128 leaves 126 tokens: 299, 300, 500 and 1000 are cut.
     let tr = all.truncation.as_ref().unwrap();
     assert_eq!((tr.limit, tr.documents_over), (126, 4));

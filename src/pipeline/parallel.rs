@@ -213,17 +213,14 @@ pub fn process_with<M: Send>(
             while let Some(batch) = pending.remove(&next) {
                 next += 1;
                 for p in batch {
-                    let mut p = match p {
-                        Ok(p) => p,
-                        Err(e) => {
-                            consumed = Err(e);
-                            break 'outer;
-                        }
-                    };
-                    let measured = p.measured.take();
-                    let outcome = resolve_dedup(&mut dedup, p);
-                    let measured = if matches!(outcome, Outcome::Kept(_)) { measured } else { None };
-                    if let Err(e) = consume(outcome, measured) {
+                    // A file a worker could not read stops the run as a consumer error does.
+                    let done = p.and_then(|mut p| {
+                        let measured = p.measured.take();
+                        let outcome = resolve_dedup(&mut dedup, p);
+                        let measured = if matches!(outcome, Outcome::Kept(_)) { measured } else { None };
+                        consume(outcome, measured)
+                    });
+                    if let Err(e) = done {
                         consumed = Err(e);
                         break 'outer;
                     }

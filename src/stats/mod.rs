@@ -71,6 +71,16 @@ impl From<anyhow::Error> for StatsError {
 
 /// Reads `input` and builds its report.
 pub fn run(input: &Path, opts: &StatsOptions) -> Result<(Report, collect::Collected), StatsError> {
+    if let Some(e) = &opts.word_buckets {
+        if e.is_empty() || e.contains(&0) || e.windows(2).any(|w| w[0] >= w[1]) {
+            let given: Vec<String> = e.iter().map(u32::to_string).collect();
+            return Err(anyhow::anyhow!(
+                "--word-buckets {}: give increasing word counts above 0, e.g. --word-buckets 100,300,500",
+                given.join(",")
+            )
+            .into());
+        }
+    }
     let kind = collect::detect(input)?;
     let mut collected = match kind {
         InputKind::Shards => {

@@ -60,24 +60,20 @@ fn word_buckets(edges: &[u32]) -> Vec<(String, u32, Option<u32>)> {
     out
 }
 
-/// Default bucket edges from the data: the quartiles of the word counts (p25, median, p75 as
-/// the report computes them), rounded to two
-/// significant digits (174 → 170), so each bucket holds about a quarter of any corpus —
-/// tweets or books alike. Empty when there is nothing to split.
-pub fn quartile_edges(words: &mut [f64]) -> Vec<u32> {
+/// Default bucket edges from the data: the quartiles of the word counts (p25, median, p75,
+/// the report's linear quantiles), rounded to two significant digits (174 → 170), so each
+/// bucket holds about a quarter of any corpus — tweets or books alike. Empty when there is
+/// nothing to split.
+pub fn quartile_edges(words: &mut [f32]) -> Vec<u32> {
     if words.is_empty() {
         return Vec::new();
     }
-    words.sort_by(f64::total_cmp);
-    // The report's quantile (linear between closest ranks), so the edges are the table's
-    // p25 / median / p75, rounded.
-    let at = |q: f64| {
-        let h = (words.len() - 1) as f64 * q;
-        let (i, f) = (h.floor() as usize, h - h.floor());
-        words[i] + f * (words[(i + 1).min(words.len() - 1)] - words[i])
-    };
-    let mut edges: Vec<u32> =
-        [0.25, 0.5, 0.75].into_iter().map(|q| two_significant(at(q))).filter(|&e| e > 0).collect();
+    words.sort_by(f32::total_cmp);
+    let mut edges: Vec<u32> = [0.25, 0.5, 0.75]
+        .into_iter()
+        .map(|q| two_significant(crate::clean::filter::quantile_linear(words, q) as f64))
+        .filter(|&e| e > 0)
+        .collect();
     edges.dedup();
     edges
 }
@@ -493,7 +489,7 @@ pub fn build(
     let edges = match word_edges {
         Some(e) => e.to_vec(),
         None if c.table.columns.text => {
-            quartile_edges(&mut f64_col(&df, "words")?.into_iter().flatten().collect::<Vec<f64>>())
+            quartile_edges(&mut f64_col(&df, "words")?.into_iter().flatten().map(|w| w as f32).collect::<Vec<_>>())
         }
         None => Vec::new(),
     };
@@ -712,7 +708,7 @@ mod tests {
         assert_eq!(two_significant(1234.0), 1200);
         assert_eq!(two_significant(37.4), 37);
         // Tweets: every bucket gets a share, not all in the first.
-        let mut tweets: Vec<f64> = (0..1000).map(|i| (5 + i % 30) as f64).collect();
+        let mut tweets: Vec<f32> = (0..1000).map(|i| (5 + i % 30) as f32).collect();
         let edges = quartile_edges(&mut tweets);
         assert_eq!(edges, [12, 19, 27]);
         let labels: Vec<String> = word_buckets(&edges).into_iter().map(|b| b.0).collect();
