@@ -1540,7 +1540,7 @@ impl Map2 for MatMul {
             )
         };
         // bertpipe: a batch of at least one product per thread runs a sequential gemm per task.
-        if b > 1 && num_threads > 1 && b >= num_threads {
+        if num_threads > 1 && b >= num_threads {
             (0..b).into_par_iter().for_each(|step| product(step, Parallelism::None));
         } else {
             for step in 0..b {
