@@ -197,10 +197,6 @@ fn ratio(part: u32, whole: u32) -> f32 {
     }
 }
 
-fn is_sentence_end(c: char) -> bool {
-    matches!(c, '.' | '!' | '?' | '\n' | '…')
-}
-
 pub(crate) fn is_punct(c: char) -> bool {
     c.is_ascii_punctuation()
         || (!c.is_ascii()
@@ -643,6 +639,10 @@ mod tests {
         m.trigrams = keys.len() as u32;
         m.repeated_trigrams = count_repeats(&keys);
         m
+    }
+
+    fn is_sentence_end(c: char) -> bool {
+        matches!(c, '.' | '!' | '?' | '\n' | '…')
     }
 
     const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
