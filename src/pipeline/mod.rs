@@ -21,6 +21,7 @@ use crate::sink::manifest::{self, Journal, Manifest, RejectsInfo, SplitStats, RE
 use crate::sink::rows::{DocRows, PretrainRows, RejectRows, RowBuffer, RowLayout};
 use crate::sink::shard::{OnShard, ShardInfo, ShardWriter};
 use crate::sink::{ParquetSink, Sink};
+use crate::source::Total;
 use crate::tokenize::TokenizerInfo;
 use parallel::Outcome;
 use progress::Progress;
@@ -114,7 +115,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     let mut rejects = RejectRows::default();
     let mut reject_writer =
         ShardWriter::new(&out, REJECTS, rejects.schema(), sink, kept.get(REJECTS).cloned().unwrap_or_default());
-    let set_total = |b: u64| progress.set_total(b);
+    let set_total = |t: Total| progress.set_total(t);
     let text_bytes = parallel::process(&pipeline.source, pipeline.seed, &steps, threads, &set_total, |outcome| {
         progress.advance(outcome.input_bytes(), 1);
         match outcome {
@@ -374,7 +375,7 @@ pub(crate) fn resolve_noise_quantiles(
         };
         let progress = Progress::new(quiet, "noise quantile pass");
         let mut scores: Vec<f32> = Vec::new();
-        let set_total = |b: u64| progress.set_total(b);
+        let set_total = |t: Total| progress.set_total(t);
         parallel::process(source, seed, &steps[..i], threads, &set_total, |outcome| {
             progress.advance(outcome.input_bytes(), 1);
             if let Outcome::Kept(doc) = outcome {

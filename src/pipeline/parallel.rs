@@ -10,7 +10,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use crate::clean::dedup::DedupIndex;
 use crate::document::{DedupKey, Document, Rejected, SourceItem};
 use crate::pipeline::{PipelineStep, Verdict};
-use crate::source::{Emit, Source};
+use crate::source::{Emit, Source, Total};
 
 /// A batch closes at this many documents or this many bytes of text, whichever comes first.
 const BATCH_DOCS: usize = 256;
@@ -39,6 +39,8 @@ struct Processed<M> {
     original: Option<String>,
     /// What the caller's `measure` made of a kept document, on the worker.
     measured: Option<M>,
+    /// Bytes of a file the worker read (the reader handed it over unread).
+    read_bytes: u64,
 }
 
 fn run_steps<M>(
@@ -46,14 +48,28 @@ fn run_steps<M>(
     item: SourceItem,
     measure: &(dyn Fn(&Document) -> M + Sync),
 ) -> Result<Processed<M>> {
-    let item = match item {
-        SourceItem::File(f) => f.load()?,
-        item => item,
+    let (item, read_bytes) = match item {
+        SourceItem::File(f) => {
+            let item = f.load()?;
+            let read = match &item {
+                SourceItem::Doc(d) => d.input_bytes,
+                SourceItem::Reject(r) => r.input_bytes,
+                SourceItem::File(_) => unreachable!("a loaded file is a document or a reject"),
+            };
+            (item, read)
+        }
+        item => (item, 0),
     };
     let mut doc = match item {
         SourceItem::Doc(d) => d,
         SourceItem::Reject(r) => {
-            return Ok(Processed { outcome: Outcome::Rejected(r), dedup_key: None, original: None, measured: None })
+            return Ok(Processed {
+                outcome: Outcome::Rejected(r),
+                dedup_key: None,
+                original: None,
+                measured: None,
+                read_bytes,
+            })
         }
         SourceItem::File(_) => unreachable!("loaded above"),
     };
@@ -74,6 +90,7 @@ fn run_steps<M>(
                 dedup_key: doc.dedup_key,
                 original: None,
                 measured: None,
+                read_bytes,
             });
         }
     }
@@ -84,6 +101,7 @@ fn run_steps<M>(
         outcome: Outcome::Kept(doc),
         original: keep_original.then_some(original),
         measured,
+        read_bytes,
     })
 }
 
@@ -95,8 +113,9 @@ struct Batcher<'a> {
     seq: u64,
     work: &'a Sender<(u64, Vec<SourceItem>)>,
     slots: &'a Receiver<()>,
-    on_total: &'a (dyn Fn(u64) + Sync),
-    /// Bytes of document text read so far, for throughput that does not depend on compression.
+    on_total: &'a (dyn Fn(Total) + Sync),
+    /// Bytes of document text read so far (files handed over unread are counted as the
+    /// workers read them), for throughput that does not depend on compression.
     text_bytes: u64,
     workers: usize,
 }
@@ -116,8 +135,8 @@ impl Batcher<'_> {
 }
 
 impl Emit for Batcher<'_> {
-    fn total_bytes(&mut self, bytes: u64) {
-        (self.on_total)(bytes);
+    fn total(&mut self, total: Total) {
+        (self.on_total)(total);
     }
 
     fn reads_files(&self) -> bool {
@@ -128,8 +147,8 @@ impl Emit for Batcher<'_> {
         let len = match &item {
             SourceItem::Doc(d) => d.text.len(),
             SourceItem::Reject(r) => r.text.len(),
-            // Not read yet: its size on disk.
-            SourceItem::File(f) => f.meta.input_bytes as usize,
+            // Not read yet (batches of files close at BATCH_DOCS).
+            SourceItem::File(_) => 0,
         };
         self.bytes += len;
         self.text_bytes += len as u64;
@@ -149,7 +168,7 @@ pub fn process(
     seed: u64,
     steps: &[PipelineStep],
     threads: usize,
-    on_total: &(dyn Fn(u64) + Sync),
+    on_total: &(dyn Fn(Total) + Sync),
     mut consume: impl FnMut(Outcome) -> Result<()>,
 ) -> Result<u64> {
     process_with(source, seed, steps, threads, on_total, &|_: &Document| (), |outcome, _| consume(outcome))
@@ -163,7 +182,7 @@ pub fn process_with<M: Send>(
     seed: u64,
     steps: &[PipelineStep],
     threads: usize,
-    on_total: &(dyn Fn(u64) + Sync),
+    on_total: &(dyn Fn(Total) + Sync),
     measure: &(dyn Fn(&Document) -> M + Sync),
     mut consume: impl FnMut(Outcome, Option<M>) -> Result<()>,
 ) -> Result<u64> {
@@ -208,6 +227,7 @@ pub fn process_with<M: Send>(
         let mut pending: BTreeMap<u64, Vec<Result<Processed<M>>>> = BTreeMap::new();
         let mut next = 0u64;
         let mut consumed: Result<()> = Ok(());
+        let mut read_by_workers = 0u64;
         'outer: for (seq, batch) in done_rx.iter() {
             pending.insert(seq, batch);
             while let Some(batch) = pending.remove(&next) {
@@ -215,6 +235,7 @@ pub fn process_with<M: Send>(
                 for p in batch {
                     // A file a worker could not read stops the run as a consumer error does.
                     let done = p.and_then(|mut p| {
+                        read_by_workers += p.read_bytes;
                         let measured = p.measured.take();
                         let outcome = resolve_dedup(&mut dedup, p);
                         let measured = if matches!(outcome, Outcome::Kept(_)) { measured } else { None };
@@ -233,7 +254,7 @@ pub fn process_with<M: Send>(
         drop(slot_tx);
         let read = reader.join().map_err(|_| anyhow!("the source reader panicked"))?;
         consumed?;
-        read
+        Ok(read? + read_by_workers)
     })
 }
 

@@ -1,15 +1,21 @@
-//! Progress on stderr: bytes of input done (MB/s, ETA when the size is known) and documents.
-//! Silent with `--quiet` or when stderr is not a terminal.
+//! Progress on stderr: bytes of input done (MB/s, ETA when the size is known) and documents;
+//! for a folder of one file per document, files done out of the files listed. Silent with
+//! `--quiet` or when stderr is not a terminal.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::source::Total;
 
 pub struct Progress {
     bar: ProgressBar,
     started: Instant,
     docs: AtomicU64,
+    bytes: AtomicU64,
+    /// The bar counts files (documents), not bytes.
+    by_files: AtomicBool,
 }
 
 impl Progress {
@@ -25,19 +31,46 @@ impl Progress {
         );
         bar.set_prefix(what.to_string());
         bar.enable_steady_tick(Duration::from_millis(200));
-        Progress { bar, started: Instant::now(), docs: AtomicU64::new(0) }
+        Progress {
+            bar,
+            started: Instant::now(),
+            docs: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            by_files: AtomicBool::new(false),
+        }
     }
 
-    pub fn set_total(&self, bytes: u64) {
-        self.bar.set_length(bytes);
+    /// Sets the size of the input; call before the first [`Progress::advance`].
+    pub fn set_total(&self, total: Total) {
+        match total {
+            Total::Bytes(bytes) => self.bar.set_length(bytes),
+            Total::Files(files) => {
+                self.by_files.store(true, Ordering::Relaxed);
+                self.bar.set_style(
+                    ProgressStyle::with_template(
+                        "{prefix:.bold} [{elapsed_precise}] {wide_bar:.cyan/blue} {human_pos}/{human_len} files ETA {eta} {msg}",
+                    )
+                    .expect("valid template")
+                    .progress_chars("=> "),
+                );
+                self.bar.set_length(files);
+            }
+        }
     }
 
     pub fn advance(&self, bytes: u64, docs: u64) {
-        self.bar.inc(bytes);
+        let by_files = self.by_files.load(Ordering::Relaxed);
+        self.bar.inc(if by_files { docs } else { bytes });
         let n = self.docs.fetch_add(docs, Ordering::Relaxed) + docs;
+        let read = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
         if n % 256 == 0 {
-            let rate = n as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
-            self.bar.set_message(format!("{n} docs ({rate:.0}/s)"));
+            let secs = self.started.elapsed().as_secs_f64().max(1e-3);
+            let rate = n as f64 / secs;
+            self.bar.set_message(if by_files {
+                format!("{n} docs ({rate:.0}/s, {}/s)", HumanBytes((read as f64 / secs) as u64))
+            } else {
+                format!("{n} docs ({rate:.0}/s)")
+            });
         }
     }
 

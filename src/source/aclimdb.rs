@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{Emit, InvalidUtf8, PendingFile, RecordMeta, Split};
+use super::{Emit, InvalidUtf8, PendingFile, RecordMeta, Split, Total};
 use crate::document::SourceItem;
 
 /// Read aclImdb: `{train,test}/{neg,pos,unsup}/<id>_<rating>.txt`. Files in a label folder
@@ -162,34 +162,38 @@ impl AclImdb {
         Ok(dirs)
     }
 
-    /// The files of one label folder, in id order (names without an id last, by name).
-    fn list(dir: &Path) -> Result<Vec<(String, u64)>> {
+    /// The files of one label folder, in id order (names without an id last, by name). The
+    /// directory entries' types come with the listing (no `stat` per file on the file systems
+    /// that report them; others fall back to one).
+    fn list(dir: &Path) -> Result<Vec<String>> {
         let mut files = Vec::new();
         for entry in std::fs::read_dir(dir).with_context(|| format!("could not list '{}'", dir.display()))? {
-            let entry = entry?;
-            if entry.file_type()?.is_file() {
-                let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
-                files.push((entry.file_name().to_string_lossy().into_owned(), size));
+            let entry = entry.with_context(|| format!("could not list '{}'", dir.display()))?;
+            let kind = entry.file_type().with_context(|| format!("could not list '{}'", dir.display()))?;
+            // A symbolic link to a file is read as that file.
+            if kind.is_file() || (kind.is_symlink() && entry.path().is_file()) {
+                files.push(entry.file_name().to_string_lossy().into_owned());
             }
         }
-        files.sort_by_cached_key(|(name, _)| (parse_file_name(name).map_or(u64::MAX, |(id, _)| id), name.clone()));
+        files.sort_by_cached_key(|name| (parse_file_name(name).map_or(u64::MAX, |(id, _)| id), name.clone()));
         Ok(files)
     }
 
     fn read_folder(&self, out: &mut dyn Emit) -> Result<()> {
         let root = self.root()?;
         let dirs = self.label_dirs(&root)?;
-        // The total size (for progress) takes one listing pass; files are listed again folder by
+        // The file count (for progress) takes one listing pass; files are listed again folder by
         // folder while reading, so memory does not hold every name of a large corpus at once.
         let mut total = 0u64;
         for (_, _, dir) in &dirs {
-            total += Self::list(dir)?.iter().map(|(_, size)| size).sum::<u64>();
+            total += Self::list(dir)?.len() as u64;
         }
-        out.total_bytes(total);
+        out.total(Total::Files(total));
         for (split, label, dir) in dirs {
-            for (name, size) in Self::list(&dir)? {
+            for name in Self::list(&dir)? {
                 let path = dir.join(&name);
-                let (meta, ok) = self.meta(&split, label, &name, path.display().to_string(), size);
+                // The size is known once the file is read (`PendingFile::load`).
+                let (meta, ok) = self.meta(&split, label, &name, path.display().to_string(), 0);
                 // With several workers, opened and read by the worker that cleans it: reading
                 // 50,000 small files on this one thread was the floor under every pipeline.
                 let reject = (!ok).then(|| format!("bad_file_name:{name}"));
@@ -202,7 +206,7 @@ impl AclImdb {
 
     fn read_tarball(&self, out: &mut dyn Emit) -> Result<()> {
         let file = File::open(&self.path).with_context(|| format!("could not open '{}'", self.path.display()))?;
-        out.total_bytes(file.metadata().map(|m| m.len()).unwrap_or(0));
+        out.total(Total::Bytes(file.metadata().map(|m| m.len()).unwrap_or(0)));
         let consumed = Arc::new(AtomicU64::new(0));
         let counting = CountingReader { inner: BufReader::with_capacity(1 << 20, file), count: consumed.clone() };
         let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(counting));

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta, Split};
+use super::{file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta, Split, Total};
 
 /// Read CSV (or TSV) with a header row. Quoted fields may contain delimiters and newlines.
 /// A record with the wrong number of fields goes to the rejects with its line number.
@@ -60,7 +60,7 @@ impl Csv {
             bail!("csv delimiter `{d}` must be one ASCII character");
         }
         let files = input_files(&self.path, &["csv", "tsv"])?;
-        out.total_bytes(files.iter().map(|f| file_size(f)).sum());
+        out.total(Total::Bytes(files.iter().map(|f| file_size(f)).sum()));
         for file in files {
             let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let mut raw = BufReader::with_capacity(

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta, Split};
+use super::{file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta, Split, Total};
 
 /// Read JSON Lines: one object per line. A line that is not valid JSON, or lacks the text
 /// field, goes to the rejects with its line number. Blank lines are skipped.
@@ -45,7 +45,7 @@ fn default_text_field() -> String {
 impl Jsonl {
     pub fn read(&self, out: &mut dyn Emit) -> Result<()> {
         let files = input_files(&self.path, &["jsonl", "json", "ndjson"])?;
-        out.total_bytes(files.iter().map(|f| file_size(f)).sum());
+        out.total(Total::Bytes(files.iter().map(|f| file_size(f)).sum()));
         for file in files {
             let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let mut reader = BufReader::with_capacity(

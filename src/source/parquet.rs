@@ -10,7 +10,7 @@ use arrow_schema::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::{file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta, Split};
+use super::{file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta, Split, Total};
 
 /// Read Parquet files batch by batch. Text and id columns are strings; the label column may be
 /// an integer, boolean or string column.
@@ -80,7 +80,7 @@ fn cell_json(col: &dyn Array, i: usize) -> serde_json::Value {
 impl ParquetSource {
     pub fn read(&self, out: &mut dyn Emit) -> Result<()> {
         let files = input_files(&self.path, &["parquet"])?;
-        out.total_bytes(files.iter().map(|f| file_size(f)).sum());
+        out.total(Total::Bytes(files.iter().map(|f| file_size(f)).sum()));
         for file in files {
             let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let size = file_size(&file);

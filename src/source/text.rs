@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{file_size, input_files, Emit, InvalidUtf8, RecordMeta, Split};
+use super::{file_size, input_files, Emit, InvalidUtf8, RecordMeta, Split, Total};
 
 /// Read plain text files. Ids are `<file>:<first line>`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -39,7 +39,7 @@ pub enum TextMode {
 impl TextSource {
     pub fn read(&self, out: &mut dyn Emit) -> Result<()> {
         let files = input_files(&self.path, &["txt", "text"])?;
-        out.total_bytes(files.iter().map(|f| file_size(f)).sum());
+        out.total(Total::Bytes(files.iter().map(|f| file_size(f)).sum()));
         for file in files {
             let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let mut reader = BufReader::with_capacity(

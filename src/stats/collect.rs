@@ -22,6 +22,7 @@ use crate::pipeline::PipelineStep;
 use crate::pipeline::{prepare_steps, resolve_noise_quantiles, threads_or_default};
 use crate::shards::ShardSet;
 use crate::sink::manifest::TokenStats;
+use crate::source::Total;
 use crate::tokenize::Tokenize;
 
 /// What was read, as the report names it.
@@ -295,7 +296,7 @@ pub fn from_pipeline(pipeline: &Pipeline, is_pipeline: bool, path: &Path, opts: 
     let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
     let mut reject_examples = BTreeMap::new();
     let progress = Progress::new(opts.quiet, "stats");
-    let set_total = |b: u64| progress.set_total(b);
+    let set_total = |t: Total| progress.set_total(t);
     let measure = |doc: &crate::document::Document| TextMeasure::of(&doc.text);
     let text_bytes = parallel::process_with(
         &pipeline.source,
@@ -398,7 +399,7 @@ pub fn from_shards(root: &Path, opts: &StatsOptions) -> Result<Collected> {
 
     let mut table = DocTable::new(columns, opts.top);
     let progress = Progress::new(opts.quiet, "stats");
-    progress.set_total(files.iter().map(|f| f.2).sum());
+    progress.set_total(Total::Bytes(files.iter().map(|f| f.2).sum()));
     let mut text_bytes = 0u64;
     for (split, file, bytes) in &files {
         let df = scan(file)?

@@ -19,6 +19,7 @@ use crate::config::Pipeline;
 use crate::pipeline::parallel::{self, Outcome};
 use crate::pipeline::progress::Progress;
 use crate::pipeline::PipelineStep;
+use crate::source::Total;
 
 /// Options of `vocab train`.
 #[derive(Debug, Clone)]
@@ -90,7 +91,7 @@ pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<Voca
         let (progress, steps) = (&progress, &steps);
         // The sender moves into the reader so the trainer's input ends when reading does.
         let reader = scope.spawn(move || {
-            let set_total = |b: u64| progress.set_total(b);
+            let set_total = |t: Total| progress.set_total(t);
             parallel::process(&pipeline.source, pipeline.seed, steps, threads, &set_total, |outcome| {
                 progress.advance(outcome.input_bytes(), 1);
                 if let Outcome::Kept(doc) = outcome {
@@ -138,7 +139,7 @@ pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<Voca
     measure.push(PipelineStep::Tokenize(tokenize));
     let progress = Progress::new(opts.quiet, "vocab: measuring coverage");
     let (mut tokens, mut unk_tokens) = (0u64, 0u64);
-    let set_total = |b: u64| progress.set_total(b);
+    let set_total = |t: Total| progress.set_total(t);
     parallel::process(&pipeline.source, pipeline.seed, &measure, threads, &set_total, |outcome| {
         progress.advance(outcome.input_bytes(), 1);
         if let Outcome::Kept(doc) = outcome {
