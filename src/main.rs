@@ -6,6 +6,9 @@ use bertpipe::pipeline::PipelineStep;
 use bertpipe::pipeline::{self, RunOptions};
 use clap::Parser;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Exit codes: 0 ok, 1 failure, 2 usage (clap), 78 configuration error.
 const EXIT_CONFIG: u8 = 78;
 
