@@ -29,8 +29,10 @@ pub struct SpecialIds {
 
 pub struct WordPiece {
     vocab: FxHashMap<Box<str>, u32>,
+    /// `vocab` again, for the per-word lookups.
+    words: PieceTable,
     /// Continuation pieces (`##x`) stored without their prefix, so lookups need no copy.
-    continuations: FxHashMap<Box<str>, u32>,
+    continuations: PieceTable,
     pub specials: SpecialIds,
     pub lowercase: bool,
     pub strip_accents: bool,
@@ -105,8 +107,11 @@ impl WordPiece {
             bail!("the vocabulary has only {} tokens", vocab.len());
         }
         let vocab_size = vocab.values().map(|&i| i as usize + 1).max().unwrap_or(0);
+        let words = PieceTable::new(vocab.iter().map(|(k, &id)| (k.as_bytes(), id)));
+        let continuations = PieceTable::new(continuations.iter().map(|(k, &id)| (k.as_bytes(), id)));
         Ok(WordPiece {
             vocab,
+            words,
             continuations,
             specials,
             lowercase,
@@ -228,14 +233,14 @@ impl WordPiece {
             out.push(self.specials.unk);
             return;
         }
-        if let Some(&id) = self.vocab.get(word) {
+        if let Some(id) = self.words.get(word.as_bytes()) {
             out.push(id);
             return;
         }
         let mark = out.len();
         let mut start = 0;
         while start < word.len() {
-            let table = if start == 0 { &self.vocab } else { &self.continuations };
+            let table = if start == 0 { &self.words } else { &self.continuations };
             let longest = if start == 0 { self.max_piece_bytes } else { self.max_piece_bytes.saturating_sub(2) };
             let mut end = word.len().min(start + longest);
             while !word.is_char_boundary(end) {
@@ -243,7 +248,7 @@ impl WordPiece {
             }
             let mut found = None;
             while end > start {
-                if let Some(&id) = table.get(&word[start..end]) {
+                if let Some(id) = table.get(&word.as_bytes()[start..end]) {
                     found = Some(id);
                     break;
                 }
@@ -270,4 +275,138 @@ fn is_chinese_char(c: char) -> bool {
         c as u32,
         0x4E00..=0x9FFF | 0x3400..=0x4DBF | 0x20000..=0x2A6DF | 0x2A700..=0x2B73F | 0x2B740..=0x2B81F | 0x2B920..=0x2CEAF | 0xF900..=0xFAFF | 0x2F800..=0x2FA1F
     )
+}
+
+/// A read-only string → id table for the hot lookups: keys of up to 16 bytes (nearly every
+/// WordPiece entry and every word looked up) live in the slots themselves, zero-padded into two
+/// integers, so a probe compares three integers instead of hashing into a `Box<str>` and calling
+/// `memcmp` on it (those two were a fifth of tokenizing). Longer keys go to a side map.
+#[derive(Default)]
+struct PieceTable {
+    slots: Vec<Slot>,
+    mask: usize,
+    long: FxHashMap<Box<[u8]>, u32>,
+}
+
+/// `len == 0` marks an empty slot (the empty string is never a key).
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    lo: u64,
+    hi: u64,
+    len: u32,
+    id: u32,
+}
+
+impl PieceTable {
+    /// The first id given to a key wins, as with `entry().or_insert()`.
+    fn new<'a>(entries: impl IntoIterator<Item = (&'a [u8], u32)>) -> Self {
+        let entries: Vec<(&[u8], u32)> = entries.into_iter().filter(|(k, _)| !k.is_empty()).collect();
+        let size = (entries.len() * 2).next_power_of_two().max(16);
+        let mut table = PieceTable { slots: vec![Slot::default(); size], mask: size - 1, long: FxHashMap::default() };
+        for (key, id) in entries {
+            if key.len() > 16 {
+                table.long.entry(key.into()).or_insert(id);
+                continue;
+            }
+            let (lo, hi) = pack(key);
+            let mut i = slot_of(lo, hi, key.len()) & table.mask;
+            loop {
+                let s = &mut table.slots[i];
+                if s.len == 0 {
+                    *s = Slot { lo, hi, len: key.len() as u32, id };
+                    break;
+                }
+                if (s.lo, s.hi, s.len) == (lo, hi, key.len() as u32) {
+                    break;
+                }
+                i = (i + 1) & table.mask;
+            }
+        }
+        table
+    }
+
+    #[inline]
+    fn get(&self, key: &[u8]) -> Option<u32> {
+        if key.len() > 16 {
+            return self.long.get(key).copied();
+        }
+        if key.is_empty() {
+            return None;
+        }
+        let (lo, hi) = pack(key);
+        let len = key.len() as u32;
+        let mut i = slot_of(lo, hi, key.len()) & self.mask;
+        loop {
+            let s = self.slots[i];
+            if s.len == 0 {
+                return None;
+            }
+            if s.lo == lo && s.hi == hi && s.len == len {
+                return Some(s.id);
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+}
+
+#[inline]
+fn slot_of(lo: u64, hi: u64, len: usize) -> usize {
+    let h = (lo ^ hi.rotate_left(31) ^ len as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> 32) as usize
+}
+
+/// Up to 16 bytes as two little-endian integers, zero-padded, read with overlapping loads
+/// rather than copied into a buffer (a copy stalls the loads that follow it).
+#[inline]
+fn pack(key: &[u8]) -> (u64, u64) {
+    let n = key.len();
+    debug_assert!((1..=16).contains(&n));
+    let u64_at = |i: usize| u64::from_le_bytes(key[i..i + 8].try_into().expect("8 bytes"));
+    let u32_at = |i: usize| u32::from_le_bytes(key[i..i + 4].try_into().expect("4 bytes")) as u64;
+    match n {
+        // Bytes 8..n sit at the top of the word ending at n: shift them down.
+        9..=16 => (u64_at(0), u64_at(n - 8) >> (8 * (16 - n))),
+        8 => (u64_at(0), 0),
+        4..=7 => (u32_at(0) | (u32_at(n - 4) >> (8 * (8 - n))) << 32, 0),
+        _ => {
+            let mut lo = 0u64;
+            for (k, &b) in key.iter().enumerate() {
+                lo |= (b as u64) << (8 * k);
+            }
+            (lo, 0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every key of every length (up to past 16, NUL bytes included, so zero padding cannot
+    /// make two keys equal) is found with its first id, and every non-key is not.
+    #[test]
+    fn piece_table_agrees_with_a_hash_map() {
+        let mut rng = crate::rng::Rng(3);
+        let alphabet = b"ab\0\xff#z";
+        let mut want: FxHashMap<Vec<u8>, u32> = FxHashMap::default();
+        let mut entries = Vec::new();
+        for id in 0..3000u32 {
+            let n = 1 + rng.below(24);
+            let key: Vec<u8> = (0..n).map(|_| alphabet[rng.below(alphabet.len())]).collect();
+            want.entry(key.clone()).or_insert(id);
+            entries.push((key, id));
+        }
+        let table = PieceTable::new(entries.iter().map(|(k, id)| (k.as_slice(), *id)));
+        for (key, _) in &entries {
+            assert_eq!(table.get(key), want.get(key).copied(), "{key:?}");
+            for cut in 0..key.len() {
+                assert_eq!(table.get(&key[..cut]), want.get(&key[..cut]).copied(), "{:?}", &key[..cut]);
+            }
+        }
+        for _ in 0..20_000 {
+            let n = rng.below(20);
+            let probe: Vec<u8> = (0..n).map(|_| alphabet[rng.below(alphabet.len())]).collect();
+            assert_eq!(table.get(&probe), want.get(&probe).copied(), "{probe:?}");
+        }
+    }
 }
