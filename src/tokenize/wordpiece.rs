@@ -157,6 +157,25 @@ impl WordPiece {
         let mut i = 0;
         while i < bytes.len() {
             let b = bytes[i];
+            if is_word_byte(b) {
+                // A run of ASCII word bytes: a whole word when it stands alone and is already
+                // lower-case (the common case) goes to the lookup without being copied.
+                let start = i;
+                let mut upper = false;
+                while i < bytes.len() && is_word_byte(bytes[i]) {
+                    upper |= bytes[i].is_ascii_uppercase();
+                    i += 1;
+                }
+                let ends_word = i == bytes.len() || bytes[i].is_ascii_punctuation() || is_split_space(bytes[i]);
+                if word.is_empty() && ends_word && !(upper && self.lowercase) {
+                    self.push_word(&text[start..i], out);
+                } else if self.lowercase {
+                    word.extend(bytes[start..i].iter().map(|b| b.to_ascii_lowercase() as char));
+                } else {
+                    word.push_str(&text[start..i]);
+                }
+                continue;
+            }
             if b.is_ascii() {
                 i += 1;
                 match b {
@@ -267,6 +286,19 @@ impl WordPiece {
             }
         }
     }
+}
+
+/// ASCII bytes that are part of a word: not whitespace, not a control, not punctuation
+/// (every other printable ASCII byte is punctuation to BERT).
+#[inline]
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+}
+
+/// The ASCII whitespace that separates words (other controls are removed, joining neighbours).
+#[inline]
+fn is_split_space(b: u8) -> bool {
+    matches!(b, b'\t' | b'\n' | b'\r' | b' ')
 }
 
 /// CJK Unified Ideographs and their extensions, as BERT (and HF) define "Chinese characters".
