@@ -19,6 +19,9 @@ pub enum Command {
     /// Build tokenizer vocabularies.
     #[command(subcommand)]
     Vocab(VocabCommand),
+    /// Work on shard folders: merge the outputs of a task array.
+    #[command(subcommand)]
+    Shards(ShardsCommand),
     /// Length, token and noise statistics (table, JSON or CSV, and pictures) of a pipeline's
     /// cleaned corpus, a finished shard folder, or a source read as is.
     #[command(after_help = "Examples:
@@ -304,8 +307,16 @@ pub enum PipelineCommand {
   bertpipe pipeline run pipelines/imdb-clean.yaml
   bertpipe pipeline run pipelines/imdb-clean.yaml --set source.path=/data/aclImdb_v1.tar.gz --overwrite
   bertpipe pipeline run pipelines/imdb-clean.yaml --set steps[5].max_noise=12 --threads 4
-  bertpipe pipeline run pipelines/imdb-clean.yaml --resume      # finish a run that was interrupted")]
+  bertpipe pipeline run pipelines/imdb-clean.yaml --resume      # finish a run that was interrupted
+  bertpipe pipeline run pipelines/imdb.yaml --task-index 2 --task-count 8   # task 2 of an array of 8
+  (in a Slurm array or a Kubernetes Indexed Job the index comes from the environment)")]
     Run(RunArgs),
+    /// First phase of a task array whose pipeline has `dedup` or a `max_noise_quantile`
+    /// filter: record this task's fingerprints or noise scores for the other tasks.
+    #[command(after_help = "Examples:
+  bertpipe pipeline scan pipelines/imdb.yaml --task-index 0 --task-count 3
+  # then, once every task is scanned: pipeline run … --task-index I, then shards merge OUT")]
+    Scan(ScanArgs),
     /// Check a pipeline file and report every problem with file:line:column (exit 78 if any).
     #[command(after_help = "Examples:
   bertpipe pipeline validate pipelines/imdb-clean.yaml
@@ -337,6 +348,52 @@ pub struct RunArgs {
     #[arg(long)]
     pub overwrite: bool,
     /// No progress bar and no summary.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub task: TaskArgs,
+}
+
+/// A task array: the same command run N times, each process reading its part of the input.
+#[derive(Debug, Args)]
+pub struct TaskArgs {
+    /// This task's index, from 0 (default: SLURM_ARRAY_TASK_ID − SLURM_ARRAY_TASK_MIN, or
+    /// JOB_COMPLETION_INDEX on Kubernetes). Output goes under OUT/tasks/NNNNN/.
+    #[arg(long, value_name = "I")]
+    pub task_index: Option<u32>,
+    /// How many tasks the input is divided among (default: SLURM_ARRAY_TASK_COUNT).
+    #[arg(long, value_name = "N")]
+    pub task_count: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Worker threads (default: all cores).
+    #[arg(long, short = 'j', value_name = "N", default_value_t = 0, hide_default_value = true)]
+    pub threads: usize,
+    /// No progress bar and no summary.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub task: TaskArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ShardsCommand {
+    /// After every task of an array has finished: check each task's manifest and shards and
+    /// write OUT/manifest.json, which `stats`, `train`, `eval` and `ShardSet` read.
+    #[command(after_help = "Examples:
+  bertpipe shards merge out/imdb")]
+    Merge(MergeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The pipeline's output folder (sink.path), holding tasks/00000, tasks/00001, …
+    pub out: PathBuf,
+    /// No summary.
     #[arg(long, short = 'q')]
     pub quiet: bool,
 }

@@ -22,6 +22,8 @@ fn main() -> ExitCode {
         Command::Eval(args) => report(eval(args)),
         Command::Predict(args) => predict(args),
         Command::Doctor(args) => doctor(args),
+        Command::Pipeline(PipelineCommand::Scan(args)) => pipeline_scan(args),
+        Command::Shards(bertpipe::cli::ShardsCommand::Merge(args)) => shards_merge(args),
         Command::Pipeline(PipelineCommand::Validate(args)) => {
             match Pipeline::load(&args.config.pipeline, &args.config.set) {
                 Ok(p) => {
@@ -42,8 +44,20 @@ fn main() -> ExitCode {
                 Ok(p) => p,
                 Err(e) => return config_failure(&e),
             };
-            let opts =
-                RunOptions { threads: args.threads, resume: args.resume, overwrite: args.overwrite, quiet: args.quiet };
+            let task = match pipeline::tasks::TaskSpec::resolve(args.task.task_index, args.task.task_count) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    return ExitCode::from(2);
+                }
+            };
+            let opts = RunOptions {
+                threads: args.threads,
+                resume: args.resume,
+                overwrite: args.overwrite,
+                quiet: args.quiet,
+                task,
+            };
             match pipeline::run(&p, &opts) {
                 Ok(summary) => {
                     if !args.quiet {
@@ -56,6 +70,67 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+fn pipeline_scan(args: bertpipe::cli::ScanArgs) -> ExitCode {
+    let p = match Pipeline::load(&args.config.pipeline, &args.config.set) {
+        Ok(p) => p,
+        Err(e) => return config_failure(&e),
+    };
+    let task = match pipeline::tasks::TaskSpec::resolve(args.task.task_index, args.task.task_count) {
+        Ok(Some(t)) => t,
+        Ok(None) => {
+            eprintln!("error: `pipeline scan` is the first phase of a task array: pass --task-index I --task-count N (or run it in a Slurm array / Kubernetes Indexed Job)");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let started = std::time::Instant::now();
+    match pipeline::tasks::scan(&p, task, args.threads, args.quiet) {
+        Ok(scan) => {
+            if !args.quiet {
+                eprintln!(
+                    "scan of task {} of {}: {} fingerprints, {} noise scores in {:.2}s",
+                    task.index,
+                    task.count,
+                    scan.keys.len(),
+                    scan.scores.len(),
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn shards_merge(args: bertpipe::cli::MergeArgs) -> ExitCode {
+    match pipeline::tasks::merge(&args.out) {
+        Ok(m) => {
+            if !args.quiet {
+                let docs_in: u64 = m.splits.values().map(|s| s.docs_in).sum();
+                let docs_out: u64 = m.splits.values().map(|s| s.docs_out).sum();
+                let shards: usize = m.splits.values().map(|s| s.shards.len()).sum();
+                eprintln!(
+                    "merged {} tasks into {}: {docs_in} docs in, {docs_out} out, {} rejected, {shards} shards",
+                    m.tasks.map_or(0, |t| t.count),
+                    args.out.join("manifest.json").display(),
+                    docs_in - docs_out
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -3,6 +3,7 @@
 pub mod parallel;
 pub mod progress;
 pub mod step;
+pub mod tasks;
 
 pub use step::{PipelineStep, Step, Verdict};
 
@@ -23,7 +24,7 @@ use crate::sink::shard::{OnShard, ShardInfo, ShardWriter};
 use crate::sink::{ParquetSink, Sink};
 use crate::source::Total;
 use crate::tokenize::TokenizerInfo;
-use parallel::Outcome;
+use parallel::{Input, Outcome};
 use progress::Progress;
 
 /// How to run a pipeline (the command-line flags).
@@ -34,6 +35,9 @@ pub struct RunOptions {
     pub resume: bool,
     pub overwrite: bool,
     pub quiet: bool,
+    /// This process's place in a task array: it reads its part of the input and writes
+    /// under `<out>/tasks/NNNNN/`.
+    pub task: Option<tasks::TaskSpec>,
 }
 
 /// What a run did, for the closing summary.
@@ -45,6 +49,8 @@ pub struct RunSummary {
     pub text_bytes: u64,
     pub peak_rss: Option<u64>,
     pub kept_shards: usize,
+    /// The folder written (a task's own folder in a task array).
+    pub out: std::path::PathBuf,
 }
 
 /// Set by tests to simulate a crash: the process aborts after this many shards are complete.
@@ -60,16 +66,36 @@ pub fn threads_or_default(threads: usize) -> usize {
 
 pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     let Sink::Parquet(sink) = &pipeline.sink;
-    let out = sink.path.clone();
     let threads = threads_or_default(opts.threads);
     let config_json = pipeline.canonical_json();
     let config_sha256 = hex::encode(Sha256::digest(config_json.as_bytes()));
+    let out = match opts.task {
+        Some(task) => {
+            tasks::prepare_root(&sink.path)?;
+            task.dir(&sink.path)
+        }
+        None => sink.path.clone(),
+    };
 
     // Load the vocabulary and run any first pass before the output folder is touched, so a
-    // bad vocabulary or source leaves no half-made output behind.
+    // bad vocabulary or source leaves no half-made output behind. A task of an array takes
+    // what needs the whole corpus (dedup's earlier fingerprints, noise quantiles) from the
+    // scan phase's files instead.
     let mut steps = pipeline.steps.clone();
     let tokenizer = prepare_steps(&mut steps)?;
-    resolve_noise_quantiles(&pipeline.source, pipeline.seed, &mut steps, threads, opts.quiet)?;
+    let mut dedup = crate::clean::dedup::DedupIndex::default();
+    match opts.task {
+        Some(task) if task.count > 1 => {
+            dedup = tasks::resolve_from_scans(&sink.path, &config_sha256, task, &mut steps)?;
+        }
+        _ => resolve_noise_quantiles(&pipeline.source, pipeline.seed, &mut steps, threads, opts.quiet)?,
+    }
+    let input = Input {
+        source: &pipeline.source,
+        seed: pipeline.seed,
+        part: opts.task.map_or(tasks::Partition::WHOLE, |t| t.part()),
+        dedup,
+    };
 
     let kept = prepare_output(&out, opts, &config_sha256)?;
     let kept_shards = kept.values().map(Vec::len).sum();
@@ -108,7 +134,10 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         sink,
         kept: &kept,
         pretrain: pretrainer.as_ref(),
-        seed: pipeline.seed,
+        // Pretraining rows are built within a task (NSP partners and packed rows never cross a
+        // task's boundary); later tasks draw their choices from their own stream, so task k's
+        // row n is not masked as task 0's row n is. Task 0 draws what a single run draws.
+        seed: opts.task.map_or(pipeline.seed, |t| tasks::task_seed(pipeline.seed, t.index)),
         specials: tokenizer.as_ref().map(|t| t.special_ids),
     };
     let mut splits: BTreeMap<String, SplitOutput> = BTreeMap::new();
@@ -116,7 +145,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     let mut reject_writer =
         ShardWriter::new(&out, REJECTS, rejects.schema(), sink, kept.get(REJECTS).cloned().unwrap_or_default());
     let set_total = |t: Total| progress.set_total(t);
-    let text_bytes = parallel::process(&pipeline.source, pipeline.seed, &steps, threads, &set_total, |outcome| {
+    let text_bytes = parallel::process(input, &steps, threads, &set_total, |outcome| {
         progress.advance(outcome.input_bytes(), 1);
         match outcome {
             Outcome::Kept(doc) => {
@@ -193,6 +222,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         seed: pipeline.seed,
         splits: split_stats,
         rejects: RejectsInfo { rows: reject_writer.rows_written(), shards: reject_writer.shards },
+        tasks: opts.task.map(|t| manifest::TasksInfo { index: Some(t.index), count: t.count }),
     };
     manifest.write(&out)?;
     std::fs::remove_file(out.join(manifest::JOURNAL)).ok();
@@ -202,6 +232,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         text_bytes,
         peak_rss: progress::peak_rss_bytes(),
         kept_shards,
+        out,
     })
 }
 
@@ -376,7 +407,7 @@ pub(crate) fn resolve_noise_quantiles(
         let progress = Progress::new(quiet, "noise quantile pass");
         let mut scores: Vec<f32> = Vec::new();
         let set_total = |t: Total| progress.set_total(t);
-        parallel::process(source, seed, &steps[..i], threads, &set_total, |outcome| {
+        parallel::process(Input::whole(source, seed), &steps[..i], threads, &set_total, |outcome| {
             progress.advance(outcome.input_bytes(), 1);
             if let Outcome::Kept(doc) = outcome {
                 scores.push(doc.noise.map_or(0.0, |n| n.score));
@@ -454,12 +485,7 @@ pub fn format_summary(s: &RunSummary) -> String {
     }
     lines.insert(0, head);
     if m.rejects.rows > 0 {
-        lines.push(format!(
-            "  rejects: {} rows in {}/{}/",
-            m.rejects.rows,
-            m.config["sink"]["path"].as_str().unwrap_or(""),
-            REJECTS
-        ));
+        lines.push(format!("  rejects: {} rows in {}/{}/", m.rejects.rows, s.out.display(), REJECTS));
     }
     lines.join("\n")
 }

@@ -9,6 +9,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::clean::dedup::DedupIndex;
 use crate::document::{DedupKey, Document, Rejected, SourceItem};
+use crate::pipeline::tasks::Partition;
 use crate::pipeline::{PipelineStep, Verdict};
 use crate::source::{Emit, Source, Total};
 
@@ -160,26 +161,41 @@ impl Emit for Batcher<'_> {
     }
 }
 
-/// Streams `source` through `steps` on `threads` workers and calls `consume` with every
+/// What a run reads: the source, the pipeline's seed (it keys split fractions), the part of
+/// the input this process takes, and the dedup fingerprints already claimed before that part
+/// (by earlier tasks of an array; empty for a single run).
+pub struct Input<'a> {
+    pub source: &'a Source,
+    pub seed: u64,
+    pub part: Partition,
+    pub dedup: DedupIndex,
+}
+
+impl<'a> Input<'a> {
+    /// All of `source`, as one process reads it.
+    pub fn whole(source: &'a Source, seed: u64) -> Self {
+        Input { source, seed, part: Partition::WHOLE, dedup: DedupIndex::default() }
+    }
+}
+
+/// Streams the input through `steps` on `threads` workers and calls `consume` with every
 /// outcome in input order. Dedup decisions are made here, in order, so the first occurrence
 /// wins whatever the thread count. Returns the bytes of document text read.
 pub fn process(
-    source: &Source,
-    seed: u64,
+    input: Input,
     steps: &[PipelineStep],
     threads: usize,
     on_total: &(dyn Fn(Total) + Sync),
     mut consume: impl FnMut(Outcome) -> Result<()>,
 ) -> Result<u64> {
-    process_with(source, seed, steps, threads, on_total, &|_: &Document| (), |outcome, _| consume(outcome))
+    process_with(input, steps, threads, on_total, &|_: &Document| (), |outcome, _| consume(outcome))
 }
 
 /// As [`process`], and `measure` runs on the workers for every document the steps keep; its
 /// result comes with the outcome (`None` for rejects, dedup's included). Work that reads each
 /// kept document's text belongs here rather than on the ordered consumer thread.
 pub fn process_with<M: Send>(
-    source: &Source,
-    seed: u64,
+    input: Input,
     steps: &[PipelineStep],
     threads: usize,
     on_total: &(dyn Fn(Total) + Sync),
@@ -194,7 +210,7 @@ pub fn process_with<M: Send>(
     for _ in 0..slots_n {
         slot_tx.send(()).expect("fresh channel has room");
     }
-    let mut dedup = DedupIndex::default();
+    let Input { source, seed, part, mut dedup } = input;
     std::thread::scope(|scope| -> Result<u64> {
         let reader = scope.spawn(move || -> Result<u64> {
             let mut b = Batcher {
@@ -207,7 +223,7 @@ pub fn process_with<M: Send>(
                 text_bytes: 0,
                 workers: threads,
             };
-            source.read(seed, &mut b)?;
+            source.read(seed, part, &mut b)?;
             b.send()?;
             Ok(b.text_bytes)
         });

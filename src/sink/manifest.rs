@@ -31,6 +31,17 @@ pub struct Manifest {
     pub seed: u64,
     pub splits: BTreeMap<String, SplitStats>,
     pub rejects: RejectsInfo,
+    /// A task array's output: on a task's own manifest its index and the count; on the one
+    /// `shards merge` writes, the count (shard files are then under `tasks/NNNNN/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<TasksInfo>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TasksInfo {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    pub count: u32,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Emit, InvalidUtf8, PendingFile, RecordMeta, Split, Total};
 use crate::document::SourceItem;
+use crate::pipeline::tasks::Partition;
 
 /// Read aclImdb: `{train,test}/{neg,pos,unsup}/<id>_<rating>.txt`. Files in a label folder
 /// whose name does not have that shape go to the rejects (`bad_file_name`); the dataset's other
@@ -104,11 +105,12 @@ impl AclImdb {
         problems
     }
 
-    pub fn read(&self, out: &mut dyn Emit) -> Result<()> {
+    /// Reads the reviews of `part`: a contiguous range of the review files in reading order.
+    pub fn read(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
         if is_tarball(&self.path) {
-            self.read_tarball(out)
+            self.read_tarball(part, out)
         } else {
-            self.read_folder(out)
+            self.read_folder(part, out)
         }
     }
 
@@ -179,18 +181,30 @@ impl AclImdb {
         Ok(files)
     }
 
-    fn read_folder(&self, out: &mut dyn Emit) -> Result<()> {
+    fn read_folder(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
         let root = self.root()?;
         let dirs = self.label_dirs(&root)?;
-        // The file count (for progress) takes one listing pass; files are listed again folder by
-        // folder while reading, so memory does not hold every name of a large corpus at once.
-        let mut total = 0u64;
+        // The file count (for progress, and for this part's range) takes one listing pass;
+        // files are listed again folder by folder while reading, so memory does not hold every
+        // name of a large corpus at once.
+        let mut counts = Vec::with_capacity(dirs.len());
         for (_, _, dir) in &dirs {
-            total += Self::list(dir)?.len() as u64;
+            counts.push(Self::list(dir)?.len());
         }
-        out.total(Total::Files(total));
-        for (split, label, dir) in dirs {
-            for name in Self::list(&dir)? {
+        let range = part.range(counts.iter().sum());
+        out.total(Total::Files(range.len() as u64));
+        let mut first = 0usize; // index of the folder's first file among all files
+        for ((split, label, dir), n) in dirs.into_iter().zip(counts) {
+            let (lo, hi) = (range.start.max(first), range.end.min(first + n));
+            first += n;
+            if lo >= hi {
+                continue;
+            }
+            let files = Self::list(&dir)?;
+            if files.len() != n {
+                bail!("'{}' changed while being read ({n} files, then {})", dir.display(), files.len());
+            }
+            for name in files.into_iter().skip(lo - (first - n)).take(hi - lo) {
                 let path = dir.join(&name);
                 // The size is known once the file is read (`PendingFile::load`).
                 let (meta, ok) = self.meta(&split, label, &name, path.display().to_string(), 0);
@@ -204,9 +218,42 @@ impl AclImdb {
         Ok(())
     }
 
-    fn read_tarball(&self, out: &mut dyn Emit) -> Result<()> {
+    /// The review entries of the tarball (one pass of decompression), for a task's range.
+    fn count_tarball_reviews(&self) -> Result<usize> {
+        let file = File::open(&self.path).with_context(|| format!("could not open '{}'", self.path.display()))?;
+        let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 20, file)));
+        let mut n = 0;
+        for entry in archive.entries().with_context(|| format!("'{}' is not a readable tar.gz", self.path.display()))? {
+            let entry = entry.with_context(|| format!("corrupt archive '{}'", self.path.display()))?;
+            if entry.header().entry_type().is_file() && self.review_entry(&entry.path()?).is_some() {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// `(split, label, file name)` of a tarball entry this source reads, or `None`.
+    fn review_entry<'p>(&self, path: &'p Path) -> Option<(&'p str, LabelDir, &'p str)> {
+        let parts: Vec<&str> = path.iter().filter_map(|c| c.to_str()).collect();
+        let n = parts.len();
+        if n < 3 {
+            return None;
+        }
+        let (split, label_name, name) = (parts[n - 3], parts[n - 2], parts[n - 1]);
+        let label = LabelDir::parse(label_name)?;
+        let wanted = (split == "train" || split == "test")
+            && self.splits.iter().any(|s| s == split)
+            && self.labels.contains(&label);
+        wanted.then_some((split, label, name))
+    }
+
+    fn read_tarball(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
+        // A task of an array decompresses the whole stream twice (to count, then to read its
+        // range): a gzip stream cannot be entered in the middle.
+        let range = if part.is_whole() { 0..usize::MAX } else { part.range(self.count_tarball_reviews()?) };
         let file = File::open(&self.path).with_context(|| format!("could not open '{}'", self.path.display()))?;
         out.total(Total::Bytes(file.metadata().map(|m| m.len()).unwrap_or(0)));
+        let mut index = 0usize;
         let consumed = Arc::new(AtomicU64::new(0));
         let counting = CountingReader { inner: BufReader::with_capacity(1 << 20, file), count: consumed.clone() };
         let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(counting));
@@ -219,19 +266,14 @@ impl AclImdb {
                 continue;
             }
             let path = entry.path()?.into_owned();
-            let parts: Vec<&str> = path.iter().filter_map(|c| c.to_str()).collect();
-            let n = parts.len();
-            if n < 3 {
-                continue;
-            }
-            let (split, label_name, name) = (parts[n - 3], parts[n - 2], parts[n - 1]);
-            let Some(label) = LabelDir::parse(label_name) else {
+            let Some((split, label, name)) = self.review_entry(&path) else {
                 continue;
             };
-            if !(split == "train" || split == "test")
-                || !self.splits.iter().any(|s| s == split)
-                || !self.labels.contains(&label)
-            {
+            index += 1;
+            if !range.contains(&(index - 1)) {
+                if index > range.end {
+                    break;
+                }
                 continue;
             }
             let mut bytes = Vec::with_capacity(entry.size() as usize);

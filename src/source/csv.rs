@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta, Split, Total};
+use super::{file_size, input_files_of, parse_label, Emit, InvalidUtf8, RecordMeta, Split, Total};
+use crate::pipeline::tasks::Partition;
 
 /// Read CSV (or TSV) with a header row. Quoted fields may contain delimiters and newlines.
 /// A record with the wrong number of fields goes to the rejects with its line number.
@@ -55,11 +56,11 @@ impl Csv {
         }
     }
 
-    pub fn read(&self, out: &mut dyn Emit) -> Result<()> {
+    pub fn read(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
         if let Some(d) = self.delimiter.filter(|d| !d.is_ascii()) {
             bail!("csv delimiter `{d}` must be one ASCII character");
         }
-        let files = input_files(&self.path, &["csv", "tsv"])?;
+        let files = input_files_of(&self.path, &["csv", "tsv"], part)?;
         out.total(Total::Bytes(files.iter().map(|f| file_size(f)).sum()));
         for file in files {
             let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();

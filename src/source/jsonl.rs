@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta, Split, Total};
+use super::{file_size, input_files_of, parse_label, Emit, InvalidUtf8, RecordMeta, Split, Total};
+use crate::pipeline::tasks::Partition;
 
 /// Read JSON Lines: one object per line. A line that is not valid JSON, or lacks the text
 /// field, goes to the rejects with its line number. Blank lines are skipped.
@@ -43,8 +44,8 @@ fn default_text_field() -> String {
 }
 
 impl Jsonl {
-    pub fn read(&self, out: &mut dyn Emit) -> Result<()> {
-        let files = input_files(&self.path, &["jsonl", "json", "ndjson"])?;
+    pub fn read(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
+        let files = input_files_of(&self.path, &["jsonl", "json", "ndjson"], part)?;
         out.total(Total::Bytes(files.iter().map(|f| file_size(f)).sum()));
         for file in files {
             let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();

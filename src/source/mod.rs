@@ -14,6 +14,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::document::{Document, Rejected, SourceItem};
+use crate::pipeline::tasks::Partition;
 
 pub use self::csv::Csv;
 pub use self::parquet::ParquetSource;
@@ -56,12 +57,12 @@ pub trait Emit {
 }
 
 impl Source {
-    /// Reads every record, in a deterministic order, into `out`; `seed` (the pipeline's)
-    /// keys split fractions.
-    pub fn read(&self, seed: u64, out: &mut dyn Emit) -> Result<()> {
+    /// Reads every record of `part`, in a deterministic order, into `out`; `seed` (the
+    /// pipeline's) keys split fractions.
+    pub fn read(&self, seed: u64, part: Partition, out: &mut dyn Emit) -> Result<()> {
         match self.reassigned_split() {
-            Some(split) => self.read_raw(&mut AssignSplit { inner: out, split, seed }),
-            None => self.read_raw(out),
+            Some(split) => self.read_raw(part, &mut AssignSplit { inner: out, split, seed }),
+            None => self.read_raw(part, out),
         }
     }
 
@@ -83,13 +84,13 @@ impl Source {
         (matches!(self, Source::AclImdb(_)) || matches!(split, Split::Fractions(_))).then_some(split)
     }
 
-    fn read_raw(&self, out: &mut dyn Emit) -> Result<()> {
+    fn read_raw(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
         match self {
-            Source::AclImdb(s) => s.read(out),
-            Source::Jsonl(s) => s.read(out),
-            Source::Csv(s) => s.read(out),
-            Source::Parquet(s) => s.read(out),
-            Source::Text(s) => s.read(out),
+            Source::AclImdb(s) => s.read(part, out),
+            Source::Jsonl(s) => s.read(part, out),
+            Source::Csv(s) => s.read(part, out),
+            Source::Parquet(s) => s.read(part, out),
+            Source::Text(s) => s.read(part, out),
         }
     }
 
@@ -399,6 +400,16 @@ pub fn parse_label(
         }
         other => Err(format!("label {other} is not a number or string")),
     }
+}
+
+/// The files of `part`: a contiguous range of [`input_files`] (a single file is one unit, so
+/// it goes whole to the first task of an array).
+pub fn input_files_of(path: &Path, exts: &[&str], part: Partition) -> Result<Vec<PathBuf>> {
+    let mut files = input_files(path, exts)?;
+    let range = part.range(files.len());
+    files.truncate(range.end);
+    files.drain(..range.start);
+    Ok(files)
 }
 
 /// A file, or the files directly inside a folder whose extension is one of `exts`, sorted.

@@ -11,6 +11,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::{file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta, Split, Total};
+use crate::pipeline::tasks::Partition;
 
 /// Read Parquet files batch by batch. Text and id columns are strings; the label column may be
 /// an integer, boolean or string column.
@@ -78,15 +79,43 @@ fn cell_json(col: &dyn Array, i: usize) -> serde_json::Value {
 }
 
 impl ParquetSource {
-    pub fn read(&self, out: &mut dyn Emit) -> Result<()> {
+    pub fn read(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
         let files = input_files(&self.path, &["parquet"])?;
-        out.total(Total::Bytes(files.iter().map(|f| file_size(f)).sum()));
-        for file in files {
+        // A task of an array takes a contiguous range of the row groups of all files (each
+        // file's footer is read for its row-group count); a single run reads everything.
+        let mut groups: Vec<(usize, usize, u64)> = Vec::new(); // (file, row group, first row)
+        if !part.is_whole() {
+            for (k, file) in files.iter().enumerate() {
+                let f = File::open(file).with_context(|| format!("could not open '{}'", file.display()))?;
+                let builder = ParquetRecordBatchReaderBuilder::try_new(f)
+                    .with_context(|| format!("'{}' is not a readable Parquet file", file.display()))?;
+                let mut first = 0u64;
+                for (g, rg) in builder.metadata().row_groups().iter().enumerate() {
+                    groups.push((k, g, first));
+                    first += rg.num_rows() as u64;
+                }
+            }
+            groups = groups[part.range(groups.len())].to_vec();
+        }
+        let mine = |k: usize| -> Option<(Vec<usize>, u64)> {
+            if part.is_whole() {
+                return Some((Vec::new(), 0));
+            }
+            let ours: Vec<&(usize, usize, u64)> = groups.iter().filter(|g| g.0 == k).collect();
+            ours.first().map(|first| (ours.iter().map(|g| g.1).collect(), first.2))
+        };
+        let files: Vec<(PathBuf, Vec<usize>, u64)> =
+            files.into_iter().enumerate().filter_map(|(k, f)| mine(k).map(|(g, first)| (f, g, first))).collect();
+        out.total(Total::Bytes(files.iter().map(|f| file_size(&f.0)).sum()));
+        for (file, row_groups, first_row) in files {
             let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let size = file_size(&file);
             let f = File::open(&file).with_context(|| format!("could not open '{}'", file.display()))?;
-            let builder = ParquetRecordBatchReaderBuilder::try_new(f)
+            let mut builder = ParquetRecordBatchReaderBuilder::try_new(f)
                 .with_context(|| format!("'{}' is not a readable Parquet file", file.display()))?;
+            if !part.is_whole() {
+                builder = builder.with_row_groups(row_groups);
+            }
             let schema = builder.schema().clone();
             let total_rows = builder.metadata().file_metadata().num_rows().max(1) as u64;
             let available = || schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ");
@@ -107,7 +136,8 @@ impl ParquetSource {
             }
             let label_idx = self.label_column.as_deref().map(|c| index(c, "label_column")).transpose()?;
             let id_idx = self.id_column.as_deref().map(|c| index(c, "id_column")).transpose()?;
-            let mut row = 0u64;
+            // Row numbers (in ids) count from the file's first row, whichever groups are read.
+            let mut row = first_row;
             for batch in builder.build()? {
                 let batch: RecordBatch = batch.with_context(|| format!("could not decode '{}'", file.display()))?;
                 let text = batch.column(text_idx);

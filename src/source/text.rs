@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{file_size, input_files, Emit, InvalidUtf8, RecordMeta, Split, Total};
+use super::{file_size, input_files_of, Emit, InvalidUtf8, RecordMeta, Split, Total};
+use crate::pipeline::tasks::Partition;
 
 /// Read plain text files. Ids are `<file>:<first line>`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -37,8 +38,8 @@ pub enum TextMode {
 }
 
 impl TextSource {
-    pub fn read(&self, out: &mut dyn Emit) -> Result<()> {
-        let files = input_files(&self.path, &["txt", "text"])?;
+    pub fn read(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
+        let files = input_files_of(&self.path, &["txt", "text"], part)?;
         out.total(Total::Bytes(files.iter().map(|f| file_size(f)).sum()));
         for file in files {
             let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();

@@ -299,8 +299,7 @@ pub fn from_pipeline(pipeline: &Pipeline, is_pipeline: bool, path: &Path, opts: 
     let set_total = |t: Total| progress.set_total(t);
     let measure = |doc: &crate::document::Document| TextMeasure::of(&doc.text);
     let text_bytes = parallel::process_with(
-        &pipeline.source,
-        pipeline.seed,
+        parallel::Input::whole(&pipeline.source, pipeline.seed),
         &steps,
         threads,
         &set_total,

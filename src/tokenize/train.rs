@@ -16,7 +16,7 @@ use tokenizers::{AddedToken, Tokenizer};
 use super::wordpiece::SPECIALS;
 use super::{Tokenize, WordPiece};
 use crate::config::Pipeline;
-use crate::pipeline::parallel::{self, Outcome};
+use crate::pipeline::parallel::{self, Input, Outcome};
 use crate::pipeline::progress::Progress;
 use crate::pipeline::PipelineStep;
 use crate::source::Total;
@@ -92,7 +92,7 @@ pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<Voca
         // The sender moves into the reader so the trainer's input ends when reading does.
         let reader = scope.spawn(move || {
             let set_total = |t: Total| progress.set_total(t);
-            parallel::process(&pipeline.source, pipeline.seed, steps, threads, &set_total, |outcome| {
+            parallel::process(Input::whole(&pipeline.source, pipeline.seed), steps, threads, &set_total, |outcome| {
                 progress.advance(outcome.input_bytes(), 1);
                 if let Outcome::Kept(doc) = outcome {
                     tx.send(doc.text).map_err(|_| anyhow!("the trainer stopped"))?;
@@ -140,7 +140,7 @@ pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<Voca
     let progress = Progress::new(opts.quiet, "vocab: measuring coverage");
     let (mut tokens, mut unk_tokens) = (0u64, 0u64);
     let set_total = |t: Total| progress.set_total(t);
-    parallel::process(&pipeline.source, pipeline.seed, &measure, threads, &set_total, |outcome| {
+    parallel::process(Input::whole(&pipeline.source, pipeline.seed), &measure, threads, &set_total, |outcome| {
         progress.advance(outcome.input_bytes(), 1);
         if let Outcome::Kept(doc) = outcome {
             tokens += doc.tokens.len() as u64;

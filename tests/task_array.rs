@@ -1,0 +1,378 @@
+//! Task arrays: the same pipeline as N processes (`pipeline scan` where needed, `pipeline run
+//! --task-index I --task-count N`, `shards merge`) gives the rows of one process, in the same
+//! order, with the same counts, rejects and token figures — for folders, tarballs, JSONL files
+//! and Parquet row groups — and every way it can go wrong says what to do.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+
+use arrow_array::RecordBatch;
+use common::*;
+
+/// Every split's rows (and the rejects) of an output, read through its manifest, in order.
+fn rows(out: &Path) -> Vec<(String, RecordBatch)> {
+    let m = manifest(out);
+    let mut all = Vec::new();
+    let mut folders: Vec<(String, &serde_json::Value)> =
+        m["splits"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), &v["shards"])).collect();
+    folders.push(("_rejects".into(), &m["rejects"]["shards"]));
+    for (name, shards) in folders {
+        let batches: Vec<RecordBatch> = shards
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| read_parquet(&out.join(s["file"].as_str().unwrap())))
+            .collect();
+        if batches.is_empty() {
+            continue;
+        }
+        let one = arrow_select::concat::concat_batches(&batches[0].schema(), &batches).unwrap();
+        all.push((name, one));
+    }
+    all
+}
+
+/// The manifest's figures, without what necessarily differs (shard lists, the task marker, and
+/// the configuration, whose sink path is another folder).
+fn figures(out: &Path) -> serde_json::Value {
+    let mut m = manifest(out);
+    for s in m["splits"].as_object_mut().unwrap().values_mut() {
+        s.as_object_mut().unwrap().remove("shards");
+    }
+    m["rejects"].as_object_mut().unwrap().remove("shards");
+    let o = m.as_object_mut().unwrap();
+    for k in ["tasks", "config", "config_sha256"] {
+        o.remove(k);
+    }
+    m
+}
+
+/// Runs `pipeline` as `n` tasks into `out` (scan first when `scan`), then merges.
+fn run_as_tasks(pipeline: &str, out: &Path, n: u32, scan: bool, sets: &[&str]) {
+    let out_set = format!("sink.path={}", out.display());
+    let mut common: Vec<&str> = vec!["--set", &out_set, "--quiet"];
+    for s in sets {
+        common.extend(["--set", s]);
+    }
+    let count = n.to_string();
+    for phase in ["scan", "run"] {
+        if phase == "scan" && !scan {
+            continue;
+        }
+        for i in 0..n {
+            let index = i.to_string();
+            let mut args = vec!["pipeline", phase, pipeline, "--task-index", &index, "--task-count", &count];
+            args.extend(&common);
+            assert_ok(&bertpipe(&args));
+        }
+    }
+    assert_ok(&bertpipe(&["shards", "merge", out.to_str().unwrap()]));
+}
+
+fn run_once(pipeline: &str, out: &Path, sets: &[&str]) {
+    let out_set = format!("sink.path={}", out.display());
+    let mut args = vec!["pipeline", "run", pipeline, "--set", &out_set, "--quiet"];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    assert_ok(&bertpipe(&args));
+}
+
+#[track_caller]
+fn assert_same_rows(one: &Path, many: &Path) {
+    let (a, b) = (rows(one), rows(many));
+    assert_eq!(
+        a.len(),
+        b.len(),
+        "folders: {:?} vs {:?}",
+        a.iter().map(|x| &x.0).collect::<Vec<_>>(),
+        b.iter().map(|x| &x.0).collect::<Vec<_>>()
+    );
+    for ((na, ba), (nb, bb)) in a.iter().zip(&b) {
+        assert_eq!(na, nb);
+        assert!(ba.num_rows() > 0, "{na} is empty");
+        assert_eq!(ba, bb, "rows of {na} differ");
+    }
+    assert_eq!(figures(one), figures(many), "manifest figures differ");
+}
+
+#[test]
+fn the_sample_as_three_tasks_is_the_single_run_and_reads_as_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (one, many) = (tmp.path().join("one"), tmp.path().join("many"));
+    run_once("pipelines/imdb.yaml", &one, &[]);
+    run_as_tasks("pipelines/imdb.yaml", &many, 3, true, &[]);
+    assert_same_rows(&one, &many);
+    let m = manifest(&many);
+    assert_eq!(m["tasks"]["count"], 3);
+    assert!(m["splits"]["train"]["shards"][0]["file"].as_str().unwrap().starts_with("tasks/00000/train/"));
+    // Cross-task duplicates were found: the sample has some, and the counts equal the single run's.
+    assert!(m["splits"]["train"]["rejected"]["duplicate_of"].as_u64().unwrap() > 0);
+
+    // Readers see one output: ShardSet (train, eval) and stats.
+    let set = bertpipe::shards::ShardSet::open(&many).unwrap();
+    set.verify().unwrap();
+    let ids: Vec<String> = set.rows("test").unwrap().map(|r| r.unwrap().id).collect();
+    let want: Vec<String> =
+        bertpipe::shards::ShardSet::open(&one).unwrap().rows("test").unwrap().map(|r| r.unwrap().id).collect();
+    assert_eq!(ids, want);
+    let stats = |out: &Path| {
+        let o = bertpipe(&["stats", out.to_str().unwrap(), "--json", "--quiet", "--by", "label"]);
+        assert_ok(&o);
+        let mut v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v.as_object_mut().unwrap().remove("input");
+        v
+    };
+    assert_eq!(stats(&one), stats(&many));
+}
+
+#[test]
+fn scheduler_environment_picks_the_task() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let out_set = format!("sink.path={}", out.display());
+    // Slurm numbers `--array=1-2` from 1: the second task is index 1.
+    let o = bertpipe_env(
+        &["pipeline", "run", "pipelines/imdb-clean.yaml", "--set", &out_set, "--quiet"],
+        &[("SLURM_ARRAY_TASK_ID", "2"), ("SLURM_ARRAY_TASK_MIN", "1"), ("SLURM_ARRAY_TASK_COUNT", "2")],
+    );
+    let err = stderr(&o);
+    // imdb-clean has dedup: task 1 of 2 needs task 0's scan, and says how to make it.
+    assert!(!o.status.success() && err.contains("pipeline scan") && err.contains("task 0"), "{err}");
+    let o = bertpipe_env(
+        &["pipeline", "scan", "pipelines/imdb-clean.yaml", "--set", &out_set, "--quiet", "--task-count", "2"],
+        &[("JOB_COMPLETION_INDEX", "0")],
+    );
+    assert_ok(&o);
+    assert!(out.join("tasks/scan/00000.bin").is_file());
+    let o = bertpipe_env(
+        &["pipeline", "run", "pipelines/imdb-clean.yaml", "--set", &out_set, "--quiet"],
+        &[("JOB_COMPLETION_INDEX", "1")],
+    );
+    assert!(!o.status.success() && stderr(&o).contains("--task-count"), "{}", stderr(&o));
+    let o = bertpipe_env(
+        &["pipeline", "run", "pipelines/imdb-clean.yaml", "--set", &out_set, "--quiet", "--task-count", "2"],
+        &[("JOB_COMPLETION_INDEX", "1")],
+    );
+    assert_ok(&o);
+    assert!(out.join("tasks/00001/manifest.json").is_file());
+}
+
+fn write_tarball(path: &Path, files: &[(String, Vec<u8>)]) {
+    let gz = flate2::write::GzEncoder::new(std::fs::File::create(path).unwrap(), flate2::Compression::fast());
+    let mut tar = tar::Builder::new(gz);
+    for (name, bytes) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append_data(&mut header, name, bytes.as_slice()).unwrap();
+    }
+    tar.into_inner().unwrap().finish().unwrap().flush().unwrap();
+}
+
+#[test]
+fn a_generated_tarball_as_four_tasks_is_the_single_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tarball = tmp.path().join("aclImdb_v1.tar.gz");
+    write_tarball(&tarball, &bertpipe::synth::corpus(120, 40, 7));
+    let (one, many) = (tmp.path().join("one"), tmp.path().join("many"));
+    let source = format!("source.path={}", tarball.display());
+    let labels = "source.labels=[neg, pos, unsup]";
+    run_once("pipelines/imdb.yaml", &one, &[&source, labels]);
+    run_as_tasks("pipelines/imdb.yaml", &many, 4, true, &[&source, labels]);
+    assert_same_rows(&one, &many);
+    assert_eq!(manifest(&many)["splits"]["train"]["docs_in"], 280);
+}
+
+#[test]
+fn jsonl_files_with_a_noise_quantile_as_three_tasks_are_the_single_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let mut rng = bertpipe::rng::Rng(3);
+    for f in 0..5 {
+        let mut text = String::new();
+        for _ in 0..40 {
+            let positive = rng.chance(0.5);
+            let review = bertpipe::synth::review(&mut rng, Some(positive));
+            text.push_str(&serde_json::json!({ "text": review, "label": rng.below(2) }).to_string());
+            text.push('\n');
+        }
+        std::fs::write(data.join(format!("part-{f}.jsonl")), text).unwrap();
+    }
+    let pipeline = write_pipeline(
+        tmp.path(),
+        "q.yaml",
+        &format!(
+            "name: q\nseed: 5\nsource: {{type: jsonl, path: {}, split: {{train: 0.8, validation: 0.2}}}}\nsteps:\n  - type: html_strip\n  - type: noise_score\n  - type: filter\n    max_noise_quantile: 0.8\n  - type: tokenize\n    vocab: {}\n  - type: classify_sequences\n    max_len: 64\nsink: {{type: parquet, path: {}}}\n",
+            data.display(),
+            root().join("data/vocab/bert-base-uncased.txt").display(),
+            tmp.path().join("unused").display()
+        ),
+    );
+    let pipeline = pipeline.to_str().unwrap();
+    let (one, many) = (tmp.path().join("one"), tmp.path().join("many"));
+    run_once(pipeline, &one, &[]);
+    run_as_tasks(pipeline, &many, 3, true, &[]);
+    assert_same_rows(&one, &many);
+    let rejected: u64 = manifest(&many)["splits"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|s| s["rejected"]["max_noise_quantile"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(rejected, 40, "the noisiest 20% of 200 documents, over all tasks together");
+}
+
+#[test]
+fn parquet_row_groups_are_divided_among_tasks() {
+    use std::sync::Arc;
+
+    use arrow_array::{ArrayRef, StringArray};
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("reviews.parquet");
+    let mut rng = bertpipe::rng::Rng(9);
+    let texts: Vec<String> = (0..300).map(|_| bertpipe::synth::review(&mut rng, None)).collect();
+    let batch = RecordBatch::try_from_iter([("review", Arc::new(StringArray::from(texts)) as ArrayRef)]).unwrap();
+    let props = parquet::file::properties::WriterProperties::builder().set_max_row_group_row_count(Some(40)).build();
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&file).unwrap(), batch.schema(), Some(props))
+            .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let pipeline = write_pipeline(
+        tmp.path(),
+        "p.yaml",
+        &format!(
+            "name: p\nsource: {{type: parquet, path: {}, text_column: review}}\nsteps:\n  - type: punctuation\n  - type: dedup\nsink: {{type: parquet, path: {}, keep_text: true}}\n",
+            file.display(),
+            tmp.path().join("unused").display()
+        ),
+    );
+    let pipeline = pipeline.to_str().unwrap();
+    let (one, many) = (tmp.path().join("one"), tmp.path().join("many"));
+    run_once(pipeline, &one, &[]);
+    run_as_tasks(pipeline, &many, 3, true, &[]);
+    assert_same_rows(&one, &many);
+    // 8 row groups over 3 tasks: every task had some (ids keep the file's row numbers).
+    for i in 0..3 {
+        let m = manifest(&many.join(format!("tasks/{i:05}")));
+        assert!(m["splits"]["train"]["docs_in"].as_u64().unwrap() >= 80, "task {i}: {m}");
+    }
+}
+
+#[test]
+fn merge_refuses_missing_and_unfinished_tasks_and_a_failed_task_resumes_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (one, many) = (tmp.path().join("one"), tmp.path().join("many"));
+    let sets = ["sink.shard_rows=20"];
+    run_once("pipelines/imdb-clean.yaml", &one, &sets);
+    let out_set = format!("sink.path={}", many.display());
+    let task = |phase: &str, i: &str, extra: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec!["pipeline", phase, "pipelines/imdb-clean.yaml", "--task-index", i, "--task-count", "3"];
+        args.extend(["--set", &out_set, "--set", sets[0], "--quiet"]);
+        args.extend(extra);
+        bertpipe_env(&args, env)
+    };
+    for i in ["0", "1", "2"] {
+        assert_ok(&task("scan", i, &[], &[]));
+    }
+    assert_ok(&task("run", "0", &[], &[]));
+    let merge = || bertpipe(&["shards", "merge", many.to_str().unwrap()]);
+    let e = stderr(&merge());
+    assert!(e.contains("tasks 1, 2 of 3 have no output"), "{e}");
+    // Task 1 dies after its second shard: merge says to resume it.
+    let crashed = task("run", "1", &[], &[("BERTPIPE_CRASH_AFTER_SHARDS", "2")]);
+    assert!(!crashed.status.success());
+    assert_ok(&task("run", "2", &[], &[]));
+    let e = stderr(&merge());
+    assert!(e.contains("task 1 is unfinished") && e.contains("--resume"), "{e}");
+    assert!(!many.join("manifest.json").exists(), "no manifest before every task is done");
+    assert_ok(&task("run", "1", &["--resume"], &[]));
+    assert_ok(&merge());
+    assert_same_rows(&one, &many);
+    // A damaged shard is caught by the merge, naming it.
+    let m = manifest(&many);
+    let shard = many.join(m["splits"]["train"]["shards"][1]["file"].as_str().unwrap());
+    let mut bytes = std::fs::read(&shard).unwrap();
+    let last = bytes.len() - 10;
+    bytes[last] ^= 1;
+    std::fs::write(&shard, bytes).unwrap();
+    let e = stderr(&merge());
+    assert!(e.contains("checksum mismatch") && e.contains(shard.file_name().unwrap().to_str().unwrap()), "{e}");
+    // A single run's output is not a place for tasks.
+    let out_set = format!("sink.path={}", one.display());
+    let o = bertpipe(&[
+        "pipeline",
+        "run",
+        "pipelines/imdb-clean.yaml",
+        "--task-index",
+        "0",
+        "--task-count",
+        "2",
+        "--set",
+        &out_set,
+    ]);
+    assert!(!o.status.success() && stderr(&o).contains("single run"), "{}", stderr(&o));
+}
+
+/// The Slurm example, run as Slurm would run it (its environment, no `sbatch`): three tasks of
+/// each phase, then the merge, give the single run's rows.
+#[test]
+fn the_slurm_example_runs_a_task_array() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (one, many) = (tmp.path().join("one"), tmp.path().join("many"));
+    run_once("pipelines/imdb.yaml", &one, &[]);
+    let script = root().join("examples/slurm/bertpipe-array.sbatch");
+    for phase in ["scan", "run"] {
+        for id in 1..=3 {
+            let o = std::process::Command::new("bash")
+                .arg(&script)
+                .current_dir(root())
+                .env("PHASE", phase)
+                .env("PIPELINE", "pipelines/imdb.yaml")
+                .env("OUT", &many)
+                .env("BERTPIPE", env!("CARGO_BIN_EXE_bertpipe"))
+                .env("SLURM_ARRAY_TASK_ID", id.to_string())
+                .env("SLURM_ARRAY_TASK_MIN", "1")
+                .env("SLURM_ARRAY_TASK_COUNT", "3")
+                .env("SLURM_CPUS_PER_TASK", "2")
+                .output()
+                .unwrap();
+            assert_ok(&o);
+        }
+    }
+    assert_ok(&bertpipe(&["shards", "merge", many.to_str().unwrap()]));
+    assert_same_rows(&one, &many);
+    for script in ["examples/slurm/submit.sh", "examples/kubernetes/run.sh"] {
+        let o = std::process::Command::new("bash").args(["-n", script]).current_dir(root()).output().unwrap();
+        assert_ok(&o);
+    }
+}
+
+/// Pretraining rows are built within each task, so they are not a single run's; the documents
+/// behind them are (same counts, same rejects), and the merged output reads as one.
+#[test]
+fn pretraining_as_two_tasks_keeps_every_document_and_merges() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (one, many) = (tmp.path().join("one"), tmp.path().join("many"));
+    run_once("pipelines/imdb-pretrain.yaml", &one, &[]);
+    run_as_tasks("pipelines/imdb-pretrain.yaml", &many, 2, true, &[]);
+    let (a, b) = (manifest(&one), manifest(&many));
+    for (split, s) in a["splits"].as_object().unwrap() {
+        for k in ["docs_in", "docs_out", "rejected"] {
+            assert_eq!(s[k], b["splits"][split][k], "{split} {k}");
+        }
+        let p = &b["splits"][split]["pretraining"];
+        assert!(p["rows"].as_u64().unwrap() > 0 && p["rows"] == b["splits"][split]["rows"], "{split}: {p}");
+        let share = p["nsp_random_share"].as_f64().unwrap();
+        assert!((0.4..=0.6).contains(&share), "{split}: NSP random share {share}");
+    }
+    assert_eq!(rows(&one).last().unwrap(), rows(&many).last().unwrap(), "the rejects are the same");
+    let set = bertpipe::shards::ShardSet::open(&many).unwrap();
+    set.verify().unwrap();
+    assert!(!set.pretrain_shard("train", 1).unwrap().is_empty(), "task 1's first shard reads back");
+}
