@@ -376,3 +376,66 @@ fn pretraining_as_two_tasks_keeps_every_document_and_merges() {
     set.verify().unwrap();
     assert!(!set.pretrain_shard("train", 1).unwrap().is_empty(), "task 1's first shard reads back");
 }
+
+/// `vocab train` over shards (a parquet source pointed at an output folder) reads the same
+/// documents from a merged task array as from the single run (the vocabularies themselves are
+/// not compared: the `tokenizers` trainer breaks ties between equal counts in hash order, which
+/// differs from one process to the next); `stats` on a task array that is not merged yet says
+/// to merge it.
+#[test]
+fn vocab_train_reads_merged_shards_as_it_reads_the_single_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (one, many) = (tmp.path().join("one"), tmp.path().join("many"));
+    run_once("pipelines/imdb-clean.yaml", &one, &[]);
+    let out_set = format!("sink.path={}", many.display());
+    for i in ["0", "1"] {
+        for phase in ["scan", "run"] {
+            let args = [
+                "pipeline",
+                phase,
+                "pipelines/imdb-clean.yaml",
+                "--task-index",
+                i,
+                "--task-count",
+                "2",
+                "--set",
+                &out_set,
+                "--quiet",
+            ];
+            assert_ok(&bertpipe(&args));
+        }
+    }
+    let o = bertpipe(&["stats", many.to_str().unwrap(), "--quiet"]);
+    assert!(!o.status.success() && stderr(&o).contains("shards merge"), "{}", stderr(&o));
+    assert_ok(&bertpipe(&["shards", "merge", many.to_str().unwrap()]));
+    let vocab = |shards: &Path, name: &str| {
+        let p = write_pipeline(
+            tmp.path(),
+            &format!("{name}.yaml"),
+            &format!(
+                "name: {name}\nsource: {{type: parquet, path: {}, text_column: text}}\nsteps: []\nsink: {{type: parquet, path: {}}}\n",
+                shards.display(),
+                tmp.path().join("unused").display()
+            ),
+        );
+        let out = tmp.path().join(format!("vocab-{name}"));
+        let o = bertpipe(&[
+            "vocab",
+            "train",
+            p.to_str().unwrap(),
+            "--size",
+            "500",
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ]);
+        assert_ok(&o);
+        assert!(std::fs::read_to_string(out.join("vocab.txt")).unwrap().lines().count() > 100);
+        let err = stderr(&o);
+        err.split(" from ").nth(1).and_then(|s| s.split(" documents").next()).unwrap_or_default().to_string()
+    };
+    let docs =
+        manifest(&one)["splits"].as_object().unwrap().values().map(|s| s["docs_out"].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(vocab(&one, "one"), docs.to_string());
+    assert_eq!(vocab(&many, "many"), docs.to_string());
+}

@@ -104,6 +104,13 @@ impl Manifest {
 
     pub fn read(out: &Path) -> Result<Manifest> {
         let path = out.join(MANIFEST);
+        if !path.exists() && out.join(crate::pipeline::tasks::TASKS_DIR).is_dir() {
+            bail!(
+                "'{}' is the output of a task array that is not merged yet: when every task has finished, run `bertpipe shards merge {}`",
+                out.display(),
+                out.display()
+            );
+        }
         let text = std::fs::read_to_string(&path).with_context(|| format!("could not read '{}'", path.display()))?;
         let m: Manifest =
             serde_json::from_str(&text).with_context(|| format!("'{}' is not a bertpipe manifest", path.display()))?;

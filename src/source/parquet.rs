@@ -13,12 +13,24 @@ use serde::{Deserialize, Serialize};
 use super::{file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta, Split, Total};
 use crate::pipeline::tasks::Partition;
 
+/// The shards of a bertpipe output folder (one with a `manifest.json`, a single run's or a
+/// merged task array's), every split's in manifest order: such a folder keeps its shards in
+/// split folders (and a task array's under `tasks/`), not directly inside it.
+fn shard_files(path: &std::path::Path) -> Result<Option<Vec<PathBuf>>> {
+    if !path.join(crate::sink::manifest::MANIFEST).is_file() {
+        return Ok(None);
+    }
+    let m = crate::sink::manifest::Manifest::read(path)?;
+    Ok(Some(m.splits.values().flat_map(|s| &s.shards).map(|s| path.join(&s.file)).collect()))
+}
+
 /// Read Parquet files batch by batch. Text and id columns are strings; the label column may be
 /// an integer, boolean or string column.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ParquetSource {
-    /// A `.parquet` file, or a folder of them (read in name order).
+    /// A `.parquet` file, a folder of them (read in name order), or a bertpipe output folder
+    /// (its shards, in manifest order; `keep_text: true` shards have the `text` column).
     pub path: PathBuf,
     /// Name of the text column.
     #[serde(default = "default_text_column")]
@@ -80,7 +92,7 @@ fn cell_json(col: &dyn Array, i: usize) -> serde_json::Value {
 
 impl ParquetSource {
     pub fn read(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
-        let files = input_files(&self.path, &["parquet"])?;
+        let files = shard_files(&self.path)?.map_or_else(|| input_files(&self.path, &["parquet"]), Ok)?;
         // A task of an array takes a contiguous range of the row groups of all files (each
         // file's footer is read for its row-group count); a single run reads everything.
         let mut groups: Vec<(usize, usize, u64)> = Vec::new(); // (file, row group, first row)

@@ -153,6 +153,13 @@ pub fn detect(path: &Path) -> Result<InputKind> {
             path.display()
         );
     }
+    if path.join(crate::pipeline::tasks::TASKS_DIR).is_dir() {
+        bail!(
+            "'{}' is the output of a task array that is not merged yet: when every task has finished, run `bertpipe shards merge {}`",
+            path.display(),
+            path.display()
+        );
+    }
     if ["train", "test", "aclImdb"].iter().any(|d| path.join(d).is_dir()) {
         return Ok(InputKind::Source("aclimdb"));
     }
