@@ -18,6 +18,7 @@ pub mod shards;
 pub mod sink;
 pub mod source;
 pub mod stats;
+pub mod storage;
 pub mod synth;
 pub mod tokenize;
 pub mod train;

@@ -45,7 +45,13 @@ pub struct ClassifyRow {
 
 impl ShardSet {
     /// Reads the manifest and checks that every shard it lists exists with the recorded size.
+    ///
+    /// A folder in a bucket (`s3://…`) is downloaded once into the local cache, every shard
+    /// checked against the manifest's SHA-256 (see [`crate::sink::remote::fetch_shards`]).
     pub fn open(root: &Path) -> Result<ShardSet> {
+        if crate::storage::is_remote(root) {
+            return ShardSet::open(&crate::sink::remote::fetch_shards(root)?);
+        }
         let manifest = Manifest::read(root)?;
         for (split, stats) in &manifest.splits {
             for shard in &stats.shards {

@@ -532,7 +532,11 @@ fn check_steps(c: &mut Checker, steps: &[PipelineStep]) {
 }
 
 /// Relative paths are relative to the pipeline file; the result is absolute and free of `..`.
+/// Object-storage URLs (`s3://…`) are left as they are.
 fn resolve(path: &mut PathBuf, base: &Path) {
+    if crate::storage::is_remote(path) {
+        return;
+    }
     let joined = if path.is_relative() { base.join(&*path) } else { path.clone() };
     let absolute = std::path::absolute(&joined).unwrap_or(joined);
     let mut clean = PathBuf::new();

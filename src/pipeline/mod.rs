@@ -69,13 +69,24 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     let threads = threads_or_default(opts.threads);
     let config_json = pipeline.canonical_json();
     let config_sha256 = hex::encode(Sha256::digest(config_json.as_bytes()));
-    let out = match opts.task {
+    let remote = crate::storage::is_remote(&sink.path);
+    if remote && opts.task.is_some() {
+        bail!(
+            "a task array writes to a shared file system for now, not to '{}': use a shared folder (NFS, Lustre, a ReadWriteMany volume) and copy the merged output to the bucket",
+            sink.path.display()
+        );
+    }
+    // The output as the user named it: a folder, or a bucket prefix.
+    let target = match opts.task {
         Some(task) => {
             tasks::prepare_root(&sink.path)?;
             task.dir(&sink.path)
         }
         None => sink.path.clone(),
     };
+    // In a bucket, shards are written to a local staging folder and uploaded one by one.
+    let remote_out = if remote { Some(crate::sink::remote::RemoteOut::new(&target)?) } else { None };
+    let out = remote_out.as_ref().map_or_else(|| target.clone(), |r| r.staging.clone());
 
     // Load the vocabulary and run any first pass before the output folder is touched, so a
     // bad vocabulary or source leaves no half-made output behind. A task of an array takes
@@ -97,7 +108,10 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         dedup,
     };
 
-    let kept = prepare_output(&out, opts, &config_sha256)?;
+    let kept = match &remote_out {
+        Some(r) => r.prepare(opts.resume, opts.overwrite, &config_sha256)?,
+        None => prepare_output(&out, opts, &config_sha256)?,
+    };
     let kept_shards = kept.values().map(Vec::len).sum();
     let mut journal = if opts.resume { Journal::append(&out)? } else { Journal::create(&out, &config_sha256)? };
 
@@ -121,6 +135,9 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     let mut shards_done = 0usize;
     let mut on_shard = |folder: &str, info: &ShardInfo| -> Result<()> {
         journal.record(folder, info)?;
+        if let Some(r) = &remote_out {
+            r.shard_done(info)?;
+        }
         shards_done += 1;
         if crash_after == Some(shards_done) {
             std::process::abort();
@@ -225,14 +242,19 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         tasks: opts.task.map(|t| manifest::TasksInfo { index: Some(t.index), count: t.count }),
     };
     manifest.write(&out)?;
-    std::fs::remove_file(out.join(manifest::JOURNAL)).ok();
+    match &remote_out {
+        Some(r) => r.finish()?,
+        None => {
+            std::fs::remove_file(out.join(manifest::JOURNAL)).ok();
+        }
+    }
     Ok(RunSummary {
         manifest,
         elapsed: progress.elapsed(),
         text_bytes,
         peak_rss: progress::peak_rss_bytes(),
         kept_shards,
-        out,
+        out: target,
     })
 }
 

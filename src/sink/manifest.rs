@@ -161,6 +161,19 @@ impl Journal {
     /// Shards of an interrupted run that are still intact, per folder, in order. Stops at the
     /// first shard of a folder that is missing or fails its checksum: later ones are rewritten.
     pub fn verified_shards(out: &Path, config_sha256: &str) -> Result<BTreeMap<String, Vec<ShardInfo>>> {
+        Self::verified_shards_with(out, config_sha256, &mut |shard: &ShardInfo| {
+            let file = out.join(&shard.file);
+            Ok(file.is_file() && sha256_file(&file).map(|h| h == shard.sha256).unwrap_or(false))
+        })
+    }
+
+    /// As [`Journal::verified_shards`], with `intact` deciding whether a recorded shard is
+    /// still there and whole (on disk, or in a bucket).
+    pub fn verified_shards_with(
+        out: &Path,
+        config_sha256: &str,
+        intact: &mut dyn FnMut(&ShardInfo) -> Result<bool>,
+    ) -> Result<BTreeMap<String, Vec<ShardInfo>>> {
         let path = out.join(JOURNAL);
         let file = File::open(&path).with_context(|| {
             format!("'{}' has no journal of an interrupted run ({JOURNAL}); run without --resume", out.display())
@@ -186,8 +199,7 @@ impl Journal {
                     if broken.contains(&folder) {
                         continue;
                     }
-                    let file = out.join(&shard.file);
-                    let ok = file.is_file() && sha256_file(&file).map(|h| h == shard.sha256).unwrap_or(false);
+                    let ok = intact(&shard)?;
                     let expected =
                         format!("{folder}/{}", super::shard::shard_name(kept.get(&folder).map_or(0, Vec::len)));
                     if ok && shard.file == expected {

@@ -1,6 +1,7 @@
 //! Sinks: Parquet shards per split, the rejects, and the manifest written last.
 
 pub mod manifest;
+pub mod remote;
 pub mod rows;
 pub mod shard;
 

@@ -133,6 +133,12 @@ impl AclImdb {
 
     fn root(&self) -> Result<PathBuf> {
         let p = &self.path;
+        if crate::storage::is_remote(p) {
+            bail!(
+                "'{}': an aclImdb folder in object storage is 100,000 small objects; upload aclImdb_v1.tar.gz and point source.path at it",
+                p.display()
+            );
+        }
         if p.join("train").is_dir() || p.join("test").is_dir() {
             return Ok(p.clone());
         }
@@ -218,9 +224,21 @@ impl AclImdb {
         Ok(())
     }
 
+    /// The tarball's bytes, streamed from disk or from a bucket, and its size.
+    fn open_tarball(&self) -> Result<(Box<dyn Read + Send>, u64)> {
+        if crate::storage::is_remote(&self.path) {
+            let remote = crate::storage::Remote::open(&self.path)?;
+            let size = remote.size("")?.with_context(|| format!("'{}' does not exist", remote.url()))?;
+            return Ok((Box::new(remote.reader("")?), size));
+        }
+        let file = File::open(&self.path).with_context(|| format!("could not open '{}'", self.path.display()))?;
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        Ok((Box::new(file), size))
+    }
+
     /// The review entries of the tarball (one pass of decompression), for a task's range.
     fn count_tarball_reviews(&self) -> Result<usize> {
-        let file = File::open(&self.path).with_context(|| format!("could not open '{}'", self.path.display()))?;
+        let (file, _) = self.open_tarball()?;
         let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 20, file)));
         let mut n = 0;
         for entry in archive.entries().with_context(|| format!("'{}' is not a readable tar.gz", self.path.display()))? {
@@ -251,8 +269,8 @@ impl AclImdb {
         // A task of an array decompresses the whole stream twice (to count, then to read its
         // range): a gzip stream cannot be entered in the middle.
         let range = if part.is_whole() { 0..usize::MAX } else { part.range(self.count_tarball_reviews()?) };
-        let file = File::open(&self.path).with_context(|| format!("could not open '{}'", self.path.display()))?;
-        out.total(Total::Bytes(file.metadata().map(|m| m.len()).unwrap_or(0)));
+        let (file, size) = self.open_tarball()?;
+        out.total(Total::Bytes(size));
         let mut index = 0usize;
         let consumed = Arc::new(AtomicU64::new(0));
         let counting = CountingReader { inner: BufReader::with_capacity(1 << 20, file), count: consumed.clone() };

@@ -1,14 +1,13 @@
 //! `csv`: delimited files with a header row; quoting and embedded newlines per RFC 4180.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{file_size, input_files_of, parse_label, Emit, InvalidUtf8, RecordMeta, Split, Total};
+use super::{input_files_of, parse_label, Emit, InvalidUtf8, RecordMeta, Split, Total};
 use crate::pipeline::tasks::Partition;
 
 /// Read CSV (or TSV) with a header row. Quoted fields may contain delimiters and newlines.
@@ -48,10 +47,10 @@ fn default_text_column() -> String {
 
 impl Csv {
     /// The delimiter of `file`: the configured one, else tab for `.tsv` and `,` otherwise.
-    fn delimiter(&self, file: &std::path::Path) -> u8 {
+    fn delimiter(&self, file: &super::InputFile) -> u8 {
         match self.delimiter {
             Some(c) => c as u8,
-            None if file.extension().is_some_and(|e| e.eq_ignore_ascii_case("tsv")) => b'\t',
+            None if file.has_extension("tsv") => b'\t',
             None => b',',
         }
     }
@@ -61,13 +60,10 @@ impl Csv {
             bail!("csv delimiter `{d}` must be one ASCII character");
         }
         let files = input_files_of(&self.path, &["csv", "tsv"], part)?;
-        out.total(Total::Bytes(files.iter().map(|f| file_size(f)).sum()));
+        out.total(Total::Bytes(files.iter().map(|f| f.size()).sum()));
         for file in files {
-            let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            let mut raw = BufReader::with_capacity(
-                1 << 20,
-                File::open(&file).with_context(|| format!("could not open '{}'", file.display()))?,
-            );
+            let name = file.name();
+            let mut raw = BufReader::with_capacity(1 << 20, file.open()?);
             // Drop a UTF-8 BOM so the first header is not "\u{feff}text".
             let mut head = [0u8; 3];
             let got = read_up_to(&mut raw, &mut head)?;

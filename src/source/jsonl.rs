@@ -1,14 +1,13 @@
 //! `jsonl`: one JSON object per line.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{file_size, input_files_of, parse_label, Emit, InvalidUtf8, RecordMeta, Split, Total};
+use super::{input_files_of, parse_label, Emit, InvalidUtf8, RecordMeta, Split, Total};
 use crate::pipeline::tasks::Partition;
 
 /// Read JSON Lines: one object per line. A line that is not valid JSON, or lacks the text
@@ -46,13 +45,10 @@ fn default_text_field() -> String {
 impl Jsonl {
     pub fn read(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
         let files = input_files_of(&self.path, &["jsonl", "json", "ndjson"], part)?;
-        out.total(Total::Bytes(files.iter().map(|f| file_size(f)).sum()));
+        out.total(Total::Bytes(files.iter().map(|f| f.size()).sum()));
         for file in files {
-            let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            let mut reader = BufReader::with_capacity(
-                1 << 20,
-                File::open(&file).with_context(|| format!("could not open '{}'", file.display()))?,
-            );
+            let name = file.name();
+            let mut reader = BufReader::with_capacity(1 << 20, file.open()?);
             let mut buf = Vec::new();
             let mut line_no = 0u64;
             loop {

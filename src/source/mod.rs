@@ -117,7 +117,7 @@ impl Source {
     /// Problems found without reading the corpus: `(field, message)` pairs.
     pub fn check(&self) -> Vec<(&'static str, String)> {
         let mut problems = Vec::new();
-        if !self.path().exists() {
+        if !self.path().exists() && !crate::storage::is_remote(self.path()) {
             problems.push(("path", format!("'{}' does not exist", self.path().display())));
         }
         if let Source::AclImdb(s) = self {
@@ -402,13 +402,88 @@ pub fn parse_label(
     }
 }
 
+/// One input file: on disk, or an object in a bucket.
+#[derive(Debug, Clone)]
+pub enum InputFile {
+    Local(PathBuf),
+    Remote { remote: crate::storage::Remote, rel: String, size: u64 },
+}
+
+impl InputFile {
+    /// The file's name (its last path component).
+    pub fn name(&self) -> String {
+        match self {
+            InputFile::Local(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            InputFile::Remote { remote, rel, .. } => {
+                let full = remote.url_of(rel);
+                full.rsplit('/').next().unwrap_or_default().to_string()
+            }
+        }
+    }
+
+    /// The path or URL, for messages and record origins.
+    pub fn display(&self) -> String {
+        match self {
+            InputFile::Local(p) => p.display().to_string(),
+            InputFile::Remote { remote, rel, .. } => remote.url_of(rel),
+        }
+    }
+
+    pub fn has_extension(&self, ext: &str) -> bool {
+        self.name().rsplit_once('.').is_some_and(|(_, e)| e.eq_ignore_ascii_case(ext))
+    }
+
+    pub fn size(&self) -> u64 {
+        match self {
+            InputFile::Local(p) => file_size(p),
+            InputFile::Remote { size, .. } => *size,
+        }
+    }
+
+    /// The bytes, streamed (an object is read as it downloads).
+    pub fn open(&self) -> Result<Box<dyn std::io::Read + Send>> {
+        Ok(match self {
+            InputFile::Local(p) => {
+                Box::new(std::fs::File::open(p).with_context(|| format!("could not open '{}'", p.display()))?)
+            }
+            InputFile::Remote { remote, rel, .. } => Box::new(remote.reader(rel)?),
+        })
+    }
+}
+
 /// The files of `part`: a contiguous range of [`input_files`] (a single file is one unit, so
-/// it goes whole to the first task of an array).
-pub fn input_files_of(path: &Path, exts: &[&str], part: Partition) -> Result<Vec<PathBuf>> {
-    let mut files = input_files(path, exts)?;
+/// it goes whole to the first task of an array). `path` may be a bucket prefix (`s3://…`):
+/// its objects with one of `exts`, directly under it, in name order — or one such object.
+pub fn input_files_of(path: &Path, exts: &[&str], part: Partition) -> Result<Vec<InputFile>> {
+    let mut files = if crate::storage::is_remote(path) {
+        remote_input_files(path, exts)?
+    } else {
+        input_files(path, exts)?.into_iter().map(InputFile::Local).collect()
+    };
     let range = part.range(files.len());
     files.truncate(range.end);
     files.drain(..range.start);
+    Ok(files)
+}
+
+fn remote_input_files(path: &Path, exts: &[&str]) -> Result<Vec<InputFile>> {
+    let remote = crate::storage::Remote::open(path)?;
+    let ext_ok =
+        |name: &str| name.rsplit_once('.').is_some_and(|(_, e)| exts.iter().any(|x| x.eq_ignore_ascii_case(e)));
+    if ext_ok(remote.url()) {
+        if let Some(size) = remote.size("")? {
+            return Ok(vec![InputFile::Remote { remote, rel: String::new(), size }]);
+        }
+    }
+    let files: Vec<InputFile> = remote
+        .list()?
+        .into_iter()
+        .filter(|(rel, _)| !rel.contains('/') && ext_ok(rel))
+        .map(|(rel, size)| InputFile::Remote { remote: remote.clone(), rel, size })
+        .collect();
+    if files.is_empty() {
+        anyhow::bail!("no .{} objects in '{}' (or it does not exist)", exts.join("/."), remote.url());
+    }
     Ok(files)
 }
 

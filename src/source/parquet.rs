@@ -92,7 +92,50 @@ fn cell_json(col: &dyn Array, i: usize) -> serde_json::Value {
 
 impl ParquetSource {
     pub fn read(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
+        // Objects in a bucket are downloaded one at a time into a spool file (Parquet needs
+        // random access: the footer first), read, and removed.
+        // A task of an array takes whole objects here, not row groups.
+        if crate::storage::is_remote(&self.path) {
+            let objects = super::input_files_of(&self.path, &["parquet"], part)?;
+            out.total(Total::Bytes(objects.iter().map(|o| o.size()).sum()));
+            let spool = std::env::temp_dir().join(format!("bertpipe-parquet-{}", std::process::id()));
+            for object in &objects {
+                let super::InputFile::Remote { remote, rel, .. } = object else { unreachable!("listed from a bucket") };
+                let local = spool.join(object.name());
+                remote.download(rel, &local)?;
+                let read =
+                    self.read_files(vec![local.clone()], Partition::WHOLE, out, Some(std::slice::from_ref(object)));
+                std::fs::remove_file(&local).ok();
+                read?;
+            }
+            std::fs::remove_dir(&spool).ok();
+            return Ok(());
+        }
         let files = shard_files(&self.path)?.map_or_else(|| input_files(&self.path, &["parquet"]), Ok)?;
+        self.read_files(files, part, out, None)
+    }
+
+    /// Reads `files` (local); `objects` are the bucket objects they were downloaded from, whose
+    /// names and URLs the records carry.
+    fn read_files(
+        &self,
+        files: Vec<PathBuf>,
+        part: Partition,
+        out: &mut dyn Emit,
+        objects: Option<&[super::InputFile]>,
+    ) -> Result<()> {
+        let shown: Vec<(String, String)> = match objects {
+            Some(o) => o.iter().map(|f| (f.name(), f.display())).collect(),
+            None => files
+                .iter()
+                .map(|f| {
+                    (
+                        f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                        f.display().to_string(),
+                    )
+                })
+                .collect(),
+        };
         // A task of an array takes a contiguous range of the row groups of all files (each
         // file's footer is read for its row-group count); a single run reads everything.
         let mut groups: Vec<(usize, usize, u64)> = Vec::new(); // (file, row group, first row)
@@ -116,13 +159,15 @@ impl ParquetSource {
             let ours: Vec<&(usize, usize, u64)> = groups.iter().filter(|g| g.0 == k).collect();
             ours.first().map(|first| (ours.iter().map(|g| g.1).collect(), first.2))
         };
-        let files: Vec<(PathBuf, Vec<usize>, u64)> =
-            files.into_iter().enumerate().filter_map(|(k, f)| mine(k).map(|(g, first)| (f, g, first))).collect();
-        out.total(Total::Bytes(files.iter().map(|f| file_size(&f.0)).sum()));
-        for (file, row_groups, first_row) in files {
-            let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            let size = file_size(&file);
-            let f = File::open(&file).with_context(|| format!("could not open '{}'", file.display()))?;
+        let files: Vec<(usize, PathBuf, Vec<usize>, u64)> =
+            files.into_iter().enumerate().filter_map(|(k, f)| mine(k).map(|(g, first)| (k, f, g, first))).collect();
+        if objects.is_none() {
+            out.total(Total::Bytes(files.iter().map(|f| file_size(&f.1)).sum()));
+        }
+        for (k, local, row_groups, first_row) in files {
+            let (name, file) = (shown[k].0.clone(), std::path::PathBuf::from(&shown[k].1));
+            let size = file_size(&local);
+            let f = File::open(&local).with_context(|| format!("could not open '{}'", file.display()))?;
             let mut builder = ParquetRecordBatchReaderBuilder::try_new(f)
                 .with_context(|| format!("'{}' is not a readable Parquet file", file.display()))?;
             if !part.is_whole() {

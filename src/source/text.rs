@@ -1,13 +1,12 @@
 //! `text`: plain text, one document per line or per paragraph.
 
-use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{file_size, input_files_of, Emit, InvalidUtf8, RecordMeta, Split, Total};
+use super::{input_files_of, Emit, InvalidUtf8, RecordMeta, Split, Total};
 use crate::pipeline::tasks::Partition;
 
 /// Read plain text files. Ids are `<file>:<first line>`.
@@ -40,13 +39,10 @@ pub enum TextMode {
 impl TextSource {
     pub fn read(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
         let files = input_files_of(&self.path, &["txt", "text"], part)?;
-        out.total(Total::Bytes(files.iter().map(|f| file_size(f)).sum()));
+        out.total(Total::Bytes(files.iter().map(|f| f.size()).sum()));
         for file in files {
-            let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            let mut reader = BufReader::with_capacity(
-                1 << 20,
-                File::open(&file).with_context(|| format!("could not open '{}'", file.display()))?,
-            );
+            let name = file.name();
+            let mut reader = BufReader::with_capacity(1 << 20, file.open()?);
             let (mut line_no, mut start_line, mut pending_bytes) = (0u64, 0u64, 0u64);
             let mut doc: Vec<u8> = Vec::new();
             let mut line = Vec::new();

@@ -117,6 +117,25 @@ pub enum InputKind {
     Source(&'static str),
 }
 
+/// What a file is by its name alone: a source type (or a pipeline), if its extension says.
+pub fn source_kind_by_name(path: &Path) -> Option<InputKind> {
+    let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
+    let kind = if name.ends_with(".tar.gz") || name.ends_with(".tgz") {
+        "aclimdb"
+    } else if name.ends_with(".jsonl") || name.ends_with(".ndjson") {
+        "jsonl"
+    } else if name.ends_with(".csv") || name.ends_with(".tsv") {
+        "csv"
+    } else if name.ends_with(".parquet") {
+        "parquet"
+    } else if name.ends_with(".txt") {
+        "text"
+    } else {
+        return None;
+    };
+    Some(InputKind::Source(kind))
+}
+
 /// Decides what `path` is: a pipeline YAML, a finished shard folder, or a source.
 pub fn detect(path: &Path) -> Result<InputKind> {
     if !path.exists() {

@@ -81,7 +81,19 @@ pub fn run(input: &Path, opts: &StatsOptions) -> Result<(Report, collect::Collec
             .into());
         }
     }
-    let kind = collect::detect(input)?;
+    // In a bucket: a source file by its name, else a shard folder, fetched into the cache.
+    let fetched;
+    let (input, kind) = if crate::storage::is_remote(input) {
+        match collect::source_kind_by_name(input) {
+            Some(kind) => (input, kind),
+            None => {
+                fetched = crate::sink::remote::fetch_shards(input)?;
+                (fetched.as_path(), InputKind::Shards)
+            }
+        }
+    } else {
+        (input, collect::detect(input)?)
+    };
     let mut collected = match kind {
         InputKind::Shards => {
             if !opts.set.is_empty() {

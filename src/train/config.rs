@@ -241,7 +241,7 @@ impl TrainConfig {
     }
 
     fn check(&self, y: &mut YamlFile) {
-        if !self.data.join(crate::sink::manifest::MANIFEST).exists() {
+        if !crate::storage::is_remote(&self.data) && !self.data.join(crate::sink::manifest::MANIFEST).exists() {
             y.error(
                 "data",
                 format!(

@@ -1,0 +1,306 @@
+//! Object storage (`s3://bucket/prefix`, `gs://…`, `az://…`) through the `object_store` crate
+//! on a small tokio runtime; the callers stay synchronous and keep their CPU work on their own
+//! threads. Credentials come from the usual environment variables (`AWS_ACCESS_KEY_ID`,
+//! `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`; `GOOGLE_*`;
+//! `AZURE_*`), read by each store's `from_env`.
+//!
+//! A location is a `Path` throughout bertpipe: one that starts with a URL scheme is remote.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::Bytes;
+use futures::stream::{BoxStream, StreamExt};
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt, RetryConfig, WriteMultipart};
+
+/// The schemes read as object storage.
+const SCHEMES: [&str; 7] = ["s3://", "s3a://", "gs://", "az://", "abfs://", "abfss://", "azure://"];
+
+/// Whether `path` names an object-storage location rather than a local path.
+pub fn is_remote(path: &Path) -> bool {
+    path.to_str().is_some_and(|s| SCHEMES.iter().any(|p| s.starts_with(p)))
+}
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("bertpipe-io")
+            .enable_all()
+            .build()
+            .expect("a tokio runtime for object storage")
+    })
+}
+
+/// Retries of a failed request: `BERTPIPE_STORE_RETRIES` (default 10) over at most
+/// `BERTPIPE_STORE_RETRY_SECS` seconds (default 180), with exponential backoff.
+fn retry_config() -> RetryConfig {
+    let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    RetryConfig {
+        max_retries: env("BERTPIPE_STORE_RETRIES", 10) as usize,
+        retry_timeout: Duration::from_secs(env("BERTPIPE_STORE_RETRY_SECS", 180)),
+        ..Default::default()
+    }
+}
+
+/// A folder-like prefix in an object store.
+#[derive(Clone)]
+pub struct Remote {
+    store: Arc<dyn ObjectStore>,
+    prefix: ObjPath,
+    url: String,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Remote({})", self.url)
+    }
+}
+
+impl Remote {
+    /// Opens `s3://bucket/prefix` (or gs://, az://) with credentials from the environment.
+    pub fn open(location: &Path) -> Result<Remote> {
+        let url = location.to_str().context("an object-storage URL must be UTF-8")?.trim_end_matches('/').to_string();
+        let parsed = url::Url::parse(&url).with_context(|| format!("'{url}' is not a valid URL"))?;
+        let retry = retry_config();
+        let store: Arc<dyn ObjectStore> = match parsed.scheme() {
+            "s3" | "s3a" => Arc::new(
+                object_store::aws::AmazonS3Builder::from_env()
+                    .with_url(url.clone())
+                    .with_retry(retry)
+                    .build()
+                    .with_context(|| format!("could not set up S3 access for '{url}' (AWS_* environment variables)"))?,
+            ),
+            "gs" => Arc::new(
+                object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_url(url.clone())
+                    .with_retry(retry)
+                    .build()
+                    .with_context(|| {
+                        format!("could not set up GCS access for '{url}' (GOOGLE_* environment variables)")
+                    })?,
+            ),
+            "az" | "abfs" | "abfss" | "azure" => Arc::new(
+                object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_url(url.clone())
+                    .with_retry(retry)
+                    .build()
+                    .with_context(|| {
+                        format!("could not set up Azure access for '{url}' (AZURE_* environment variables)")
+                    })?,
+            ),
+            other => bail!("'{url}': unsupported scheme `{other}` (s3://, gs://, az:// are)"),
+        };
+        // The bucket (or container) is the URL's host; the prefix is its path.
+        let prefix = ObjPath::parse(parsed.path().trim_matches('/'))
+            .with_context(|| format!("'{url}' has a path that is not a valid object key"))?;
+        Ok(Remote { store, prefix, url })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// `url/rel`, for messages.
+    pub fn url_of(&self, rel: &str) -> String {
+        if rel.is_empty() {
+            self.url.clone()
+        } else {
+            format!("{}/{rel}", self.url)
+        }
+    }
+
+    fn key(&self, rel: &str) -> ObjPath {
+        let mut key = self.prefix.clone();
+        for part in rel.split('/').filter(|p| !p.is_empty()) {
+            key = key.join(part);
+        }
+        key
+    }
+
+    /// A sub-folder of this prefix.
+    pub fn child(&self, rel: &str) -> Remote {
+        Remote { store: self.store.clone(), prefix: self.key(rel), url: self.url_of(rel) }
+    }
+
+    /// Every object under the prefix: (path relative to it, size), in key order.
+    pub fn list(&self) -> Result<Vec<(String, u64)>> {
+        let store = self.store.clone();
+        let prefix = self.prefix.clone();
+        let mut found: Vec<(String, u64)> = runtime()
+            .block_on(async move {
+                let mut stream = store.list(Some(&prefix));
+                let mut out = Vec::new();
+                while let Some(meta) = stream.next().await {
+                    let meta = meta?;
+                    let rel = meta
+                        .location
+                        .prefix_match(&prefix)
+                        .map(|parts| parts.map(|p| p.as_ref().to_string()).collect::<Vec<_>>().join("/"));
+                    if let Some(rel) = rel {
+                        out.push((rel, meta.size));
+                    }
+                }
+                Ok::<_, object_store::Error>(out)
+            })
+            .map_err(|e| explain(e, &self.url))?;
+        found.sort();
+        Ok(found)
+    }
+
+    /// The object's size, or `None` when there is no such object.
+    pub fn size(&self, rel: &str) -> Result<Option<u64>> {
+        let key = self.key(rel);
+        match runtime().block_on(self.store.head(&key)) {
+            Ok(meta) => Ok(Some(meta.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(explain(e, &self.url_of(rel))),
+        }
+    }
+
+    /// The whole object.
+    pub fn get(&self, rel: &str) -> Result<Bytes> {
+        let key = self.key(rel);
+        let store = self.store.clone();
+        runtime()
+            .block_on(async move { store.get(&key).await?.bytes().await })
+            .map_err(|e| explain(e, &self.url_of(rel)))
+    }
+
+    /// The object as a stream of bytes, read on the calling thread as chunks arrive.
+    pub fn reader(&self, rel: &str) -> Result<RemoteReader> {
+        let key = self.key(rel);
+        let store = self.store.clone();
+        let stream = runtime()
+            .block_on(async move { store.get(&key).await.map(|r| r.into_stream()) })
+            .map_err(|e| explain(e, &self.url_of(rel)))?;
+        Ok(RemoteReader { stream, chunk: Bytes::new(), url: self.url_of(rel) })
+    }
+
+    /// Writes `bytes` as the object `rel`, whole or not at all.
+    pub fn put(&self, rel: &str, bytes: Vec<u8>) -> Result<()> {
+        let key = self.key(rel);
+        let store = self.store.clone();
+        runtime()
+            .block_on(async move { store.put(&key, bytes.into()).await })
+            .map(|_| ())
+            .map_err(|e| explain(e, &self.url_of(rel)))
+            .with_context(|| format!("could not upload '{}'", self.url_of(rel)))
+    }
+
+    /// Uploads a local file as the object `rel`: one request up to 32 MiB, a multipart upload
+    /// above (aborted on failure). Either way the object appears only once it is complete.
+    pub fn upload(&self, rel: &str, file: &Path) -> Result<()> {
+        let size = std::fs::metadata(file).with_context(|| format!("could not read '{}'", file.display()))?.len();
+        if size <= 32 << 20 {
+            let bytes = std::fs::read(file).with_context(|| format!("could not read '{}'", file.display()))?;
+            return self.put(rel, bytes);
+        }
+        let key = self.key(rel);
+        let store = self.store.clone();
+        let path = file.to_path_buf();
+        let url = self.url_of(rel);
+        runtime().block_on(async move {
+            let upload = store.put_multipart(&key).await.map_err(|e| explain(e, &url))?;
+            let mut writer = WriteMultipart::new_with_chunk_size(upload, 16 << 20);
+            let mut f = std::fs::File::open(&path).with_context(|| format!("could not read '{}'", path.display()))?;
+            let mut buf = vec![0u8; 8 << 20];
+            loop {
+                let n = f.read(&mut buf).with_context(|| format!("could not read '{}'", path.display()))?;
+                if n == 0 {
+                    break;
+                }
+                if let Err(e) = writer.wait_for_capacity(4).await {
+                    let _ = writer.abort().await;
+                    return Err(explain(e, &url)).with_context(|| format!("could not upload '{url}'"));
+                }
+                writer.write(&buf[..n]);
+            }
+            writer.finish().await.map_err(|e| explain(e, &url)).with_context(|| format!("could not upload '{url}'"))?;
+            Ok(())
+        })
+    }
+
+    pub fn delete(&self, rel: &str) -> Result<()> {
+        let key = self.key(rel);
+        match runtime().block_on(self.store.delete(&key)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(explain(e, &self.url_of(rel))),
+        }
+    }
+
+    /// Downloads the object to a local file (written aside, then renamed).
+    pub fn download(&self, rel: &str, to: &Path) -> Result<()> {
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
+        }
+        let tmp = to.with_extension("part");
+        let mut out = std::fs::File::create(&tmp).with_context(|| format!("could not create '{}'", tmp.display()))?;
+        std::io::copy(&mut self.reader(rel)?, &mut out)
+            .with_context(|| format!("could not download '{}'", self.url_of(rel)))?;
+        std::fs::rename(&tmp, to).with_context(|| format!("could not write '{}'", to.display()))?;
+        Ok(())
+    }
+}
+
+/// A blocking `Read` over an object's byte stream.
+pub struct RemoteReader {
+    stream: BoxStream<'static, object_store::Result<Bytes>>,
+    chunk: Bytes,
+    url: String,
+}
+
+impl Read for RemoteReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.chunk.is_empty() {
+            match runtime().block_on(self.stream.next()) {
+                Some(Ok(chunk)) => self.chunk = chunk,
+                Some(Err(e)) => return Err(std::io::Error::other(explain(e, &self.url))),
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk[..n]);
+        self.chunk = self.chunk.slice(n..);
+        Ok(n)
+    }
+}
+
+/// An object-store error in words a user can act on.
+fn explain(e: object_store::Error, url: &str) -> anyhow::Error {
+    match &e {
+        object_store::Error::NotFound { .. } => anyhow!("'{url}' does not exist"),
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => anyhow!(
+            "access to '{url}' was refused: check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, GOOGLE_*, AZURE_*) and the bucket's permissions ({e})"
+        ),
+        _ => {
+            let text = e.to_string();
+            if text.contains("InvalidAccessKeyId") || text.contains("SignatureDoesNotMatch") || text.contains("AccessDenied") || text.contains("403") {
+                anyhow!("access to '{url}' was refused: check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) and the bucket's permissions ({text})")
+            } else {
+                anyhow!("object storage error on '{url}': {text}")
+            }
+        }
+    }
+}
+
+/// Where a remote shard folder is kept locally: `$BERTPIPE_CACHE`, else
+/// `$XDG_CACHE_HOME/bertpipe/remote` or `~/.cache/bertpipe/remote`, one folder per URL.
+pub fn cache_dir(url: &str) -> PathBuf {
+    use sha2::{Digest, Sha256};
+    let base = std::env::var_os("BERTPIPE_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(std::env::temp_dir)
+            .join("bertpipe")
+            .join("remote")
+    });
+    let name: String = url.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).take(60).collect();
+    base.join(format!("{name}-{}", &hex::encode(Sha256::digest(url.as_bytes()))[..12]))
+}

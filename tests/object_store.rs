@@ -1,0 +1,365 @@
+//! Sources, sinks and readers in object storage, against a real S3 server that the harness
+//! starts on loopback (s3s-fs, serving a temporary folder; one bucket is one sub-folder): a
+//! pipeline from and to a bucket writes the bytes it writes on disk; `stats` and `train` read
+//! shards from a bucket; a missing object, a wrong credential and an interrupted upload each
+//! give a clear error, and no half-written shard is left behind.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::{Arc, Mutex};
+
+use common::*;
+
+const KEY: &str = "bertpipe-test";
+const SECRET: &str = "bertpipe-test-secret";
+const BUCKET: &str = "corpus";
+
+struct S3Server {
+    port: u16,
+    /// The folder the server serves (buckets are its sub-folders).
+    root: PathBuf,
+    /// PUT requests whose path contains this fail with HTTP 500.
+    fail_puts: Arc<Mutex<Option<String>>>,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl S3Server {
+    fn start(root: &Path) -> S3Server {
+        use hyper_util::rt::{TokioExecutor, TokioIo};
+        use hyper_util::server::conn::auto::Builder as ConnBuilder;
+        use s3s::service::S3ServiceBuilder;
+
+        std::fs::create_dir_all(root.join(BUCKET)).unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let fs = s3s_fs::FileSystem::new(root).unwrap();
+        let mut builder = S3ServiceBuilder::new(fs);
+        builder.set_auth(s3s::auth::SimpleAuth::from_single(KEY, SECRET));
+        let service = builder.build();
+        let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let fail_puts: Arc<Mutex<Option<String>>> = Arc::default();
+        let fail = fail_puts.clone();
+        rt.spawn(async move {
+            loop {
+                let Ok((socket, _)) = listener.accept().await else { continue };
+                let (service, fail) = (service.clone(), fail.clone());
+                let handler = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let (service, fail) = (service.clone(), fail.clone());
+                    async move {
+                        let faulty = req.method() == http::Method::PUT
+                            && fail.lock().unwrap().as_deref().is_some_and(|m| req.uri().path().contains(m));
+                        if faulty {
+                            let resp = http::Response::builder().status(500).body(s3s::Body::empty()).unwrap();
+                            return Ok::<_, s3s::HttpError>(resp);
+                        }
+                        hyper::service::Service::call(&service, req).await
+                    }
+                });
+                tokio::spawn(async move {
+                    let _ =
+                        ConnBuilder::new(TokioExecutor::new()).serve_connection(TokioIo::new(socket), handler).await;
+                });
+            }
+        });
+        S3Server { port, root: root.to_path_buf(), fail_puts, _rt: rt }
+    }
+
+    /// The file behind `s3://corpus/<key>`.
+    fn file(&self, key: &str) -> PathBuf {
+        self.root.join(BUCKET).join(key)
+    }
+
+    fn env(&self, cache: &Path, secret: &str) -> Vec<(String, String)> {
+        [
+            ("AWS_ACCESS_KEY_ID", KEY),
+            ("AWS_SECRET_ACCESS_KEY", secret),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ENDPOINT_URL", &format!("http://127.0.0.1:{}", self.port)),
+            ("AWS_ALLOW_HTTP", "true"),
+            ("BERTPIPE_CACHE", cache.to_str().unwrap()),
+            ("BERTPIPE_STORE_RETRIES", "1"),
+            ("BERTPIPE_STORE_RETRY_SECS", "5"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+}
+
+fn run(env: &[(String, String)], args: &[&str]) -> Output {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    bertpipe_env(args, &env)
+}
+
+fn write_tarball(path: &Path, files: &[(String, Vec<u8>)]) {
+    use std::io::Write;
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let gz = flate2::write::GzEncoder::new(std::fs::File::create(path).unwrap(), flate2::Compression::fast());
+    let mut tar = tar::Builder::new(gz);
+    for (name, bytes) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append_data(&mut header, name, bytes.as_slice()).unwrap();
+    }
+    tar.into_inner().unwrap().finish().unwrap().flush().unwrap();
+}
+
+/// Every shard the manifest of `a` lists has the same bytes in `b` (the rejects the same rows
+/// but for their `origin`), and the manifests agree (but for the configuration, whose paths
+/// differ).
+#[track_caller]
+fn assert_same_shards(a: &Path, b: &Path) {
+    let (ma, mb) = (manifest(a), manifest(b));
+    let files = |m: &serde_json::Value| -> Vec<String> {
+        let mut f: Vec<String> = m["splits"]
+            .as_object()
+            .unwrap()
+            .values()
+            .chain([&m["rejects"]])
+            .flat_map(|s| s["shards"].as_array().unwrap().iter().map(|x| x["file"].as_str().unwrap().to_string()))
+            .collect();
+        f.sort();
+        f
+    };
+    assert_eq!(files(&ma), files(&mb));
+    assert!(!files(&ma).is_empty());
+    for f in files(&ma) {
+        if f.starts_with("_rejects/") {
+            // Rejects say where each record came from: a path in one run, a URL in the other.
+            let (ra, rb) = (read_parquet(&a.join(&f)), read_parquet(&b.join(&f)));
+            assert_eq!(ra.len(), rb.len());
+            for (x, y) in ra.iter().zip(&rb) {
+                let drop_origin = |batch: &arrow_array::RecordBatch| {
+                    let keep: Vec<usize> =
+                        (0..batch.num_columns()).filter(|&i| batch.schema().field(i).name() != "origin").collect();
+                    batch.project(&keep).unwrap()
+                };
+                assert_eq!(drop_origin(x), drop_origin(y), "{f} differs");
+            }
+            continue;
+        }
+        assert!(std::fs::read(a.join(&f)).unwrap() == std::fs::read(b.join(&f)).unwrap(), "{f} differs");
+    }
+    let strip = |mut m: serde_json::Value| {
+        for s in m["rejects"]["shards"].as_array_mut().unwrap() {
+            let s = s.as_object_mut().unwrap();
+            s.remove("bytes");
+            s.remove("sha256");
+        }
+        let o = m.as_object_mut().unwrap();
+        o.remove("config");
+        o.remove("config_sha256");
+        m
+    };
+    assert_eq!(strip(ma), strip(mb));
+}
+
+#[test]
+fn a_tarball_in_a_bucket_to_shards_in_a_bucket_gives_the_bytes_written_on_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = S3Server::start(&tmp.path().join("s3"));
+    let env = server.env(&tmp.path().join("cache"), SECRET);
+    let corpus = bertpipe::synth::corpus(60, 0, 11);
+    write_tarball(&tmp.path().join("aclImdb_v1.tar.gz"), &corpus);
+    write_tarball(&server.file("in/aclImdb_v1.tar.gz"), &corpus);
+
+    let local = tmp.path().join("local");
+    let local_src = format!("source.path={}", tmp.path().join("aclImdb_v1.tar.gz").display());
+    let local_out = format!("sink.path={}", local.display());
+    let sets = ["sink.shard_rows=40"];
+    assert_ok(&run(
+        &env,
+        &[
+            "pipeline",
+            "run",
+            "pipelines/imdb.yaml",
+            "--quiet",
+            "--set",
+            &local_src,
+            "--set",
+            &local_out,
+            "--set",
+            sets[0],
+        ],
+    ));
+
+    let src = format!("source.path=s3://{BUCKET}/in/aclImdb_v1.tar.gz");
+    let out = format!("sink.path=s3://{BUCKET}/out/imdb");
+    let o = run(&env, &["pipeline", "run", "pipelines/imdb.yaml", "--set", &src, "--set", &out, "--set", sets[0]]);
+    assert_ok(&o);
+    assert!(stderr(&o).contains(&format!("s3://{BUCKET}/out/imdb/_rejects/")), "{}", stderr(&o));
+    assert_same_shards(&local, &server.file("out/imdb"));
+    assert!(!server.file("out/imdb/_journal.jsonl").exists(), "the journal goes once the manifest is there");
+
+    // An existing output in a bucket is refused without --overwrite, replaced with it.
+    let o = run(
+        &env,
+        &["pipeline", "run", "pipelines/imdb.yaml", "--quiet", "--set", &src, "--set", &out, "--set", sets[0]],
+    );
+    assert!(!o.status.success() && stderr(&o).contains("--overwrite"), "{}", stderr(&o));
+    let again = [
+        "pipeline",
+        "run",
+        "pipelines/imdb.yaml",
+        "--quiet",
+        "--overwrite",
+        "--set",
+        &src,
+        "--set",
+        &out,
+        "--set",
+        sets[0],
+    ];
+    assert_ok(&run(&env, &again));
+    assert_same_shards(&local, &server.file("out/imdb"));
+
+    // Readers: stats from the bucket equals stats from disk; train reads its shards.
+    let stats = |input: &str| {
+        let o = run(&env, &["stats", input, "--json", "--quiet"]);
+        assert_ok(&o);
+        let mut v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v.as_object_mut().unwrap().remove("input");
+        v
+    };
+    assert_eq!(stats(&format!("s3://{BUCKET}/out/imdb")), stats(local.to_str().unwrap()));
+    let train_out = tmp.path().join("model");
+    let o = run(
+        &env,
+        &[
+            "train",
+            "pipelines/imdb-finetune.yaml",
+            "--quiet",
+            "--set",
+            &format!("data=s3://{BUCKET}/out/imdb"),
+            "--set",
+            &format!("output_dir={}", train_out.display()),
+            "--set",
+            "num_train_epochs=1",
+        ],
+    );
+    assert_ok(&o);
+    assert!(train_out.join("final/model.safetensors").is_file());
+}
+
+#[test]
+fn jsonl_objects_in_a_bucket_read_as_the_same_files_on_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = S3Server::start(&tmp.path().join("s3"));
+    let env = server.env(&tmp.path().join("cache"), SECRET);
+    let local_dir = tmp.path().join("jsonl");
+    std::fs::create_dir_all(&local_dir).unwrap();
+    std::fs::create_dir_all(server.file("jsonl")).unwrap();
+    let mut rng = bertpipe::rng::Rng(4);
+    for f in 0..3 {
+        let mut text = String::new();
+        for _ in 0..30 {
+            let review = bertpipe::synth::review(&mut rng, None);
+            text.push_str(&serde_json::json!({ "text": review }).to_string());
+            text.push('\n');
+        }
+        std::fs::write(local_dir.join(format!("part-{f}.jsonl")), &text).unwrap();
+        std::fs::write(server.file(&format!("jsonl/part-{f}.jsonl")), &text).unwrap();
+    }
+    let pipeline = write_pipeline(
+        tmp.path(),
+        "j.yaml",
+        "name: j\nsource: {type: jsonl, path: x}\nsteps:\n  - type: punctuation\n  - type: dedup\nsink: {type: parquet, path: y, keep_text: true}\n",
+    );
+    let pipeline = pipeline.to_str().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    for (src, out) in [(local_dir.display().to_string(), &a), (format!("s3://{BUCKET}/jsonl"), &b)] {
+        let (src, out) = (format!("source.path={src}"), format!("sink.path={}", out.display()));
+        assert_ok(&run(&env, &["pipeline", "run", pipeline, "--quiet", "--set", &src, "--set", &out]));
+    }
+    assert_eq!(manifest(&b)["splits"]["train"]["docs_in"], 90);
+    // Record ids carry the file name, origins the URL: the shards' bytes differ only there.
+    let ids = |out: &Path| strings(out, "train", "id");
+    assert_eq!(ids(&a), ids(&b));
+    assert_eq!(strings(&a, "train", "text"), strings(&b, "train", "text"));
+}
+
+#[test]
+fn missing_objects_wrong_credentials_and_interrupted_uploads_fail_clearly_and_leave_no_half_shard() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = S3Server::start(&tmp.path().join("s3"));
+    let env = server.env(&tmp.path().join("cache"), SECRET);
+    write_tarball(&server.file("in/aclImdb_v1.tar.gz"), &bertpipe::synth::corpus(60, 0, 12));
+    let src = format!("source.path=s3://{BUCKET}/in/aclImdb_v1.tar.gz");
+    let out = format!("sink.path=s3://{BUCKET}/out/imdb");
+    let args = |extra: &'static [&'static str]| -> Vec<String> {
+        let mut a: Vec<String> = [
+            "pipeline",
+            "run",
+            "pipelines/imdb-clean.yaml",
+            "--quiet",
+            "--set",
+            &src,
+            "--set",
+            &out,
+            "--set",
+            "sink.shard_rows=30",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let call = |env: &[(String, String)], a: Vec<String>| {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        run(env, &a)
+    };
+
+    // A missing object.
+    let missing = format!("source.path=s3://{BUCKET}/in/nothing.tar.gz");
+    let o = run(&env, &["pipeline", "run", "pipelines/imdb-clean.yaml", "--quiet", "--set", &missing, "--set", &out]);
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("nothing.tar.gz") && e.contains("does not exist"), "{e}");
+    assert!(!server.file("out/imdb/manifest.json").exists());
+
+    // A wrong secret key.
+    let wrong = server.env(&tmp.path().join("cache"), "not-the-secret");
+    let o = call(&wrong, args(&[]));
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("refused") && e.contains("credentials"), "{e}");
+
+    // The upload of the second train shard fails: the run stops naming it; that shard is not
+    // in the bucket, nor is a manifest; --resume finishes the run once uploads work again.
+    *server.fail_puts.lock().unwrap() = Some("train/part-00001".into());
+    let o = call(&env, args(&[]));
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("could not upload") && e.contains("train/part-00001.parquet"), "{e}");
+    assert!(!server.file("out/imdb/train/part-00001.parquet").exists(), "no half-written shard");
+    assert!(server.file("out/imdb/train/part-00000.parquet").exists());
+    assert!(!server.file("out/imdb/manifest.json").exists());
+    *server.fail_puts.lock().unwrap() = None;
+    let o = call(&env, args(&["--resume"]));
+    assert_ok(&o);
+    assert!(server.file("out/imdb/manifest.json").exists());
+    let local = tmp.path().join("local");
+    write_tarball(&tmp.path().join("aclImdb_v1.tar.gz"), &bertpipe::synth::corpus(60, 0, 12));
+    let (lsrc, lout) = (
+        format!("source.path={}", tmp.path().join("aclImdb_v1.tar.gz").display()),
+        format!("sink.path={}", local.display()),
+    );
+    assert_ok(&run(
+        &env,
+        &[
+            "pipeline",
+            "run",
+            "pipelines/imdb-clean.yaml",
+            "--quiet",
+            "--set",
+            &lsrc,
+            "--set",
+            &lout,
+            "--set",
+            "sink.shard_rows=30",
+        ],
+    ));
+    assert_same_shards(&local, &server.file("out/imdb"));
+}
