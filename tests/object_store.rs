@@ -8,7 +8,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::sync::{Arc, Mutex};
 
 use common::*;
 
@@ -20,50 +19,54 @@ struct S3Server {
     port: u16,
     /// The folder the server serves (buckets are its sub-folders).
     root: PathBuf,
-    /// PUT requests whose path contains this fail with HTTP 500.
-    fail_puts: Arc<Mutex<Option<String>>>,
-    _rt: tokio::runtime::Runtime,
+    /// While this file holds a string, PUT requests whose path contains it fail with HTTP 500.
+    fault: PathBuf,
+    child: std::process::Child,
+}
+
+/// The server binary (tests/s3-server, a crate of its own), built once per test run.
+fn server_binary() -> &'static Path {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root().join("target"))
+            .join("s3-server");
+        let manifest = root().join("tests/s3-server/Cargo.toml");
+        eprintln!("building the test S3 server (tests/s3-server) into {}", target.display());
+        let o = std::process::Command::new(env!("CARGO"))
+            .args(["build", "--release", "--locked", "--manifest-path"])
+            .arg(&manifest)
+            .env("CARGO_TARGET_DIR", &target)
+            .output()
+            .expect("run cargo");
+        assert!(o.status.success(), "building the test S3 server failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        target.join("release/bertpipe-s3-test-server")
+    })
 }
 
 impl S3Server {
     fn start(root: &Path) -> S3Server {
-        use hyper_util::rt::{TokioExecutor, TokioIo};
-        use hyper_util::server::conn::auto::Builder as ConnBuilder;
-        use s3s::service::S3ServiceBuilder;
-
+        use std::io::BufRead;
         std::fs::create_dir_all(root.join(BUCKET)).unwrap();
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let fs = s3s_fs::FileSystem::new(root).unwrap();
-        let mut builder = S3ServiceBuilder::new(fs);
-        builder.set_auth(s3s::auth::SimpleAuth::from_single(KEY, SECRET));
-        let service = builder.build();
-        let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let fail_puts: Arc<Mutex<Option<String>>> = Arc::default();
-        let fail = fail_puts.clone();
-        rt.spawn(async move {
-            loop {
-                let Ok((socket, _)) = listener.accept().await else { continue };
-                let (service, fail) = (service.clone(), fail.clone());
-                let handler = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                    let (service, fail) = (service.clone(), fail.clone());
-                    async move {
-                        let faulty = req.method() == http::Method::PUT
-                            && fail.lock().unwrap().as_deref().is_some_and(|m| req.uri().path().contains(m));
-                        if faulty {
-                            let resp = http::Response::builder().status(500).body(s3s::Body::empty()).unwrap();
-                            return Ok::<_, s3s::HttpError>(resp);
-                        }
-                        hyper::service::Service::call(&service, req).await
-                    }
-                });
-                tokio::spawn(async move {
-                    let _ =
-                        ConnBuilder::new(TokioExecutor::new()).serve_connection(TokioIo::new(socket), handler).await;
-                });
-            }
-        });
-        S3Server { port, root: root.to_path_buf(), fail_puts, _rt: rt }
+        let fault = root.with_extension("fault");
+        let mut child = std::process::Command::new(server_binary())
+            .arg(root)
+            .args([KEY, SECRET])
+            .arg(&fault)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the test S3 server");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let port = line.trim().parse().unwrap_or_else(|_| panic!("the test S3 server printed {line:?}, not a port"));
+        S3Server { port, root: root.to_path_buf(), fault, child }
+    }
+
+    /// Makes PUTs whose path contains `marker` fail (or none, with `None`).
+    fn fail_puts(&self, marker: Option<&str>) {
+        std::fs::write(&self.fault, marker.unwrap_or("")).unwrap();
     }
 
     /// The file behind `s3://corpus/<key>`.
@@ -85,6 +88,13 @@ impl S3Server {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -329,14 +339,14 @@ fn missing_objects_wrong_credentials_and_interrupted_uploads_fail_clearly_and_le
 
     // The upload of the second train shard fails: the run stops naming it; that shard is not
     // in the bucket, nor is a manifest; --resume finishes the run once uploads work again.
-    *server.fail_puts.lock().unwrap() = Some("train/part-00001".into());
+    server.fail_puts(Some("train/part-00001"));
     let o = call(&env, args(&[]));
     let e = stderr(&o);
     assert!(!o.status.success() && e.contains("could not upload") && e.contains("train/part-00001.parquet"), "{e}");
     assert!(!server.file("out/imdb/train/part-00001.parquet").exists(), "no half-written shard");
     assert!(server.file("out/imdb/train/part-00000.parquet").exists());
     assert!(!server.file("out/imdb/manifest.json").exists());
-    *server.fail_puts.lock().unwrap() = None;
+    server.fail_puts(None);
     let o = call(&env, args(&["--resume"]));
     assert_ok(&o);
     assert!(server.file("out/imdb/manifest.json").exists());
@@ -362,4 +372,59 @@ fn missing_objects_wrong_credentials_and_interrupted_uploads_fail_clearly_and_le
         ],
     ));
     assert_same_shards(&local, &server.file("out/imdb"));
+}
+
+/// A task array reading from and writing to a bucket: scan, run and merge there; the merged
+/// output reads (through `stats`) as the single run on disk does.
+#[test]
+fn a_task_array_in_a_bucket_merges_into_the_single_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = S3Server::start(&tmp.path().join("s3"));
+    let env = server.env(&tmp.path().join("cache"), SECRET);
+    let corpus = bertpipe::synth::corpus(50, 0, 13);
+    write_tarball(&tmp.path().join("aclImdb_v1.tar.gz"), &corpus);
+    write_tarball(&server.file("in/aclImdb_v1.tar.gz"), &corpus);
+    let local = tmp.path().join("local");
+    let (lsrc, lout) = (
+        format!("source.path={}", tmp.path().join("aclImdb_v1.tar.gz").display()),
+        format!("sink.path={}", local.display()),
+    );
+    assert_ok(&run(&env, &["pipeline", "run", "pipelines/imdb.yaml", "--quiet", "--set", &lsrc, "--set", &lout]));
+
+    let src = format!("source.path=s3://{BUCKET}/in/aclImdb_v1.tar.gz");
+    let out = format!("sink.path=s3://{BUCKET}/arr");
+    for phase in ["scan", "run"] {
+        for i in ["0", "1", "2"] {
+            let args = [
+                "pipeline",
+                phase,
+                "pipelines/imdb.yaml",
+                "--quiet",
+                "--task-index",
+                i,
+                "--task-count",
+                "3",
+                "--set",
+                &src,
+                "--set",
+                &out,
+            ];
+            assert_ok(&run(&env, &args));
+        }
+    }
+    assert!(
+        server.file("arr/tasks/scan/00001.bin").is_file() && server.file("arr/tasks/00002/manifest.json").is_file()
+    );
+    let o = run(&env, &["stats", &format!("s3://{BUCKET}/arr"), "--quiet"]);
+    assert!(!o.status.success(), "no merged manifest yet");
+    assert_ok(&run(&env, &["shards", "merge", &format!("s3://{BUCKET}/arr")]));
+    assert_eq!(manifest(&server.file("arr"))["tasks"]["count"], 3);
+    let stats = |input: &str| {
+        let o = run(&env, &["stats", input, "--json", "--quiet"]);
+        assert_ok(&o);
+        let mut v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v.as_object_mut().unwrap().remove("input");
+        v
+    };
+    assert_eq!(stats(&format!("s3://{BUCKET}/arr")), stats(local.to_str().unwrap()));
 }
