@@ -70,12 +70,6 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     let config_json = pipeline.canonical_json();
     let config_sha256 = hex::encode(Sha256::digest(config_json.as_bytes()));
     let remote = crate::storage::is_remote(&sink.path);
-    if remote && opts.task.is_some() {
-        bail!(
-            "a task array writes to a shared file system for now, not to '{}': use a shared folder (NFS, Lustre, a ReadWriteMany volume) and copy the merged output to the bucket",
-            sink.path.display()
-        );
-    }
     // The output as the user named it: a folder, or a bucket prefix.
     let target = match opts.task {
         Some(task) => {

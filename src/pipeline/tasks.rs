@@ -4,8 +4,7 @@
 //! manifest readers use. Contiguous parts, listed in task order, are the input in its order,
 //! so the merged rows are those of a single run, in the same order.
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -21,8 +20,8 @@ use crate::pipeline::parallel::{self, Input, Outcome};
 use crate::pipeline::progress::Progress;
 use crate::pipeline::{prepare_steps, threads_or_default, PipelineStep};
 use crate::sink::manifest::{self, Manifest, TasksInfo};
-use crate::sink::shard::sha256_file;
 use crate::source::Total;
+use crate::storage::Remote;
 
 /// Where a task's own output goes, under the pipeline's output folder.
 pub const TASKS_DIR: &str = "tasks";
@@ -119,28 +118,131 @@ pub fn task_dir(out: &Path, index: u32) -> PathBuf {
 pub const SCAN_DIR: &str = "scan";
 const SCAN_FORMAT: &str = "bertpipe-scan/1";
 
-fn scan_file(out: &Path, index: u32) -> PathBuf {
-    out.join(TASKS_DIR).join(SCAN_DIR).join(format!("{index:05}.bin"))
+fn scan_file(index: u32) -> String {
+    format!("{TASKS_DIR}/{SCAN_DIR}/{index:05}.bin")
+}
+
+/// A task array's output folder: on a shared file system, or a bucket prefix.
+enum Root {
+    Local(PathBuf),
+    Remote(Remote),
+}
+
+impl Root {
+    fn open(out: &Path) -> Result<Root> {
+        Ok(if crate::storage::is_remote(out) {
+            Root::Remote(Remote::open(out)?)
+        } else {
+            Root::Local(out.to_path_buf())
+        })
+    }
+
+    fn display(&self, rel: &str) -> String {
+        match self {
+            Root::Local(p) => p.join(rel).display().to_string(),
+            Root::Remote(r) => r.url_of(rel),
+        }
+    }
+
+    fn size(&self, rel: &str) -> Result<Option<u64>> {
+        match self {
+            Root::Local(p) => Ok(std::fs::metadata(p.join(rel)).ok().filter(|m| m.is_file()).map(|m| m.len())),
+            Root::Remote(r) => r.size(rel),
+        }
+    }
+
+    fn read(&self, rel: &str) -> Result<Vec<u8>> {
+        match self {
+            Root::Local(p) => {
+                std::fs::read(p.join(rel)).with_context(|| format!("could not read '{}'", self.display(rel)))
+            }
+            Root::Remote(r) => Ok(r.get(rel)?.to_vec()),
+        }
+    }
+
+    /// Writes `rel` whole or not at all (aside and renamed on disk; one PUT in a bucket).
+    fn write(&self, rel: &str, bytes: Vec<u8>) -> Result<()> {
+        match self {
+            Root::Local(p) => {
+                let path = p.join(rel);
+                let dir = path.parent().expect("a file in a folder");
+                std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
+                let tmp = dir.join(format!(".{}.tmp", path.file_name().unwrap_or_default().to_string_lossy()));
+                std::fs::write(&tmp, bytes).with_context(|| format!("could not write '{}'", tmp.display()))?;
+                std::fs::rename(&tmp, &path).with_context(|| format!("could not write '{}'", path.display()))
+            }
+            Root::Remote(r) => r.put(rel, bytes),
+        }
+    }
+
+    fn sha256(&self, rel: &str) -> Result<String> {
+        let mut reader: Box<dyn Read> = match self {
+            Root::Local(p) => Box::new(
+                std::fs::File::open(p.join(rel)).with_context(|| format!("could not open '{}'", self.display(rel)))?,
+            ),
+            Root::Remote(r) => Box::new(r.reader(rel)?),
+        };
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = reader.read(&mut buf).with_context(|| format!("could not read '{}'", self.display(rel)))?;
+            if n == 0 {
+                return Ok(hex::encode(h.finalize()));
+            }
+            h.update(&buf[..n]);
+        }
+    }
+
+    /// The task folders present (`tasks/NNNNN`), by index.
+    fn task_indices(&self) -> Result<Vec<u32>> {
+        let mut found = std::collections::BTreeSet::new();
+        match self {
+            Root::Local(p) => {
+                let dir = p.join(TASKS_DIR);
+                let Ok(entries) = std::fs::read_dir(&dir) else { return Ok(Vec::new()) };
+                for entry in entries {
+                    let entry = entry?;
+                    if let (Ok(i), true) = (entry.file_name().to_string_lossy().parse::<u32>(), entry.path().is_dir()) {
+                        found.insert(i);
+                    }
+                }
+            }
+            Root::Remote(r) => {
+                for (rel, _) in r.child(TASKS_DIR).list()? {
+                    if let Some(i) = rel.split('/').next().and_then(|d| d.parse::<u32>().ok()) {
+                        found.insert(i);
+                    }
+                }
+            }
+        }
+        Ok(found.into_iter().collect())
+    }
 }
 
 /// Makes the shared output folder ready for a task: it may already hold other tasks' output,
 /// but not a single run's. A merged manifest from an earlier merge is removed, since this task
 /// changes what it describes (merge again when every task is done).
 pub fn prepare_root(out: &Path) -> Result<()> {
-    let path = out.join(manifest::MANIFEST);
-    if path.exists() {
-        let m = Manifest::read(out)?;
+    let root = Root::open(out)?;
+    if root.size(manifest::MANIFEST)?.is_some() {
+        let m = Manifest::from_json(&root.read(manifest::MANIFEST)?, &root.display(manifest::MANIFEST))?;
         if m.tasks.is_none() {
             bail!(
                 "'{}' holds the output of a single run; a task array writes under {TASKS_DIR}/ of its own output folder (choose another sink.path, or remove it)",
                 out.display()
             );
         }
-        std::fs::remove_file(&path)
-            .with_context(|| format!("could not remove the stale merged '{}'", path.display()))?;
+        match &root {
+            Root::Local(p) => std::fs::remove_file(p.join(manifest::MANIFEST))
+                .with_context(|| format!("could not remove the stale merged '{}'", root.display(manifest::MANIFEST)))?,
+            Root::Remote(r) => r.delete(manifest::MANIFEST)?,
+        }
     }
-    std::fs::create_dir_all(out.join(TASKS_DIR))
-        .with_context(|| format!("could not create '{}'", out.join(TASKS_DIR).display()))
+    if let Root::Local(p) = &root {
+        std::fs::create_dir_all(p.join(TASKS_DIR))
+            .with_context(|| format!("could not create '{}'", p.join(TASKS_DIR).display()))?;
+    }
+    Ok(())
 }
 
 /// The steps that need the whole corpus: `(dedup, noise-quantile filter)` positions.
@@ -230,12 +332,6 @@ pub fn scan(pipeline: &Pipeline, task: TaskSpec, threads: usize, quiet: bool) ->
 }
 
 fn write_scan(out: &Path, config_sha256: &str, task: TaskSpec, scan: &Scan) -> Result<()> {
-    let path = scan_file(out, task.index);
-    let dir = path.parent().expect("scan files live in a folder");
-    std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
-    let tmp = path.with_extension("bin.tmp");
-    let file = std::fs::File::create(&tmp).with_context(|| format!("could not create '{}'", tmp.display()))?;
-    let mut w = BufWriter::new(file);
     let header = ScanHeader {
         format: SCAN_FORMAT.into(),
         config_sha256: config_sha256.into(),
@@ -243,50 +339,47 @@ fn write_scan(out: &Path, config_sha256: &str, task: TaskSpec, scan: &Scan) -> R
         keys: scan.keys.len() as u64,
         scores: scan.scores.len() as u64,
     };
-    serde_json::to_writer(&mut w, &header)?;
-    w.write_all(b"\n")?;
+    let mut w = serde_json::to_vec(&header)?;
+    w.push(b'\n');
     for (key, id) in &scan.keys {
-        w.write_all(key)?;
-        w.write_all(&(id.len() as u32).to_le_bytes())?;
-        w.write_all(id.as_bytes())?;
+        w.extend_from_slice(key);
+        w.extend_from_slice(&(id.len() as u32).to_le_bytes());
+        w.extend_from_slice(id.as_bytes());
     }
     for score in &scan.scores {
-        w.write_all(&score.to_le_bytes())?;
+        w.extend_from_slice(&score.to_le_bytes());
     }
-    w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("could not write '{}'", path.display()))?;
-    Ok(())
+    Root::open(out)?.write(&scan_file(task.index), w)
 }
 
-fn read_scan(out: &Path, config_sha256: &str, task: TaskSpec) -> Result<Scan> {
-    let path = scan_file(out, task.index);
-    let file = std::fs::File::open(&path).with_context(|| format!("could not open '{}'", path.display()))?;
-    let mut r = BufReader::new(file);
+fn read_scan(root: &Root, config_sha256: &str, task: TaskSpec) -> Result<Scan> {
+    let rel = scan_file(task.index);
+    let shown = root.display(&rel);
+    let bytes = root.read(&rel)?;
+    let mut r = BufReader::new(bytes.as_slice());
     let mut line = String::new();
     r.read_line(&mut line)?;
     let header: ScanHeader =
-        serde_json::from_str(&line).with_context(|| format!("'{}' is not a bertpipe scan file", path.display()))?;
+        serde_json::from_str(&line).with_context(|| format!("'{shown}' is not a bertpipe scan file"))?;
     if header.format != SCAN_FORMAT {
-        bail!("'{}' has format `{}`; this bertpipe reads `{SCAN_FORMAT}`", path.display(), header.format);
+        bail!("'{shown}' has format `{}`; this bertpipe reads `{SCAN_FORMAT}`", header.format);
     }
     if header.config_sha256 != config_sha256 {
         bail!(
-            "'{}' was scanned with another pipeline configuration; scan again (`pipeline scan` with --task-index {})",
-            path.display(),
+            "'{shown}' was scanned with another pipeline configuration; scan again (`pipeline scan` with --task-index {})",
             task.index
         );
     }
     if header.task != task {
         bail!(
-            "'{}' is the scan of task {} of {}, not of task {} of {}",
-            path.display(),
+            "'{shown}' is the scan of task {} of {}, not of task {} of {}",
             header.task.index,
             header.task.count,
             task.index,
             task.count
         );
     }
-    let truncated = || format!("'{}' is truncated", path.display());
+    let truncated = || format!("'{shown}' is truncated");
     let mut scan = Scan::default();
     for _ in 0..header.keys {
         let mut key = [0u8; 16];
@@ -295,7 +388,7 @@ fn read_scan(out: &Path, config_sha256: &str, task: TaskSpec) -> Result<Scan> {
         r.read_exact(&mut len).with_context(truncated)?;
         let mut id = vec![0u8; u32::from_le_bytes(len) as usize];
         r.read_exact(&mut id).with_context(truncated)?;
-        scan.keys.push((key, String::from_utf8(id).with_context(|| format!("'{}' is corrupt", path.display()))?));
+        scan.keys.push((key, String::from_utf8(id).with_context(|| format!("'{shown}' is corrupt"))?));
     }
     for _ in 0..header.scores {
         let mut b = [0u8; 4];
@@ -321,7 +414,13 @@ pub fn resolve_from_scans(
         (None, Some(_)) => (0..task.count).collect(),
         (None, None) => return Ok(index),
     };
-    let missing: Vec<String> = needed.iter().filter(|&&i| !scan_file(out, i).exists()).map(|i| i.to_string()).collect();
+    let root = Root::open(out)?;
+    let mut missing = Vec::new();
+    for &i in &needed {
+        if root.size(&scan_file(i))?.is_none() {
+            missing.push(i.to_string());
+        }
+    }
     if !missing.is_empty() {
         bail!(
             "this pipeline has {}: across {} tasks, `bertpipe pipeline scan` must run first for task{} {} (its files go to '{}'), then `pipeline run` for each task",
@@ -329,12 +428,12 @@ pub fn resolve_from_scans(
             task.count,
             if missing.len() == 1 { "" } else { "s" },
             missing.join(", "),
-            out.join(TASKS_DIR).join(SCAN_DIR).display()
+            root.display(&format!("{TASKS_DIR}/{SCAN_DIR}"))
         );
     }
     let mut scores = Vec::new();
     for i in needed {
-        let scan = read_scan(out, config_sha256, TaskSpec { index: i, count: task.count })?;
+        let scan = read_scan(&root, config_sha256, TaskSpec { index: i, count: task.count })?;
         for (key, id) in &scan.keys {
             index.check(*key, id);
         }
@@ -358,69 +457,61 @@ pub fn resolve_from_scans(
 /// same pipeline, sizes and checksums) and writes `OUT/manifest.json`, listing the tasks'
 /// shards in task order — the input's order — with their counts added up.
 pub fn merge(out: &Path) -> Result<Manifest> {
-    let tasks_dir = out.join(TASKS_DIR);
-    let mut found: BTreeMap<u32, PathBuf> = BTreeMap::new();
-    let entries = std::fs::read_dir(&tasks_dir).with_context(|| {
-        format!("'{}' holds no task outputs (expected {TASKS_DIR}/00000, {TASKS_DIR}/00001, …)", out.display())
-    })?;
-    for entry in entries {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if let Ok(i) = name.parse::<u32>() {
-            if entry.path().is_dir() {
-                found.insert(i, entry.path());
-            }
-        }
-    }
+    let root = Root::open(out)?;
+    let found = root.task_indices()?;
     if found.is_empty() {
-        bail!("'{}' holds no task outputs", tasks_dir.display());
+        bail!("'{}' holds no task outputs (expected {TASKS_DIR}/00000, {TASKS_DIR}/00001, …)", root.display(""));
     }
+    let task_rel = |i: u32| format!("{TASKS_DIR}/{i:05}");
     let mut manifests: Vec<Manifest> = Vec::new();
     let mut count = None;
     let mut problems = Vec::new();
-    for (&i, dir) in &found {
-        if !dir.join(manifest::MANIFEST).exists() {
-            problems.push(if dir.join(manifest::JOURNAL).exists() {
+    for &i in &found {
+        let dir = task_rel(i);
+        let manifest_rel = format!("{dir}/{}", manifest::MANIFEST);
+        if root.size(&manifest_rel)?.is_none() {
+            problems.push(if root.size(&format!("{dir}/{}", manifest::JOURNAL))?.is_some() {
                 format!(
                     "task {i} is unfinished ('{}' has a journal but no manifest): run it again with --resume",
-                    dir.display()
+                    root.display(&dir)
                 )
             } else {
-                format!("task {i} has not finished ('{}' has no manifest.json)", dir.display())
+                format!("task {i} has not finished ('{}' has no manifest.json)", root.display(&dir))
             });
             continue;
         }
-        let m = Manifest::read(dir)?;
+        let m = Manifest::from_json(&root.read(&manifest_rel)?, &root.display(&manifest_rel))?;
         match m.tasks {
             Some(TasksInfo { index: Some(index), count: c }) if index == i => {
                 if *count.get_or_insert(c) != c {
                     bail!(
                         "task {i} ran as one of {c} tasks, task {} as one of {}: merge outputs of one task array",
-                        found.keys().next().unwrap_or(&0),
+                        found[0],
                         count.unwrap_or(0)
                     );
                 }
             }
-            _ => bail!("'{}' is not the output of task {i} of a task array", dir.display()),
+            _ => bail!("'{}' is not the output of task {i} of a task array", root.display(&dir)),
         }
         manifests.push(m);
     }
     let count = count.unwrap_or(found.len() as u32);
-    let missing: Vec<String> = (0..count).filter(|i| !found.contains_key(i)).map(|i| i.to_string()).collect();
+    let missing: Vec<String> = (0..count).filter(|i| !found.contains(i)).map(|i| i.to_string()).collect();
     if !missing.is_empty() {
         problems.push(format!(
             "task{} {} of {count} ha{} no output under '{}'",
             if missing.len() == 1 { "" } else { "s" },
             missing.join(", "),
             if missing.len() == 1 { "s" } else { "ve" },
-            tasks_dir.display()
+            root.display(TASKS_DIR)
         ));
     }
-    if let Some(extra) = found.keys().find(|&&i| i >= count) {
-        problems.push(format!("'{}' is task {extra}, but the array has {count} tasks", found[extra].display()));
+    if let Some(extra) = found.iter().find(|&&i| i >= count) {
+        problems
+            .push(format!("'{}' is task {extra}, but the array has {count} tasks", root.display(&task_rel(*extra))));
     }
     if !problems.is_empty() {
-        bail!("cannot merge '{}' yet:\n  {}", out.display(), problems.join("\n  "));
+        bail!("cannot merge '{}' yet:\n  {}", root.display(""), problems.join("\n  "));
     }
     let first = &manifests[0];
     for (i, m) in manifests.iter().enumerate() {
@@ -435,23 +526,22 @@ pub fn merge(out: &Path) -> Result<Manifest> {
     // Every shard, checked in parallel: present, the recorded size, the recorded checksum.
     let mut shards = Vec::new();
     for (i, m) in manifests.iter().enumerate() {
-        let dir = task_dir(out, i as u32);
+        let dir = task_rel(i as u32);
         for s in m.splits.values().flat_map(|s| &s.shards).chain(&m.rejects.shards) {
-            shards.push((dir.join(&s.file), s.bytes, s.sha256.clone()));
+            shards.push((format!("{dir}/{}", s.file), s.bytes, s.sha256.clone()));
         }
     }
-    shards.par_iter().try_for_each(|(path, bytes, sha)| -> Result<()> {
-        let meta = std::fs::metadata(path)
-            .with_context(|| format!("shard '{}', listed in its task's manifest, is missing", path.display()))?;
-        if meta.len() != *bytes {
-            bail!("shard '{}' has {} bytes, its task's manifest says {bytes}", path.display(), meta.len());
+    shards.par_iter().try_for_each(|(rel, bytes, sha)| -> Result<()> {
+        let shown = root.display(rel);
+        let Some(size) = root.size(rel)? else {
+            bail!("shard '{shown}', listed in its task's manifest, is missing");
+        };
+        if size != *bytes {
+            bail!("shard '{shown}' has {size} bytes, its task's manifest says {bytes}");
         }
-        let got = sha256_file(path)?;
+        let got = root.sha256(rel)?;
         if &got != sha {
-            bail!(
-                "checksum mismatch for '{}': its task's manifest says {sha}, the file hashes to {got}",
-                path.display()
-            );
+            bail!("checksum mismatch for '{shown}': its task's manifest says {sha}, the file hashes to {got}");
         }
         Ok(())
     })?;
@@ -481,7 +571,9 @@ pub fn merge(out: &Path) -> Result<Manifest> {
             p.finish();
         }
     }
-    merged.write(out)?;
+    let mut text = serde_json::to_string_pretty(&merged)?;
+    text.push('\n');
+    root.write(manifest::MANIFEST, text.into_bytes())?;
     Ok(merged)
 }
 

@@ -111,11 +111,16 @@ impl Manifest {
                 out.display()
             );
         }
-        let text = std::fs::read_to_string(&path).with_context(|| format!("could not read '{}'", path.display()))?;
+        let text = std::fs::read(&path).with_context(|| format!("could not read '{}'", path.display()))?;
+        Manifest::from_json(&text, &path.display().to_string())
+    }
+
+    /// Parses a manifest's bytes; `shown` names it in errors.
+    pub fn from_json(bytes: &[u8], shown: &str) -> Result<Manifest> {
         let m: Manifest =
-            serde_json::from_str(&text).with_context(|| format!("'{}' is not a bertpipe manifest", path.display()))?;
+            serde_json::from_slice(bytes).with_context(|| format!("'{shown}' is not a bertpipe manifest"))?;
         if m.format != FORMAT {
-            bail!("'{}' has format `{}`; this bertpipe reads `{FORMAT}`", path.display(), m.format);
+            bail!("'{shown}' has format `{}`; this bertpipe reads `{FORMAT}`", m.format);
         }
         Ok(m)
     }
