@@ -44,8 +44,9 @@ impl Default for UnicodeNormalize {
 
 impl Step for UnicodeNormalize {
     fn apply(&self, doc: &mut Document) -> Verdict {
-        // Every normal form of ASCII text is the text itself.
-        if !doc.text.is_ascii() {
+        // Every normal form of ASCII text is the text itself, and so is that of text the
+        // quick check (UAX #15) finds already normalised: no copy for either.
+        if !doc.text.is_ascii() && !self.already_normal(&doc.text) {
             doc.text = self.normalize(&doc.text);
         }
         Verdict::Keep
@@ -53,6 +54,22 @@ impl Step for UnicodeNormalize {
 }
 
 impl UnicodeNormalize {
+    /// Whether `text` is certainly in this step's form already (a `Maybe` counts as no).
+    fn already_normal(&self, text: &str) -> bool {
+        use unicode_normalization::{is_nfc_quick, is_nfd_quick, is_nfkc_quick, is_nfkd_quick, IsNormalized};
+        if self.ascii_fold || self.strip_accents {
+            return false;
+        }
+        let chars = text.chars();
+        let quick = match self.form {
+            Form::Nfc => is_nfc_quick(chars),
+            Form::Nfd => is_nfd_quick(chars),
+            Form::Nfkc => is_nfkc_quick(chars),
+            Form::Nfkd => is_nfkd_quick(chars),
+        };
+        quick == IsNormalized::Yes
+    }
+
     /// Normalises only the non-ASCII islands of the text: ASCII is already in every normal
     /// form, and since an ASCII character never composes with what precedes it, the text can
     /// be cut before any ASCII character that is followed by ASCII. Each island starts one
@@ -149,6 +166,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The step leaves text alone only when normalising would not change it.
+    #[test]
+    fn the_quick_check_skips_only_text_already_normal() {
+        let texts = ["café — naïve 東京 😀", "e\u{301}", "ﬁnal", "…", "Å", "한국어", "x\u{308}\u{301}"];
+        for form in [Form::Nfc, Form::Nfd, Form::Nfkc, Form::Nfkd] {
+            for (strip, fold) in [(false, false), (true, false), (false, true)] {
+                let step = n(form, strip, fold);
+                for t in texts {
+                    let mut doc = Document { text: t.to_string(), ..Default::default() };
+                    step.apply(&mut doc);
+                    assert_eq!(doc.text, step.normalize_all(t), "{step:?} on {t:?}");
+                }
+            }
+        }
+        assert!(n(Form::Nfkc, false, false).already_normal("café — naïve 😀"));
+        assert!(!n(Form::Nfkc, false, false).already_normal("ﬁnal …"));
     }
 
     #[test]
