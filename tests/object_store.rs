@@ -103,21 +103,6 @@ fn run(env: &[(String, String)], args: &[&str]) -> Output {
     bertpipe_env(args, &env)
 }
 
-fn write_tarball(path: &Path, files: &[(String, Vec<u8>)]) {
-    use std::io::Write;
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let gz = flate2::write::GzEncoder::new(std::fs::File::create(path).unwrap(), flate2::Compression::fast());
-    let mut tar = tar::Builder::new(gz);
-    for (name, bytes) in files {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(bytes.len() as u64);
-        header.set_mode(0o644);
-        header.set_cksum();
-        tar.append_data(&mut header, name, bytes.as_slice()).unwrap();
-    }
-    tar.into_inner().unwrap().finish().unwrap().flush().unwrap();
-}
-
 /// Every shard the manifest of `a` lists has the same bytes in `b` (the rejects the same rows
 /// but for their `origin`), and the manifests agree (but for the configuration, whose paths
 /// differ).

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::Path;
 
 use arrow_array::RecordBatch;
@@ -158,19 +157,6 @@ fn scheduler_environment_picks_the_task() {
     );
     assert_ok(&o);
     assert!(out.join("tasks/00001/manifest.json").is_file());
-}
-
-fn write_tarball(path: &Path, files: &[(String, Vec<u8>)]) {
-    let gz = flate2::write::GzEncoder::new(std::fs::File::create(path).unwrap(), flate2::Compression::fast());
-    let mut tar = tar::Builder::new(gz);
-    for (name, bytes) in files {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(bytes.len() as u64);
-        header.set_mode(0o644);
-        header.set_cksum();
-        tar.append_data(&mut header, name, bytes.as_slice()).unwrap();
-    }
-    tar.into_inner().unwrap().finish().unwrap().flush().unwrap();
 }
 
 #[test]

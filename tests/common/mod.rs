@@ -151,3 +151,21 @@ pub fn assert_same_output(a: &Path, b: &Path) {
     };
     assert_eq!(strip(a), strip(b), "manifests differ");
 }
+
+/// Writes `files` (path, bytes) as a `.tar.gz`, as the aclImdb tarball is packed.
+pub fn write_tarball(path: &Path, files: &[(String, Vec<u8>)]) {
+    use std::io::Write;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    let gz = flate2::write::GzEncoder::new(File::create(path).unwrap(), flate2::Compression::fast());
+    let mut tar = tar::Builder::new(gz);
+    for (name, bytes) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append_data(&mut header, name, bytes.as_slice()).unwrap();
+    }
+    tar.into_inner().unwrap().finish().unwrap().flush().unwrap();
+}
