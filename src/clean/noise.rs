@@ -239,6 +239,8 @@ const UPPER: u8 = 8;
 const LOWER: u8 = 16;
 /// Control characters other than `\n`, `\t`, `\r`: counted as bad.
 const BAD: u8 = 32;
+/// ASCII letters and digits: inside a word, they only count.
+const ALNUM: u8 = 64;
 
 const ASCII_CLASS: [u8; 128] = {
     let mut t = [0u8; 128];
@@ -263,6 +265,9 @@ const ASCII_CLASS: [u8; 128] = {
         }
         if c.is_ascii_control() && !matches!(c, b'\n' | b'\t' | b'\r') {
             k |= BAD;
+        }
+        if c.is_ascii_alphanumeric() {
+            k |= ALNUM;
         }
         t[b] = k;
         b += 1;
@@ -303,6 +308,27 @@ fn measure(text: &str) -> Measure {
     let mut i = 0;
     while i < bytes.len() {
         let b = bytes[i];
+        // A run of ASCII letters and digits, the bulk of any text: it starts (or continues) a
+        // token and a word, and otherwise only adds to the counts.
+        if b < 0x80 && ASCII_CLASS[b as usize] & ALNUM != 0 {
+            if token_start == NO_TOKEN {
+                token_start = i;
+            }
+            words += !in_word as u32;
+            in_word = true;
+            let start = i;
+            while i < bytes.len() && bytes[i] < 0x80 && ASCII_CLASS[bytes[i] as usize] & ALNUM != 0 {
+                let class = ASCII_CLASS[bytes[i] as usize];
+                upper += (class & UPPER != 0) as u32;
+                lower += (class & LOWER != 0) as u32;
+                i += 1;
+            }
+            let n = (i - start) as u32;
+            m.chars += n;
+            m.visible += n;
+            prev = '\0';
+            continue;
+        }
         m.chars += 1;
         if b < 0x80 {
             let class = ASCII_CLASS[b as usize];
