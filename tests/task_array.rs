@@ -70,6 +70,16 @@ fn run_as_tasks(pipeline: &str, out: &Path, n: u32, scan: bool, sets: &[&str]) {
     assert_ok(&bertpipe(&["shards", "merge", out.to_str().unwrap()]));
 }
 
+/// Runs `pipeline` once into `DIR/one` and as `n` tasks into `DIR/many`, asserts that the two
+/// give the same rows, and returns both folders.
+fn one_and_many(dir: &Path, pipeline: &str, n: u32, sets: &[&str]) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (one, many) = (dir.join("one"), dir.join("many"));
+    run_once(pipeline, &one, sets);
+    run_as_tasks(pipeline, &many, n, true, sets);
+    assert_same_rows(&one, &many);
+    (one, many)
+}
+
 fn run_once(pipeline: &str, out: &Path, sets: &[&str]) {
     let out_set = format!("sink.path={}", out.display());
     let mut args = vec!["pipeline", "run", pipeline, "--set", &out_set, "--quiet"];
@@ -100,10 +110,7 @@ fn assert_same_rows(one: &Path, many: &Path) {
 #[test]
 fn the_sample_as_three_tasks_is_the_single_run_and_reads_as_one() {
     let tmp = tempfile::tempdir().unwrap();
-    let (one, many) = (tmp.path().join("one"), tmp.path().join("many"));
-    run_once("pipelines/imdb.yaml", &one, &[]);
-    run_as_tasks("pipelines/imdb.yaml", &many, 3, true, &[]);
-    assert_same_rows(&one, &many);
+    let (one, many) = one_and_many(tmp.path(), "pipelines/imdb.yaml", 3, &[]);
     let m = manifest(&many);
     assert_eq!(m["tasks"]["count"], 3);
     assert!(m["splits"]["train"]["shards"][0]["file"].as_str().unwrap().starts_with("tasks/00000/train/"));
@@ -164,12 +171,9 @@ fn a_generated_tarball_as_four_tasks_is_the_single_run() {
     let tmp = tempfile::tempdir().unwrap();
     let tarball = tmp.path().join("aclImdb_v1.tar.gz");
     write_tarball(&tarball, &bertpipe::synth::corpus(120, 40, 7));
-    let (one, many) = (tmp.path().join("one"), tmp.path().join("many"));
     let source = format!("source.path={}", tarball.display());
     let labels = "source.labels=[neg, pos, unsup]";
-    run_once("pipelines/imdb.yaml", &one, &[&source, labels]);
-    run_as_tasks("pipelines/imdb.yaml", &many, 4, true, &[&source, labels]);
-    assert_same_rows(&one, &many);
+    let (_, many) = one_and_many(tmp.path(), "pipelines/imdb.yaml", 4, &[&source, labels]);
     assert_eq!(manifest(&many)["splits"]["train"]["docs_in"], 280);
 }
 
@@ -200,10 +204,7 @@ fn jsonl_files_with_a_noise_quantile_as_three_tasks_are_the_single_run() {
         ),
     );
     let pipeline = pipeline.to_str().unwrap();
-    let (one, many) = (tmp.path().join("one"), tmp.path().join("many"));
-    run_once(pipeline, &one, &[]);
-    run_as_tasks(pipeline, &many, 3, true, &[]);
-    assert_same_rows(&one, &many);
+    let (_, many) = one_and_many(tmp.path(), pipeline, 3, &[]);
     let rejected: u64 = manifest(&many)["splits"]
         .as_object()
         .unwrap()
@@ -239,10 +240,7 @@ fn parquet_row_groups_are_divided_among_tasks() {
         ),
     );
     let pipeline = pipeline.to_str().unwrap();
-    let (one, many) = (tmp.path().join("one"), tmp.path().join("many"));
-    run_once(pipeline, &one, &[]);
-    run_as_tasks(pipeline, &many, 3, true, &[]);
-    assert_same_rows(&one, &many);
+    let (_, many) = one_and_many(tmp.path(), pipeline, 3, &[]);
     // 8 row groups over 3 tasks: every task had some (ids keep the file's row numbers).
     for i in 0..3 {
         let m = manifest(&many.join(format!("tasks/{i:05}")));
