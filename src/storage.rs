@@ -234,17 +234,24 @@ impl Remote {
         }
     }
 
-    /// Downloads the object to a local file (written aside, then renamed).
-    pub fn download(&self, rel: &str, to: &Path) -> Result<()> {
+    /// Downloads the object to a local file (written aside, then renamed); returns the
+    /// SHA-256 of what was written, computed on the way.
+    pub fn download(&self, rel: &str, to: &Path) -> Result<String> {
         if let Some(dir) = to.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
         }
         let tmp = to.with_extension("part");
-        let mut out = std::fs::File::create(&tmp).with_context(|| format!("could not create '{}'", tmp.display()))?;
-        std::io::copy(&mut self.reader(rel)?, &mut out)
+        let out = std::fs::File::create(&tmp).with_context(|| format!("could not create '{}'", tmp.display()))?;
+        let sha = crate::sink::shard::sha256_reader(self.reader(rel)?, std::io::BufWriter::new(out))
             .with_context(|| format!("could not download '{}'", self.url_of(rel)))?;
         std::fs::rename(&tmp, to).with_context(|| format!("could not write '{}'", to.display()))?;
-        Ok(())
+        Ok(sha)
+    }
+
+    /// SHA-256 of the object, streamed.
+    pub fn sha256(&self, rel: &str) -> Result<String> {
+        crate::sink::shard::sha256_reader(self.reader(rel)?, std::io::sink())
+            .with_context(|| format!("could not read '{}'", self.url_of(rel)))
     }
 }
 

@@ -176,20 +176,9 @@ impl Root {
     }
 
     fn sha256(&self, rel: &str) -> Result<String> {
-        let mut reader: Box<dyn Read> = match self {
-            Root::Local(p) => Box::new(
-                std::fs::File::open(p.join(rel)).with_context(|| format!("could not open '{}'", self.display(rel)))?,
-            ),
-            Root::Remote(r) => Box::new(r.reader(rel)?),
-        };
-        let mut h = Sha256::new();
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = reader.read(&mut buf).with_context(|| format!("could not read '{}'", self.display(rel)))?;
-            if n == 0 {
-                return Ok(hex::encode(h.finalize()));
-            }
-            h.update(&buf[..n]);
+        match self {
+            Root::Local(p) => crate::sink::shard::sha256_file(&p.join(rel)),
+            Root::Remote(r) => r.sha256(rel),
         }
     }
 

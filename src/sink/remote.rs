@@ -6,11 +6,9 @@
 //! disk, so `--resume` works from the bucket alone.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use sha2::{Digest, Sha256};
 
 use super::manifest::{Journal, JOURNAL, MANIFEST};
 use super::shard::ShardInfo;
@@ -58,7 +56,8 @@ impl RemoteOut {
             self.remote.download(JOURNAL, &self.staging.join(JOURNAL))?;
             let sizes: BTreeMap<&str, u64> = objects.iter().map(|(rel, size)| (rel.as_str(), *size)).collect();
             let kept = Journal::verified_shards_with(&self.staging, config_sha256, &mut |shard: &ShardInfo| {
-                Ok(sizes.get(shard.file.as_str()) == Some(&shard.bytes) && self.sha256(&shard.file)? == shard.sha256)
+                Ok(sizes.get(shard.file.as_str()) == Some(&shard.bytes)
+                    && self.remote.sha256(&shard.file)? == shard.sha256)
             })?;
             let keep: Vec<&str> = kept.values().flatten().map(|s| s.file.as_str()).collect();
             for (rel, _) in &objects {
@@ -85,19 +84,6 @@ impl RemoteOut {
             }
         }
         Ok(BTreeMap::new())
-    }
-
-    fn sha256(&self, rel: &str) -> Result<String> {
-        let mut r = self.remote.reader(rel)?;
-        let mut h = Sha256::new();
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = r.read(&mut buf).with_context(|| format!("could not read '{}'", self.remote.url_of(rel)))?;
-            if n == 0 {
-                return Ok(hex::encode(h.finalize()));
-            }
-            h.update(&buf[..n]);
-        }
     }
 
     /// A shard is complete in the staging folder: upload it, then the journal that lists it;
@@ -134,30 +120,32 @@ pub fn fetch_shards(url: &Path) -> Result<PathBuf> {
             if unfinished { "; it holds an interrupted run: finish it with `pipeline run … --resume`" } else { "" }
         );
     }
-    remote.download(MANIFEST, &local.join(".manifest.remote"))?;
-    let manifest: super::manifest::Manifest =
-        serde_json::from_slice(&std::fs::read(local.join(".manifest.remote"))?)
-            .with_context(|| format!("'{}' is not a bertpipe manifest", remote.url_of(MANIFEST)))?;
-    let shards = manifest.splits.values().flat_map(|s| &s.shards).chain(&manifest.rejects.shards);
+    let manifest_bytes = remote.get(MANIFEST)?;
+    let manifest = super::manifest::Manifest::from_json(&manifest_bytes, &remote.url_of(MANIFEST))?;
+    let shards: Vec<&ShardInfo> =
+        manifest.splits.values().flat_map(|s| &s.shards).chain(&manifest.rejects.shards).collect();
+    let progress = crate::pipeline::progress::Progress::new(false, "fetch");
+    progress.set_total(crate::source::Total::Bytes(shards.iter().map(|s| s.bytes).sum()));
     for shard in shards {
         let to = local.join(&shard.file);
-        let intact = to.is_file()
-            && std::fs::metadata(&to).map(|m| m.len()).ok() == Some(shard.bytes)
+        let intact = std::fs::metadata(&to).is_ok_and(|m| m.is_file() && m.len() == shard.bytes)
             && super::shard::sha256_file(&to).ok().as_deref() == Some(shard.sha256.as_str());
-        if intact {
-            continue;
+        if !intact {
+            let got = remote.download(&shard.file, &to)?;
+            if got != shard.sha256 {
+                std::fs::remove_file(&to).ok();
+                bail!(
+                    "checksum mismatch for '{}': the manifest says {}, the object hashes to {got}",
+                    remote.url_of(&shard.file),
+                    shard.sha256
+                );
+            }
         }
-        remote.download(&shard.file, &to)?;
-        let got = super::shard::sha256_file(&to)?;
-        if got != shard.sha256 {
-            std::fs::remove_file(&to).ok();
-            bail!(
-                "checksum mismatch for '{}': the manifest says {}, the object hashes to {got}",
-                remote.url_of(&shard.file),
-                shard.sha256
-            );
-        }
+        progress.advance(shard.bytes, 1);
     }
-    std::fs::rename(local.join(".manifest.remote"), local.join(MANIFEST))?;
+    progress.finish();
+    // The manifest last, as in any shard folder: its presence means every shard is there.
+    std::fs::write(local.join(MANIFEST), &manifest_bytes)
+        .with_context(|| format!("could not write '{}'", local.join(MANIFEST).display()))?;
     Ok(local)
 }

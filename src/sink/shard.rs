@@ -209,14 +209,22 @@ impl ShardWriter {
 
 /// SHA-256 of a file, hex-encoded.
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = File::open(path).with_context(|| format!("could not open '{}'", path.display()))?;
+    let f = File::open(path).with_context(|| format!("could not open '{}'", path.display()))?;
+    sha256_reader(f, std::io::sink()).with_context(|| format!("could not read '{}'", path.display()))
+}
+
+/// SHA-256 of everything `from` yields, hex-encoded, copying it to `to` on the way (a
+/// download is hashed as it is written; `std::io::sink()` to only hash).
+pub fn sha256_reader(mut from: impl std::io::Read, mut to: impl std::io::Write) -> std::io::Result<String> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = std::io::Read::read(&mut f, &mut buf)?;
+        let n = from.read(&mut buf)?;
         if n == 0 {
+            to.flush()?;
             return Ok(hex::encode(h.finalize()));
         }
         h.update(&buf[..n]);
+        to.write_all(&buf[..n])?;
     }
 }
