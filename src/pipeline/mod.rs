@@ -420,25 +420,39 @@ pub(crate) fn resolve_noise_quantiles(
         let Some(q) = f.max_noise_quantile else {
             continue;
         };
-        let progress = Progress::new(quiet, "noise quantile pass");
-        let mut scores: Vec<f32> = Vec::new();
-        let set_total = |t: Total| progress.set_total(t);
-        parallel::process(Input::whole(source, seed), &steps[..i], threads, &set_total, |outcome| {
-            progress.advance(outcome.input_bytes(), 1);
-            if let Outcome::Kept(doc) = outcome {
-                scores.push(doc.noise.map_or(0.0, |n| n.score));
-            }
-            Ok(())
-        })?;
-        progress.finish();
-        scores.sort_by(f32::total_cmp);
-        let threshold =
-            if scores.is_empty() { f32::INFINITY } else { crate::clean::filter::quantile_linear(&scores, q) };
+        let scores = noise_scores(Input::whole(source, seed), &steps[..i], threads, quiet)?;
         if let PipelineStep::Filter(f) = &mut steps[i] {
-            f.resolved_quantile_threshold = Some(threshold);
+            f.resolved_quantile_threshold = Some(quantile_threshold(scores, q));
         }
     }
     Ok(())
+}
+
+/// The first pass of a `max_noise_quantile` filter: the noise score of every document the
+/// `steps` before it keep (0 for one that was not scored).
+pub(crate) fn noise_scores(input: Input, steps: &[PipelineStep], threads: usize, quiet: bool) -> Result<Vec<f32>> {
+    let progress = Progress::new(quiet, "noise quantile pass");
+    let mut scores: Vec<f32> = Vec::new();
+    let set_total = |t: Total| progress.set_total(t);
+    parallel::process(input, steps, threads, &set_total, |outcome| {
+        progress.advance(outcome.input_bytes(), 1);
+        if let Outcome::Kept(doc) = outcome {
+            scores.push(doc.noise.map_or(0.0, |n| n.score));
+        }
+        Ok(())
+    })?;
+    progress.finish();
+    Ok(scores)
+}
+
+/// The score at quantile `q` of `scores` (in any order); nothing is cut when there are none.
+pub(crate) fn quantile_threshold(mut scores: Vec<f32>, q: f64) -> f32 {
+    scores.sort_by(f32::total_cmp);
+    if scores.is_empty() {
+        f32::INFINITY
+    } else {
+        crate::clean::filter::quantile_linear(&scores, q)
+    }
 }
 
 /// The closing summary printed after a run.

@@ -18,7 +18,7 @@ use crate::config::Pipeline;
 use crate::document::DedupKey;
 use crate::pipeline::parallel::{self, Input, Outcome};
 use crate::pipeline::progress::Progress;
-use crate::pipeline::{prepare_steps, threads_or_default, PipelineStep};
+use crate::pipeline::{noise_scores, prepare_steps, quantile_threshold, threads_or_default, PipelineStep};
 use crate::sink::manifest::{self, Manifest, TasksInfo};
 use crate::source::Total;
 use crate::storage::Remote;
@@ -290,10 +290,10 @@ pub fn scan(pipeline: &Pipeline, task: TaskSpec, threads: usize, quiet: bool) ->
     let input =
         || Input { source: &pipeline.source, seed: pipeline.seed, part: task.part(), dedup: DedupIndex::default() };
     let mut found = Scan::default();
-    let progress = Progress::new(quiet, "scan");
-    let set_total = |t: Total| progress.set_total(t);
     match (dedup, quantile) {
         (Some(d), _) => {
+            let progress = Progress::new(quiet, "scan");
+            let set_total = |t: Total| progress.set_total(t);
             parallel::process(input(), &steps[..=d], threads, &set_total, |outcome| {
                 progress.advance(outcome.input_bytes(), 1);
                 if let Outcome::Kept(doc) = outcome {
@@ -301,21 +301,13 @@ pub fn scan(pipeline: &Pipeline, task: TaskSpec, threads: usize, quiet: bool) ->
                 }
                 Ok(())
             })?;
+            progress.finish();
         }
-        (None, Some(q)) => {
-            parallel::process(input(), &steps[..q], threads, &set_total, |outcome| {
-                progress.advance(outcome.input_bytes(), 1);
-                if let Outcome::Kept(doc) = outcome {
-                    found.scores.push(doc.noise.map_or(0.0, |n| n.score));
-                }
-                Ok(())
-            })?;
-        }
+        (None, Some(q)) => found.scores = noise_scores(input(), &steps[..q], threads, quiet)?,
         (None, None) => bail!(
             "this pipeline has no `dedup` and no `max_noise_quantile` filter: its tasks need no scan, run `pipeline run` directly"
         ),
     }
-    progress.finish();
     write_scan(&sink.path, &config_sha256, task, &found)?;
     Ok(found)
 }
@@ -430,13 +422,8 @@ pub fn resolve_from_scans(
     }
     if let Some(q) = quantile {
         if let PipelineStep::Filter(f) = &mut steps[q] {
-            scores.sort_by(f32::total_cmp);
             let quantile = f.max_noise_quantile.expect("a quantile filter");
-            f.resolved_quantile_threshold = Some(if scores.is_empty() {
-                f32::INFINITY
-            } else {
-                crate::clean::filter::quantile_linear(&scores, quantile)
-            });
+            f.resolved_quantile_threshold = Some(quantile_threshold(scores, quantile));
         }
     }
     Ok(index)
