@@ -393,7 +393,7 @@ pub enum ShardsCommand {
 pub struct MergeArgs {
     /// The pipeline's output folder (sink.path), holding tasks/00000, tasks/00001, …
     pub out: PathBuf,
-    /// No summary.
+    /// No progress bar and no summary.
     #[arg(long, short = 'q')]
     pub quiet: bool,
 }

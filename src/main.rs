@@ -44,12 +44,9 @@ fn main() -> ExitCode {
                 Ok(p) => p,
                 Err(e) => return config_failure(&e),
             };
-            let task = match pipeline::tasks::TaskSpec::resolve(args.task.task_index, args.task.task_count) {
+            let task = match task_spec(&args.task) {
                 Ok(t) => t,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    return ExitCode::from(2);
-                }
+                Err(code) => return code,
             };
             let opts = RunOptions {
                 threads: args.threads,
@@ -74,21 +71,27 @@ fn main() -> ExitCode {
     }
 }
 
+/// The task array this process belongs to (flags or the scheduler's environment), or the usage
+/// exit code after saying what is wrong.
+fn task_spec(args: &bertpipe::cli::TaskArgs) -> Result<Option<pipeline::tasks::TaskSpec>, ExitCode> {
+    pipeline::tasks::TaskSpec::resolve(args.task_index, args.task_count).map_err(|e| {
+        eprintln!("error: {e:#}");
+        ExitCode::from(2)
+    })
+}
+
 fn pipeline_scan(args: bertpipe::cli::ScanArgs) -> ExitCode {
     let p = match Pipeline::load(&args.config.pipeline, &args.config.set) {
         Ok(p) => p,
         Err(e) => return config_failure(&e),
     };
-    let task = match pipeline::tasks::TaskSpec::resolve(args.task.task_index, args.task.task_count) {
+    let task = match task_spec(&args.task) {
         Ok(Some(t)) => t,
         Ok(None) => {
             eprintln!("error: `pipeline scan` is the first phase of a task array: pass --task-index I --task-count N (or run it in a Slurm array / Kubernetes Indexed Job)");
             return ExitCode::from(2);
         }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let started = std::time::Instant::now();
     match pipeline::tasks::scan(&p, task, args.threads, args.quiet) {
@@ -113,7 +116,7 @@ fn pipeline_scan(args: bertpipe::cli::ScanArgs) -> ExitCode {
 }
 
 fn shards_merge(args: bertpipe::cli::MergeArgs) -> ExitCode {
-    match pipeline::tasks::merge(&args.out) {
+    match pipeline::tasks::merge(&args.out, args.quiet) {
         Ok(m) => {
             if !args.quiet {
                 let docs_in: u64 = m.splits.values().map(|s| s.docs_in).sum();

@@ -111,7 +111,12 @@ pub fn task_seed(seed: u64, index: u32) -> u64 {
 }
 
 pub fn task_dir(out: &Path, index: u32) -> PathBuf {
-    out.join(TASKS_DIR).join(format!("{index:05}"))
+    out.join(task_rel(index))
+}
+
+/// `tasks/NNNNN`: task `index`'s folder, relative to the output.
+fn task_rel(index: u32) -> String {
+    format!("{TASKS_DIR}/{index:05}")
 }
 
 /// Where the scan phase leaves each task's fingerprints and scores.
@@ -252,12 +257,6 @@ fn global_steps(steps: &[PipelineStep]) -> Result<(Option<usize>, Option<usize>)
         );
     }
     Ok((dedup, quantiles.first().copied()))
-}
-
-/// Whether a task array of this pipeline needs `pipeline scan` before `pipeline run`.
-pub fn needs_scan(steps: &[PipelineStep]) -> Result<bool> {
-    let (d, q) = global_steps(steps)?;
-    Ok(d.is_some() || q.is_some())
 }
 
 /// What one task's scan found: the fingerprints its documents claim for `dedup` (first
@@ -431,14 +430,14 @@ pub fn resolve_from_scans(
 
 /// `bertpipe shards merge OUT`: checks every task's manifest and shards (present, finished,
 /// same pipeline, sizes and checksums) and writes `OUT/manifest.json`, listing the tasks'
-/// shards in task order — the input's order — with their counts added up.
-pub fn merge(out: &Path) -> Result<Manifest> {
+/// shards in task order — the input's order — with their counts added up. Reading every shard
+/// back for its checksum is the long part: it shows progress unless `quiet`.
+pub fn merge(out: &Path, quiet: bool) -> Result<Manifest> {
     let root = Root::open(out)?;
     let found = root.task_indices()?;
     if found.is_empty() {
         bail!("'{}' holds no task outputs (expected {TASKS_DIR}/00000, {TASKS_DIR}/00001, …)", root.display(""));
     }
-    let task_rel = |i: u32| format!("{TASKS_DIR}/{i:05}");
     let mut manifests: Vec<Manifest> = Vec::new();
     let mut count = None;
     let mut problems = Vec::new();
@@ -507,6 +506,8 @@ pub fn merge(out: &Path) -> Result<Manifest> {
             shards.push((format!("{dir}/{}", s.file), s.bytes, s.sha256.clone()));
         }
     }
+    let progress = Progress::new(quiet, "merge");
+    progress.set_total(Total::Bytes(shards.iter().map(|s| s.1).sum()));
     shards.par_iter().try_for_each(|(rel, bytes, sha)| -> Result<()> {
         let shown = root.display(rel);
         let Some(size) = root.size(rel)? else {
@@ -519,15 +520,17 @@ pub fn merge(out: &Path) -> Result<Manifest> {
         if &got != sha {
             bail!("checksum mismatch for '{shown}': its task's manifest says {sha}, the file hashes to {got}");
         }
+        progress.advance(*bytes, 1);
         Ok(())
     })?;
+    progress.finish();
 
     let mut merged = first.clone();
     merged.splits.clear();
     merged.rejects = Default::default();
     merged.tasks = Some(TasksInfo { index: None, count });
     for (i, m) in manifests.into_iter().enumerate() {
-        let prefix = format!("{TASKS_DIR}/{i:05}/");
+        let prefix = format!("{}/", task_rel(i as u32));
         for (name, s) in m.splits {
             let into = merged.splits.entry(name).or_default();
             add_split(into, s, &prefix);
