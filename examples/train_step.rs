@@ -4,7 +4,8 @@
 //!
 //! `cargo run --release --example train_step -- LAYERS HIDDEN HEADS BATCH SEQ [STEPS]`
 //! (`BERTPIPE_REAL_LENGTHS=1`: IMDb-shaped lengths up to SEQ, length-grouped, padded per batch;
-//! prints tokens/s without padding).
+//! prints tokens/s without padding; `BERTPIPE_DTYPE=bf16`: bf16 matrix products, f32 master
+//! weights, as `dtype: bf16` in a training config).
 
 use anyhow::Result;
 use bertpipe::model::bert::{Inputs, Mode};
@@ -26,6 +27,11 @@ fn main() -> Result<()> {
     let config = BertConfig::new(30522, l, h, heads, 4 * h);
     let model = BertTask::fresh(ModelKind::SequenceClassification, &config, &dev, 0)?;
     let mut opt = AdamW::new(&model.params, 0.9, 0.999, 1e-8, 0.01)?;
+    let compute = match std::env::var("BERTPIPE_DTYPE").as_deref() {
+        Ok("bf16") => candle_core::DType::BF16,
+        Ok("f32") | Err(_) => candle_core::DType::F32,
+        Ok(other) => anyhow::bail!("BERTPIPE_DTYPE={other}: expected f32 or bf16"),
+    };
     let mut rng = Rng(1);
     // Fixed `b × s` batches, or (BERTPIPE_REAL_LENGTHS=1) IMDb-shaped rows: log-normal lengths
     // around 230 tokens capped at `s`, grouped by length into batches of `b`, padded per batch,
@@ -86,7 +92,7 @@ fn main() -> Result<()> {
             lap = std::time::Instant::now();
         };
         let (inputs, labels, tokens) = &batches[i % batches.len()];
-        let logits = model.forward(inputs, None, &mut Mode::train(0, i as u64))?.logits.expect("logits");
+        let logits = model.forward(inputs, None, &mut Mode::train(0, i as u64).with_compute(compute))?.logits.expect("logits");
         let loss = candle_nn::loss::cross_entropy(&logits, labels)?;
         loss.to_scalar::<f32>()?;
         mark(0);
@@ -115,7 +121,7 @@ fn main() -> Result<()> {
     if real {
         let total: f64 = times.iter().sum();
         println!(
-            "candle L{l} H{h} A{heads} real lengths (batch {b}, up to {s}, {} steps): {:.0} tokens/s (tokens without padding)",
+            "candle L{l} H{h} A{heads} {compute:?} real lengths (batch {b}, up to {s}, {} steps): {:.0} tokens/s (tokens without padding)",
             times.len(),
             real_tokens as f64 / total
         );
@@ -124,7 +130,7 @@ fn main() -> Result<()> {
     times.sort_by(f64::total_cmp);
     let med = times[times.len() / 2];
     println!(
-        "candle L{l} H{h} A{heads} batch {b}x{s}: {med:.3} s/step, {:.1} samples/s, {:.0} tokens/s",
+        "candle L{l} H{h} A{heads} {compute:?} batch {b}x{s}: {med:.3} s/step, {:.1} samples/s, {:.0} tokens/s",
         b as f64 / med,
         (b * s) as f64 / med
     );

@@ -215,3 +215,58 @@ fn a_sentence_transformers_style_checkpoint_without_the_bert_prefix_gives_the_sa
     let hidden = m.bert.forward(&inputs, &mut Mode::eval()).unwrap();
     close("last_hidden_state (no prefix)", &tensor_f64(&hidden), &floats(&g["hidden"]), TOL);
 }
+
+/// `dtype: bf16`: the matrix products with bf16 operands and f32 results, everything else f32
+/// (the f32 master weights untouched) — against PyTorch run the same way
+/// (`scripts/make_golden_bf16.py`). Each figure must be far closer to that reference than to
+/// the f32 result, so the test fails if bf16 is not applied, or applied anywhere else.
+#[test]
+fn bf16_matrix_products_match_pytorch_run_the_same_way() {
+    let g = golden();
+    let b: Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("golden_bf16.json")).unwrap()).unwrap();
+    let (inputs, _, s) = inputs(&g);
+    // Worst |ours − reference|, against the worst |f32 − reference| of the same figure.
+    let check = |what: &str, ours: &[f64], bf16: &[f64], f32: &[f64]| {
+        let worst = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        let (ours_err, f32_err) = (worst(ours, bf16), worst(f32, bf16));
+        let scale = bf16.iter().map(|x| x.abs()).fold(0.0, f64::max);
+        eprintln!("{what}: |ours − torch bf16| {ours_err:.2e}, |f32 − torch bf16| {f32_err:.2e}, scale {scale:.2e}");
+        assert!(f32_err > 0.0, "{what}: bf16 and f32 agree exactly; the fixture proves nothing");
+        assert!(ours_err <= 1e-4 * scale, "{what}: max |Δ| {ours_err:e} is more than 1e-4 of the scale {scale:e}");
+        assert!(ours_err * 10.0 <= f32_err, "{what}: {ours_err:e} is not clearly closer than f32's {f32_err:e}");
+    };
+    let bf16 = || Mode::eval().with_compute(DType::BF16);
+
+    let m = load(ModelKind::SequenceClassification, "tiny-bert-cls");
+    let logits = m.forward(&inputs, None, &mut Mode::train(1, 0).with_compute(DType::BF16)).unwrap().logits.unwrap();
+    assert_eq!(logits.dtype(), DType::F32, "bf16 compute returns f32 logits");
+    check("classifier logits", &tensor_f64(&logits), &floats(&b["cls_logits"]), &floats(&g["cls_logits"]));
+    let labels: Vec<u32> = g["labels"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+    let loss = candle_nn::loss::cross_entropy(&logits, &Tensor::from_slice(&labels, 3, &Device::Cpu).unwrap()).unwrap();
+    let loss_value = loss.to_scalar::<f32>().unwrap() as f64;
+    close("bf16 loss", &[loss_value], &[b["cls_loss"].as_f64().unwrap()], TOL);
+    let grads = m.gradients(&loss.backward().unwrap()).unwrap();
+    let index = |name: &str| m.params.vars.iter().position(|(n, _)| n == name).unwrap();
+    for (name, want) in b["grads"].as_object().unwrap() {
+        let i = index(name);
+        assert_eq!(grads[i].dtype(), DType::F32, "{name}: the master gradient is f32");
+        check(&format!("grad {name}"), &tensor_f64(&grads[i]), &floats(want), &floats(&g["grads"][name]));
+    }
+    for (i, (name, v)) in m.params.vars.iter().enumerate() {
+        assert_eq!(v.as_tensor().dtype(), DType::F32, "{name}: master weights stay f32");
+        let norm: f32 = grads[i].sqr().unwrap().sum_all().unwrap().to_scalar().unwrap();
+        assert!(norm > 0.0, "{name} got no gradient through the bf16 casts");
+    }
+
+    let m = load(ModelKind::PreTraining, "tiny-bert-pretrain");
+    let pos: Vec<u32> = g["mlm_positions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_u64().unwrap() as usize * s + p[1].as_u64().unwrap() as usize) as u32)
+        .collect();
+    let pos_t = Tensor::from_slice(&pos, pos.len(), &Device::Cpu).unwrap();
+    let out = m.forward(&inputs, Some(&pos_t), &mut bf16()).unwrap();
+    check("MLM logits", &tensor_f64(&out.mlm_logits.unwrap()), &floats(&b["mlm_logits"]), &floats(&g["mlm_logits"]));
+    check("NSP logits", &tensor_f64(&out.logits.unwrap()), &floats(&b["nsp_logits"]), &floats(&g["nsp_logits"]));
+}

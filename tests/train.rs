@@ -101,6 +101,33 @@ fn fine_tuning_a_tiny_model_on_the_sample_learns_and_writes_hf_checkpoints() {
     assert!(!again.status.success() && stderr(&again).contains("--overwrite"), "{}", stderr(&again));
 }
 
+/// `dtype: bf16` (meant for CUDA; on the CPU it rounds the same way): the tiny model still
+/// learns the sample, the summary says what ran, and the checkpoint holds the f32 master
+/// weights, whose logits differ from the bf16 run's only by bf16 rounding.
+#[test]
+fn bf16_compute_learns_the_sample_and_saves_f32_master_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = shards(dir.path(), "pipelines/imdb.yaml", &[]);
+    let out = dir.path().join("bf16");
+    let o = train("pipelines/imdb-finetune.yaml", &data, &out, &["dtype=bf16"], &[]);
+    assert_ok(&o);
+    let summary = stderr(&o);
+    assert!(summary.contains("bf16 matrix products") && summary.contains("meant for CUDA"), "{summary}");
+    let log = metrics(&out);
+    let last = log.iter().rev().find(|r| r.get("eval_accuracy").is_some()).unwrap();
+    let bf16_acc = last["eval_accuracy"].as_f64().unwrap();
+    assert!(bf16_acc >= 0.85, "test accuracy with bf16 matrix products {bf16_acc}");
+    let losses: Vec<f64> = log.iter().filter_map(|r| r.get("loss")?.as_f64()).collect();
+    assert!(losses.last().unwrap() < &(losses[0] * 0.5), "training loss did not fall: {losses:?}");
+
+    let weights = std::fs::read(out.join("final/model.safetensors")).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(&weights).unwrap();
+    assert!(tensors.tensors().iter().all(|(_, t)| t.dtype() == safetensors::Dtype::F32), "f32 master weights saved");
+    // The f32 evaluation of the saved weights agrees with the bf16 one on nearly every row.
+    let (f32_m, _) = bertpipe::train::evaluate_checkpoint(&out.join("final"), &data, "test", 64).unwrap();
+    assert!((f32_m.accuracy - bf16_acc).abs() <= 0.05, "f32 {} vs bf16 {bf16_acc}", f32_m.accuracy);
+}
+
 #[test]
 fn interrupted_and_resumed_training_equals_an_uninterrupted_run() {
     let dir = tempfile::tempdir().unwrap();

@@ -14,20 +14,41 @@ use super::ops::{self, Dropout};
 use super::params::{Init, ParamLoader};
 use crate::rng::Rng;
 
-/// Training or inference, and the dropout randomness: masks come from our own generator
-/// keyed by `(seed, step, site)`, so a run (and a resumed run) is repeatable on any device.
+/// Training or inference, the dropout randomness and the precision of the matrix products.
+/// Dropout masks come from our own generator keyed by `(seed, step, site)`, so a run (and a
+/// resumed run) is repeatable on any device.
 pub struct Mode {
     pub train: bool,
     rng: Rng,
+    /// The dtype the matrix products run in (see [`Mode::mm`]); f32 unless set.
+    pub compute: DType,
 }
 
 impl Mode {
     pub fn eval() -> Mode {
-        Mode { train: false, rng: Rng(0) }
+        Mode { train: false, rng: Rng(0), compute: DType::F32 }
     }
 
     pub fn train(seed: u64, step: u64) -> Mode {
-        Mode { train: true, rng: Rng::for_key(seed, &[0x4452_4f50, step]) }
+        Mode { train: true, rng: Rng::for_key(seed, &[0x4452_4f50, step]), compute: DType::F32 }
+    }
+
+    /// Matrix products in `dtype` (bf16 on CUDA's tensor cores), everything else in f32.
+    pub fn with_compute(mut self, dtype: DType) -> Mode {
+        self.compute = dtype;
+        self
+    }
+
+    /// `a · b` in the compute dtype, as PyTorch's autocast runs `matmul`: the operands are
+    /// rounded to it (the f32 master weights stay as they are), the product accumulates in
+    /// f32 on the device, and the result comes back as f32, so LayerNorm, softmax, GELU,
+    /// the residual stream and the loss stay in f32. Gradients flow back through the casts
+    /// to the f32 parameters. In f32 this is a plain `matmul`.
+    pub fn mm(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if self.compute == DType::F32 {
+            return a.matmul(b);
+        }
+        a.to_dtype(self.compute)?.matmul(&b.to_dtype(self.compute)?)?.to_dtype(DType::F32)
     }
 
     /// The dropout of the next site in forward order, or `None` when not training or `p`
@@ -64,20 +85,19 @@ impl Linear {
 impl Linear {
     /// `x Wᵀ` without the bias, in `x`'s shape with the last axis `out`: the bias goes into
     /// a fused epilogue ([`ops::bias_gelu`], [`ops::bias_dropout_residual`]).
-    pub fn matmul(&self, x: &Tensor) -> Result<Tensor> {
+    pub fn matmul(&self, x: &Tensor, mode: &Mode) -> Result<Tensor> {
         let dims = x.dims();
         let inp = dims[dims.len() - 1];
         let rows = x.elem_count() / inp;
-        let y = x.reshape((rows, inp))?.matmul(&self.weight.t()?)?;
+        let y = mode.mm(&x.reshape((rows, inp))?, &self.weight.t()?)?;
         let mut out = dims.to_vec();
         *out.last_mut().unwrap() = self.weight.dim(0)?;
         y.reshape(out)
     }
-}
 
-impl Module for Linear {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        ops::bias_add(&self.matmul(x)?, &self.bias)
+    /// `x Wᵀ + b`.
+    pub fn forward(&self, x: &Tensor, mode: &Mode) -> Result<Tensor> {
+        ops::bias_add(&self.matmul(x, mode)?, &self.bias)
     }
 }
 
@@ -110,11 +130,11 @@ impl Module for LayerNorm {
 }
 
 /// `act(x Wᵀ + b)`; exact GELU takes the bias in the same fused pass.
-pub fn linear_activation(linear: &Linear, act: Activation, x: &Tensor) -> Result<Tensor> {
+pub fn linear_activation(linear: &Linear, act: Activation, x: &Tensor, mode: &Mode) -> Result<Tensor> {
     match act {
-        Activation::Gelu => ops::bias_gelu(&linear.matmul(x)?, &linear.bias),
-        Activation::GeluNew => linear.forward(x)?.gelu(),
-        Activation::Relu => linear.forward(x)?.relu(),
+        Activation::Gelu => ops::bias_gelu(&linear.matmul(x, mode)?, &linear.bias),
+        Activation::GeluNew => linear.forward(x, mode)?.gelu(),
+        Activation::Relu => linear.forward(x, mode)?.relu(),
     }
 }
 
@@ -175,12 +195,12 @@ impl BertSelfAttention {
     fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut Mode) -> Result<Tensor> {
         let d = x.dim(2)? / self.heads;
         // x·Wᵀ, then the bias added while splitting into [b, heads, s, d].
-        let split = |l: &Linear| ops::split_heads(&l.matmul(x)?, &l.bias, self.heads);
+        let split = |l: &Linear| ops::split_heads(&l.matmul(x, mode)?, &l.bias, self.heads);
         let (q, k, v) = (split(&self.query)?, split(&self.key)?, split(&self.value)?);
         // dropout(softmax(q·kᵀ/√d + mask)), one fused kernel on the CPU.
         let drop = mode.site(self.dropout);
-        let probs = ops::attention_softmax(&q.matmul(&k.t()?)?, mask_bias, 1.0 / (d as f64).sqrt(), drop)?;
-        ops::merge_heads(&probs.matmul(&v)?)
+        let probs = ops::attention_softmax(&mode.mm(&q, &k.t()?)?, mask_bias, 1.0 / (d as f64).sqrt(), drop)?;
+        ops::merge_heads(&mode.mm(&probs, &v)?)
     }
 }
 
@@ -202,7 +222,7 @@ impl BertResidualOutput {
 
     fn forward(&self, x: &Tensor, residual: &Tensor, mode: &mut Mode) -> Result<Tensor> {
         let drop = mode.site(self.dropout);
-        let y = ops::bias_dropout_residual(&self.dense.matmul(x)?, &self.dense.bias, residual, drop)?;
+        let y = ops::bias_dropout_residual(&self.dense.matmul(x, mode)?, &self.dense.bias, residual, drop)?;
         self.layer_norm.forward(&y)
     }
 }
@@ -238,7 +258,7 @@ impl BertLayer {
     fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut Mode) -> Result<Tensor> {
         let a = self.attention.forward(x, mask_bias, mode)?;
         let a = self.attention_output.forward(&a, x, mode)?;
-        let i = linear_activation(&self.intermediate, self.act, &a)?;
+        let i = linear_activation(&self.intermediate, self.act, &a, mode)?;
         self.output.forward(&i, &a, mode)
     }
 }
@@ -274,10 +294,10 @@ impl BertModel {
     }
 
     /// `tanh(dense(hidden[:, 0]))`.
-    pub fn pool(&self, hidden: &Tensor) -> Result<Tensor> {
+    pub fn pool(&self, hidden: &Tensor, mode: &Mode) -> Result<Tensor> {
         let first = hidden.narrow(1, 0, 1)?.squeeze(1)?;
         match &self.pooler {
-            Some(p) => p.forward(&first)?.tanh(),
+            Some(p) => p.forward(&first, mode)?.tanh(),
             None => Ok(first),
         }
     }

@@ -63,9 +63,9 @@ impl MlmHead {
     }
 
     /// Vocabulary logits for hidden states `[n, hidden]`.
-    pub fn forward(&self, hidden: &Tensor, word_embeddings: &Tensor) -> candle_core::Result<Tensor> {
-        let t = self.layer_norm.forward(&linear_activation(&self.dense, self.act, hidden)?)?;
-        t.matmul(&word_embeddings.t()?)?.broadcast_add(&self.bias)
+    pub fn forward(&self, hidden: &Tensor, word_embeddings: &Tensor, mode: &Mode) -> candle_core::Result<Tensor> {
+        let t = self.layer_norm.forward(&linear_activation(&self.dense, self.act, hidden, mode)?)?;
+        mode.mm(&t, &word_embeddings.t()?)?.broadcast_add(&self.bias)
     }
 }
 
@@ -180,20 +180,21 @@ impl BertTask {
         let hidden = self.bert.forward(inputs, mode)?;
         Ok(match &self.head {
             Head::Classifier { classifier, dropout } => {
-                let pooled = mode.dropout(&self.bert.pool(&hidden)?, *dropout)?;
-                Outputs { logits: Some(classifier.forward(&pooled)?), mlm_logits: None }
+                let pooled = self.bert.pool(&hidden, mode)?;
+                let pooled = mode.dropout(&pooled, *dropout)?;
+                Outputs { logits: Some(classifier.forward(&pooled, mode)?), mlm_logits: None }
             }
             Head::Pretraining { mlm, nsp } => {
                 let mlm_logits = match mlm_positions {
                     Some(pos) => {
                         let (b, s, h) = hidden.dims3()?;
                         let picked = hidden.reshape((b * s, h))?.index_select(pos, 0)?;
-                        Some(mlm.forward(&picked, &self.bert.embeddings.word_embeddings)?)
+                        Some(mlm.forward(&picked, &self.bert.embeddings.word_embeddings, mode)?)
                     }
                     None => None,
                 };
                 let logits = match nsp {
-                    Some(nsp) => Some(nsp.forward(&self.bert.pool(&hidden)?)?),
+                    Some(nsp) => Some(nsp.forward(&self.bert.pool(&hidden, mode)?, mode)?),
                     None => None,
                 };
                 Outputs { logits, mlm_logits }

@@ -33,7 +33,9 @@ pub struct TrainConfig {
     /// `cpu`, `cuda` or `cuda:N` (CUDA needs a build with `--features cuda`).
     #[serde(default = "default_device")]
     pub device: String,
-    /// `f32`. (`bf16` compute on CUDA, with f32 master weights, is planned and refused for now.)
+    /// `f32`, or `bf16`: matrix products in bf16 (CUDA's tensor cores) with f32 master
+    /// weights, optimiser and everything else, as PyTorch's autocast. On the CPU bf16 gives
+    /// the same rounding but no speed (candle widens it to f32 to multiply).
     #[serde(default)]
     pub dtype: ComputeDtype,
     /// Passes over the training split (fractions allowed); ignored when `max_steps` is set.
@@ -162,6 +164,15 @@ pub enum ComputeDtype {
     #[default]
     F32,
     Bf16,
+}
+
+impl ComputeDtype {
+    pub fn dtype(self) -> candle_core::DType {
+        match self {
+            ComputeDtype::F32 => candle_core::DType::F32,
+            ComputeDtype::Bf16 => candle_core::DType::BF16,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -327,9 +338,6 @@ impl TrainConfig {
         }
         if let Err(e) = crate::train::device::parse(&self.device) {
             y.error("device", e.to_string());
-        }
-        if self.dtype == ComputeDtype::Bf16 {
-            y.error("dtype", "bf16 compute is not available yet; train in f32 (the default)".into());
         }
         if let Some(name) = &self.metric_for_best_model {
             let valid = match self.task {

@@ -27,7 +27,7 @@ use crate::metrics::{ClassificationMetrics, Predictions, PretrainTally};
 use crate::model::bert::{Inputs, Mode};
 use crate::model::{BertTask, Outputs};
 use checkpoint::TrainerState;
-use config::{AttentionKind, Task, TrainConfig};
+use config::{AttentionKind, ComputeDtype, Task, TrainConfig};
 use data::{Batch, LoaderSpec};
 
 /// Command-line options beside the YAML.
@@ -134,7 +134,8 @@ impl Trainer {
                 let batch = batch?;
                 consumed += 1;
                 // Forward + backward of one micro-batch; gradients summed over `accum`.
-                let step_mode = Mode::train(self.cfg.seed, self.state.global_step * accum + pending);
+                let step_mode = Mode::train(self.cfg.seed, self.state.global_step * accum + pending)
+                    .with_compute(self.cfg.dtype.dtype());
                 let loss = self.loss(&batch, step_mode)?;
                 let value = self.check_finite(&loss)?;
                 let grads = (loss / accum as f64)?.backward()?;
@@ -224,7 +225,10 @@ impl Trainer {
             best: self.state.best.as_ref().map(|b| (b.metric.clone(), b.value, self.cfg.output_dir.join("best"))),
             last_eval,
             interrupted,
-            device: device::describe(&self.device),
+            device: match self.cfg.dtype {
+                ComputeDtype::F32 => device::describe(&self.device),
+                ComputeDtype::Bf16 => format!("{}, bf16 matrix products", device::describe(&self.device)),
+            },
             notes: self.notes.clone(),
         })
     }
@@ -236,7 +240,7 @@ impl Trainer {
     }
 
     fn runner(&self) -> Runner<'_> {
-        Runner { model: &self.model, device: &self.device, attention: self.cfg.attention }
+        Runner { model: &self.model, device: &self.device, attention: self.cfg.attention, compute: self.cfg.dtype.dtype() }
     }
 
     /// Mean cross-entropy: of the labels (classify), or MLM over masked tokens + NSP.
@@ -395,9 +399,16 @@ pub struct Runner<'a> {
     pub model: &'a BertTask,
     pub device: &'a Device,
     pub attention: AttentionKind,
+    /// The dtype of the matrix products (f32, or bf16 with f32 master weights).
+    pub compute: DType,
 }
 
 impl Runner<'_> {
+    /// An evaluation-mode forward pass in the runner's compute dtype.
+    pub fn eval_mode(&self) -> Mode {
+        Mode::eval().with_compute(self.compute)
+    }
+
     pub fn forward(&self, batch: &Batch, mode: &mut Mode) -> Result<Outputs> {
         let d = self.device;
         let mut inputs =
@@ -419,7 +430,7 @@ pub fn evaluate_classify(
     spec: &LoaderSpec,
     names: &[String],
 ) -> Result<(ClassificationMetrics, Option<ClassificationMetrics>)> {
-    let mut mode = Mode::eval();
+    let mut mode = ctx.eval_mode();
     let mut preds = Predictions::new(ctx.model.config.num_labels());
     let mut docs = Vec::new();
     for batch in spec.epoch(0)? {
@@ -439,7 +450,7 @@ pub fn evaluate_classify(
 
 /// MLM (and NSP) metrics over a split.
 pub fn evaluate_pretrain(ctx: &Runner, spec: &LoaderSpec) -> Result<crate::metrics::PretrainMetrics> {
-    let mut mode = Mode::eval();
+    let mut mode = ctx.eval_mode();
     let mut tally = PretrainTally::default();
     for batch in spec.epoch(0)? {
         let batch = batch?;
@@ -589,6 +600,6 @@ pub fn evaluate_checkpoint(
         seed: 0,
     };
     let names = model.config.label_names();
-    let ctx = Runner { model: &model, device: &device, attention: AttentionKind::Full };
+    let ctx = Runner { model: &model, device: &device, attention: AttentionKind::Full, compute: DType::F32 };
     evaluate_classify(&ctx, &spec, &names)
 }

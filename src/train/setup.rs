@@ -176,6 +176,11 @@ impl Trainer {
             seed: cfg.seed,
         };
         let mut notes = Vec::new();
+        if cfg.dtype == super::config::ComputeDtype::Bf16 && dev.is_cpu() {
+            notes.push(
+                "dtype bf16 on the CPU: the matrix products are rounded as on CUDA, but run slower than f32 (candle widens bf16 to f32 to multiply); bf16 is meant for CUDA".into(),
+            );
+        }
         let eval_split = match cfg.eval_split.as_deref() {
             Some("none") => None,
             Some(s) => Some(s.to_string()),
