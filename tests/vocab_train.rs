@@ -75,3 +75,37 @@ fn bad_pipeline_is_a_configuration_error() {
     assert_eq!(o.status.code(), Some(78));
     assert!(stderr(&o).contains("unknown field `typo`"), "{}", stderr(&o));
 }
+
+/// The same corpus gives the same vocabulary on every run and for any thread count (HF's own
+/// `Tokenizer::train` does not: its word map has a random seed, which reorders the `##`
+/// characters and so the ties between merges).
+#[test]
+fn the_same_corpus_gives_the_same_vocabulary_for_any_thread_count() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut outputs = Vec::new();
+    for (run, threads) in [(0, "1"), (1, "2"), (2, "2")] {
+        let out = tmp.path().join(format!("vocab{run}"));
+        let o = bertpipe(&[
+            "vocab",
+            "train",
+            "pipelines/imdb-pretrain.yaml",
+            "--size",
+            "3000",
+            "--threads",
+            threads,
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_ok(&o);
+        let vocab = std::fs::read(out.join("vocab.txt")).unwrap();
+        let json = std::fs::read(out.join("tokenizer.json")).unwrap();
+        outputs.push((vocab, json));
+    }
+    let lines = String::from_utf8(outputs[0].0.clone()).unwrap().lines().count();
+    assert!(lines > 500, "a real vocabulary: {lines} tokens");
+    for (i, o) in outputs.iter().enumerate().skip(1) {
+        assert!(o.0 == outputs[0].0, "run {i}: vocab.txt differs from run 0");
+        assert!(o.1 == outputs[0].1, "run {i}: tokenizer.json differs from run 0");
+    }
+}

@@ -1,17 +1,27 @@
 //! `bertpipe vocab train`: a WordPiece vocabulary learned from a pipeline's cleaned text with
 //! the HF `tokenizers` trainer (what `BertWordPieceTokenizer.train` runs), written as
 //! `vocab.txt` and `tokenizer.json`, then measured: the [UNK] rate on the same corpus.
+//!
+//! The same corpus gives the same vocabulary, whatever the thread count and run. `tokenizers`'
+//! own `Tokenizer::train` does not: it counts words into a hash map with a random seed, and the
+//! trainer numbers the `##` continuation characters in that map's order, so ties between
+//! equally frequent merges fall differently from run to run. Here the words are counted
+//! (BERT's normaliser and pre-tokeniser, as `Tokenizer::train` applies them), sorted, and handed
+//! to the same trainer in a map with fixed seeds.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
 use tokenizers::decoders::wordpiece::WordPiece as WordPieceDecoder;
-use tokenizers::models::wordpiece::{WordPiece as HfWordPiece, WordPieceTrainer};
-use tokenizers::models::TrainerWrapper;
+use tokenizers::models::bpe::{BpeTrainer, BPE};
+use tokenizers::models::wordpiece::WordPiece as HfWordPiece;
 use tokenizers::normalizers::BertNormalizer;
 use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
 use tokenizers::processors::bert::BertProcessing;
-use tokenizers::{AddedToken, Tokenizer};
+use tokenizers::{
+    AddedToken, NormalizedString, Normalizer, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer,
+    Tokenizer,
+};
 
 use super::wordpiece::SPECIALS;
 use super::{Tokenize, WordPiece};
@@ -67,49 +77,81 @@ fn cleaning_steps(pipeline: &Pipeline) -> Vec<PipelineStep> {
 pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<VocabReport> {
     let steps = cleaning_steps(pipeline);
     let threads = crate::pipeline::threads_or_default(opts.threads);
-    let mut tokenizer = Tokenizer::new(HfWordPiece::default());
-    tokenizer
-        .with_normalizer(Some(BertNormalizer::new(true, true, None, opts.lowercase)))
-        .map_err(|e| anyhow!("{e}"))?;
-    tokenizer.with_pre_tokenizer(Some(BertPreTokenizer));
+    let normalizer = BertNormalizer::new(true, true, None, opts.lowercase);
     // BERT's special tokens first, in BERT's order: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4.
     let specials: Vec<AddedToken> = SPECIALS.iter().map(|s| AddedToken::from(*s, true)).collect();
-    let mut trainer: TrainerWrapper = WordPieceTrainer::builder()
+    // WordPieceTrainer is this BPE trainer with the `##` prefix, then `WordPiece::from_bpe`.
+    let trainer = BpeTrainer::builder()
         .vocab_size(opts.size)
         .min_frequency(opts.min_frequency)
-        .special_tokens(specials)
+        .special_tokens(specials.clone())
         .limit_alphabet(1000)
+        .continuing_subword_prefix("##".into())
         .show_progress(false)
-        .build()
-        .into();
+        .build();
 
-    // Pass 1: cleaned text streams from the pipeline's workers into the trainer's word counts.
+    // Pass 1: cleaned text streams from the pipeline's workers to word counters.
     let progress = Progress::new(opts.quiet, "vocab: counting words");
     let (tx, rx) = crossbeam_channel::bounded::<String>(1024);
-    let mut docs = 0u64;
-    let read = std::thread::scope(|scope| {
+    let docs = std::sync::atomic::AtomicU64::new(0);
+    let (read, counts) = std::thread::scope(|scope| {
         let (progress, steps) = (&progress, &steps);
-        // The sender moves into the reader so the trainer's input ends when reading does.
+        // The sender moves into the reader so the counters' input ends when reading does.
         let reader = scope.spawn(move || {
             let set_total = |t: Total| progress.set_total(t);
             parallel::process(Input::whole(&pipeline.source, pipeline.seed), steps, threads, &set_total, |outcome| {
                 progress.advance(outcome.input_bytes(), 1);
                 if let Outcome::Kept(doc) = outcome {
-                    tx.send(doc.text).map_err(|_| anyhow!("the trainer stopped"))?;
+                    tx.send(doc.text).map_err(|_| anyhow!("the word counters stopped"))?;
                 }
                 Ok(())
             })
         });
-        let trained = tokenizer
-            .train(&mut trainer, rx.iter().inspect(|_| docs += 1))
-            .map(|_| ())
-            .map_err(|e| anyhow!("training failed: {e}"));
+        let counters: Vec<_> = (0..threads.max(1))
+            .map(|_| {
+                let (rx, normalizer, docs) = (rx.clone(), normalizer.clone(), &docs);
+                scope.spawn(move || -> Result<std::collections::HashMap<String, u64>> {
+                    let mut words = std::collections::HashMap::new();
+                    for text in rx.iter() {
+                        docs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        count_words(&text, &normalizer, &mut words)?;
+                    }
+                    Ok(words)
+                })
+            })
+            .collect();
         drop(rx);
-        let read = reader.join().map_err(|_| anyhow!("the reader panicked"))?;
-        trained.and(read)
+        let mut counts: Result<std::collections::HashMap<String, u64>> = Ok(Default::default());
+        for counter in counters {
+            let words = counter.join().map_err(|_| anyhow!("a word counter panicked")).and_then(|r| r);
+            counts = counts.and_then(|mut all| {
+                for (word, n) in words? {
+                    *all.entry(word).or_default() += n;
+                }
+                Ok(all)
+            });
+        }
+        let read = reader.join().map_err(|_| anyhow!("the reader panicked")).and_then(|r| r);
+        (read, counts)
     });
     progress.finish();
     read?;
+    let docs = docs.into_inner();
+
+    // The trainer, on the words in sorted order in a map with fixed seeds: its iteration
+    // order, which numbers the `##` characters, is then the same on every run.
+    let mut words: Vec<(String, u64)> = counts?.into_iter().collect();
+    words.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut word_counts: ahash::AHashMap<compact_str::CompactString, u64> =
+        std::collections::HashMap::with_capacity_and_hasher(words.len(), ahash::RandomState::with_seeds(1, 2, 3, 4))
+            .into();
+    word_counts.extend(words.into_iter().map(|(w, n)| (compact_str::CompactString::from(w), n)));
+    let mut bpe = BPE::default();
+    trainer.do_train(&word_counts, &mut bpe).map_err(|e| anyhow!("training failed: {e}"))?;
+    let mut tokenizer = Tokenizer::new(HfWordPiece::from_bpe(&bpe));
+    tokenizer.with_normalizer(Some(normalizer)).map_err(|e| anyhow!("{e}"))?;
+    tokenizer.with_pre_tokenizer(Some(BertPreTokenizer));
+    tokenizer.add_special_tokens(specials).map_err(|e| anyhow!("could not add the special tokens: {e}"))?;
 
     let id = |t: &str| tokenizer.token_to_id(t).with_context(|| format!("trained vocabulary lacks {t}"));
     let (sep, cls) = (id("[SEP]")?, id("[CLS]")?);
@@ -150,6 +192,28 @@ pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<Voca
     })?;
     progress.finish();
     Ok(VocabReport { vocab_txt, tokenizer_json, vocab_size, docs, tokens, unk_tokens })
+}
+
+/// Adds the words of one text to `words`: BERT's normaliser, then its pre-tokeniser, as
+/// `Tokenizer::train` does before its trainer counts.
+fn count_words(
+    text: &str,
+    normalizer: &BertNormalizer,
+    words: &mut std::collections::HashMap<String, u64>,
+) -> Result<()> {
+    let mut normalized = NormalizedString::from(text);
+    normalizer.normalize(&mut normalized).map_err(|e| anyhow!("normalising failed: {e}"))?;
+    let mut pre = PreTokenizedString::from(normalized);
+    BertPreTokenizer.pre_tokenize(&mut pre).map_err(|e| anyhow!("pre-tokenising failed: {e}"))?;
+    for (word, _, _) in pre.get_splits(OffsetReferential::Original, OffsetType::Byte) {
+        match words.get_mut(word) {
+            Some(n) => *n += 1,
+            None => {
+                words.insert(word.to_string(), 1);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `vocab.txt`: one token per line, line number = id.
