@@ -1,25 +1,54 @@
 #!/usr/bin/env bash
-# One call on a lent GPU machine: build with CUDA, fine-tune on CUDA, compare CPU and CUDA
-# logits of the result, time a BERT-mini / BERT-base training step on CUDA, and evaluate the
-# exported model with ONNX Runtime's CUDA provider (the machine's onnxruntime-gpu).
-# Prints everything it measured; exits non-zero if a check fails. Budget: under 8 minutes
-# after the build.
-#   scripts/gpu-check.sh
-set -euo pipefail
+# The CUDA checks, in one call on a lent GPU machine. That machine has CUDA, PyTorch and
+# Python but no Rust toolchain and no network, so the binaries are built beforehand here by
+# scripts/gpu-build.sh into .gpu/ (git-ignored), which the call carries:
+#   scripts/gpu-build.sh
+#   run carry=[".gpu"] timeout_s=540 command="scripts/gpu-check.sh"
+# It fine-tunes the tiny model on the sample on CUDA in f32 and in bf16, compares CPU and CUDA
+# logits of the result, times BERT-mini / BERT-base training steps on CUDA (f32 and bf16,
+# beside PyTorch's), and evaluates the exported model with ONNX Runtime's CUDA provider where
+# the machine has one. Prints everything it measured; exits non-zero if a check fails.
+# Budget: about 5 minutes.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target-gpu}"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-command -v nvcc >/dev/null && nvcc --version | tail -1
 t0=$(date +%s)
-cargo build --release --features cuda --bin bertpipe --example model_outputs --example train_step
-echo "== build: $(( $(date +%s) - t0 )) s"
-bin="$CARGO_TARGET_DIR/release/bertpipe"
+fail=0
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+[ -d .gpu ] || { echo "no .gpu/: run scripts/gpu-build.sh here first and carry .gpu"; exit 2; }
+echo "binaries built from $(cat .gpu/commit 2>/dev/null), tree at $(git rev-parse HEAD 2>/dev/null)"
+bin=/tmp/bertpipe-gpu
+mkdir -p "$bin"
+for f in .gpu/*.xz; do
+  python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
+    "$f" "$bin/$(basename "$f" .xz)"
+done
+chmod +x "$bin"/*
+# libcudart from the build; cuBLAS, cuRAND and NVRTC (loaded at run time) from PyTorch's wheels.
+libs=$(python3 - <<'PY'
+import glob, os, site
+dirs = set()
+for root in site.getsitepackages():
+    for pat in ("nvidia/*/lib", "nvidia/cu13/lib"):
+        for d in glob.glob(os.path.join(root, pat)):
+            dirs.add(d)
+print(":".join(sorted(dirs)))
+PY
+)
+export LD_LIBRARY_PATH="$PWD/.gpu:$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$bin:$PATH"
+bertpipe doctor || true
+
 work=$(mktemp -d)
-"$bin" pipeline run pipelines/imdb.yaml --quiet --set sink.path="$work/imdb"
-echo "== fine-tune on CUDA (tiny, sample)"
-"$bin" train pipelines/imdb-finetune.yaml --quiet --device cuda --set data="$work/imdb" --set output_dir="$work/ft"
+bertpipe pipeline run pipelines/imdb.yaml --quiet --set sink.path="$work/imdb" || exit 1
+for dt in f32 bf16; do
+  echo "== fine-tune on CUDA (tiny, sample, $dt)"
+  if ! bertpipe train pipelines/imdb-finetune.yaml --quiet --device cuda --set dtype=$dt \
+      --set data="$work/imdb" --set output_dir="$work/ft-$dt"; then
+    echo "CUDA fine-tune ($dt) FAILED"; fail=1
+  fi
+done
 echo "== CPU vs CUDA logits of the fine-tuned model"
-python3 - "$work" "$CARGO_TARGET_DIR/release/examples/model_outputs" <<'PY'
+python3 - "$work" "$bin/model_outputs" <<'PY' || fail=1
 import json, subprocess, sys, random
 work, exe = sys.argv[1], sys.argv[2]
 random.seed(0)
@@ -27,41 +56,51 @@ lens = [128, 97, 64, 5]
 ids = [[101] + [random.randrange(1000, 30000) for _ in range(n - 2)] + [102] + [0] * (128 - n) for n in lens]
 mask = [[1] * n + [0] * (128 - n) for n in lens]
 batch = json.dumps({"input_ids": ids, "attention_mask": mask, "token_type_ids": [[0] * 128 for _ in lens]})
-run = lambda dev: json.loads(subprocess.run([exe, f"{work}/ft/final", "classify", dev], input=batch, capture_output=True, text=True, check=True).stdout)["logits"]
+run = lambda dev: json.loads(subprocess.run([exe, f"{work}/ft-f32/final", "classify", dev], input=batch, capture_output=True, text=True, check=True).stdout)["logits"]
 cpu, gpu = run("cpu"), run("cuda")
 d = max(abs(a - b) for r1, r2 in zip(cpu, gpu) for a, b in zip(r1, r2))
 print(f"max |logits cpu - cuda| = {d:.2e} ({'ok' if d < 1e-4 else 'TOO LARGE'})")
 sys.exit(0 if d < 1e-4 else 1)
 PY
-echo "== ONNX: export (plain and --optimize), eval on CPU and on CUDA"
-"$bin" doctor || true
-"$bin" export onnx --checkpoint "$work/ft/final" --out "$work/model.onnx" --verify 2>&1 | tail -1
-"$bin" export onnx --checkpoint "$work/ft/final" --out "$work/model-opt.onnx" --optimize --verify 2>&1 | tail -1
-"$bin" eval --model "$work/model.onnx" --data "$work/imdb" --quiet --out "$work/eval-cpu" | grep -E '^rows|docs/s|^eval'
-for m in model model-opt; do
-  "$bin" eval --model "$work/$m.onnx" --data "$work/imdb" --device cuda --batch-size 64 --quiet --out "$work/eval-cuda-$m" | grep -E '^rows|docs/s|^eval' || echo "CUDA eval of $m FAILED"
-done
-echo "== training step on CUDA"
-for shape in "4 256 4 32 128" "12 768 12 32 128"; do
-  BERTPIPE_DEVICE=cuda "$CARGO_TARGET_DIR/release/examples/train_step" $shape 8
+echo "== training step on CUDA (batch 32 x 128, median of 8 steps)"
+for dt in f32 bf16; do
+  for shape in "4 256 4 32 128" "12 768 12 32 128"; do
+    BERTPIPE_DEVICE=cuda BERTPIPE_DTYPE=$dt timeout 120 "$bin/train_step" $shape 8 || { echo "train_step $dt $shape FAILED"; fail=1; }
+  done
 done
 if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
-  echo "== PyTorch on CUDA, same shapes"
-  for shape in "4 256 4 32 128" "12 768 12 32 128"; do
-    python3 - $shape <<'PY'
-import sys, time, statistics, torch
+  echo "== PyTorch on CUDA, same shapes (f32, then bf16 autocast)"
+  python3 - <<'PY'
+import time, statistics, torch
 from transformers import BertConfig, BertForSequenceClassification
-L, H, A, B, S = map(int, sys.argv[1:6])
-m = BertForSequenceClassification(BertConfig(vocab_size=30522, hidden_size=H, num_hidden_layers=L, num_attention_heads=A, intermediate_size=4*H)).cuda().train()
-opt = torch.optim.AdamW(m.parameters(), lr=2e-5, weight_decay=0.01)
-ids = torch.randint(1000, 30000, (B, S)).cuda(); y = torch.randint(0, 2, (B,)).cuda()
-ts = []
-for i in range(10):
-    torch.cuda.synchronize(); t = time.perf_counter()
-    m(input_ids=ids, labels=y).loss.backward(); torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0); opt.step(); opt.zero_grad()
-    torch.cuda.synchronize(); ts.append(time.perf_counter() - t)
-med = statistics.median(ts[2:]); print(f"torch cuda L{L} H{H}: {med:.4f} s/step, {B*S/med:.0f} tokens/s")
+for L, H, A in [(4, 256, 4), (12, 768, 12)]:
+    for amp in (False, True):
+        B, S = 32, 128
+        m = BertForSequenceClassification(BertConfig(vocab_size=30522, hidden_size=H, num_hidden_layers=L, num_attention_heads=A, intermediate_size=4*H)).cuda().train()
+        opt = torch.optim.AdamW(m.parameters(), lr=2e-5, weight_decay=0.01)
+        ids = torch.randint(1000, 30000, (B, S)).cuda(); y = torch.randint(0, 2, (B,)).cuda()
+        ts = []
+        for i in range(10):
+            torch.cuda.synchronize(); t = time.perf_counter()
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+                loss = m(input_ids=ids, labels=y).loss
+            loss.backward(); torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0); opt.step(); opt.zero_grad()
+            torch.cuda.synchronize(); ts.append(time.perf_counter() - t)
+        med = statistics.median(ts[2:])
+        print(f"torch cuda L{L} H{H} {'bf16' if amp else 'f32'}: {med:.4f} s/step, {B*S/med:.0f} tokens/s")
 PY
-  done
 fi
-echo "== total $(( $(date +%s) - t0 )) s"
+echo "== ONNX: export (plain and --optimize), eval on CPU and on CUDA"
+bertpipe export onnx --checkpoint "$work/ft-f32/final" --out "$work/model.onnx" --verify 2>&1 | tail -1
+bertpipe export onnx --checkpoint "$work/ft-f32/final" --out "$work/model-opt.onnx" --optimize --verify 2>&1 | tail -1
+bertpipe eval --model "$work/model.onnx" --data "$work/imdb" --quiet --out "$work/eval-cpu" | grep -E '^rows|docs/s|^eval'
+if python3 -c "import onnxruntime as o; assert 'CUDAExecutionProvider' in o.get_available_providers()" 2>/dev/null; then
+  for m in model model-opt; do
+    bertpipe eval --model "$work/$m.onnx" --data "$work/imdb" --device cuda --batch-size 64 --quiet \
+      --out "$work/eval-cuda-$m" | grep -E '^rows|docs/s|^eval' || { echo "CUDA eval of $m FAILED"; fail=1; }
+  done
+else
+  echo "ONNX Runtime here has no CUDA provider (the CPU onnxruntime wheel): CUDA eval not run"
+fi
+echo "== total $(( $(date +%s) - t0 )) s; $([ $fail = 0 ] && echo 'all checks passed' || echo 'SOME CHECKS FAILED')"
+exit $fail
