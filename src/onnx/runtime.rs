@@ -445,7 +445,18 @@ pub fn doctor(flag: Option<&Path>) -> Vec<(bool, String)> {
         lines.push((true, format!("CUDA devices: {}", gpus.join("; "))));
     }
     if crate::train::device::CUDA_BUILT {
-        lines.push((true, "candle CUDA (train on GPU): built in".into()));
+        let missing = crate::train::device::missing_cuda_libraries();
+        if missing.is_empty() {
+            lines.push((true, "candle CUDA (train on GPU): built in; driver, cuBLAS and cuRAND load".into()));
+        } else {
+            lines.push((
+                false,
+                format!(
+                    "candle CUDA (train on GPU): built in, but {} not found (the NVIDIA driver; cuBLAS / cuRAND from the CUDA toolkit or `pip install nvidia-cublas nvidia-curand`, on LD_LIBRARY_PATH)",
+                    missing.join(", ")
+                ),
+            ));
+        }
     } else {
         lines.push((
             false,

@@ -31,7 +31,39 @@ pub fn open(s: &str) -> Result<Device> {
 
 #[cfg(feature = "cuda")]
 fn cuda(n: usize) -> Result<Device> {
-    Device::new_cuda(n).map_err(|e| anyhow::anyhow!("could not open CUDA device {n}: {e}"))
+    // cudarc loads these when the device opens and panics if one is missing: say so instead.
+    let missing = missing_cuda_libraries();
+    if !missing.is_empty() {
+        bail!(
+            "could not open CUDA device {n}: {} not found. The driver's libcuda comes with the NVIDIA driver (none on this machine?); cuBLAS and cuRAND with the CUDA toolkit, or `pip install nvidia-cublas nvidia-curand` with their `nvidia/cu13/lib` folder on LD_LIBRARY_PATH",
+            missing.join(", ")
+        );
+    }
+    match std::panic::catch_unwind(|| Device::new_cuda(n)) {
+        Ok(Ok(d)) => Ok(d),
+        Ok(Err(e)) => bail!("could not open CUDA device {n}: {e}"),
+        Err(_) => bail!("could not open CUDA device {n}: the CUDA runtime failed while starting (see the message above)"),
+    }
+}
+
+/// The CUDA libraries candle loads when a device opens (driver, cuBLAS, cuBLASLt, cuRAND) that
+/// cannot be loaded here, by the names cudarc looks for.
+#[cfg(feature = "cuda")]
+pub fn missing_cuda_libraries() -> Vec<String> {
+    use candle_core::cuda_backend::cudarc::get_lib_name_candidates;
+    ["cuda", "cublas", "cublasLt", "curand"]
+        .into_iter()
+        .filter(|lib| {
+            // SAFETY: loading a CUDA library runs only its initialisers, as cudarc does itself.
+            !get_lib_name_candidates(lib).iter().any(|name| unsafe { libloading::Library::new(name) }.is_ok())
+        })
+        .map(|lib| format!("lib{lib}"))
+        .collect()
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn missing_cuda_libraries() -> Vec<String> {
+    Vec::new()
 }
 
 #[cfg(not(feature = "cuda"))]
