@@ -92,7 +92,8 @@ fn main() -> Result<()> {
             lap = std::time::Instant::now();
         };
         let (inputs, labels, tokens) = &batches[i % batches.len()];
-        let logits = model.forward(inputs, None, &mut Mode::train(0, i as u64).with_compute(compute))?.logits.expect("logits");
+        let logits =
+            model.forward(inputs, None, &mut Mode::train(0, i as u64).with_compute(compute))?.logits.expect("logits");
         let loss = candle_nn::loss::cross_entropy(&logits, labels)?;
         loss.to_scalar::<f32>()?;
         mark(0);

@@ -223,7 +223,8 @@ fn a_sentence_transformers_style_checkpoint_without_the_bert_prefix_gives_the_sa
 #[test]
 fn bf16_matrix_products_match_pytorch_run_the_same_way() {
     let g = golden();
-    let b: Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("golden_bf16.json")).unwrap()).unwrap();
+    let b: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("golden_bf16.json")).unwrap()).unwrap();
     let (inputs, _, s) = inputs(&g);
     // Worst |ours − reference|, against the worst |f32 − reference| of the same figure.
     let check = |what: &str, ours: &[f64], bf16: &[f64], f32: &[f64]| {

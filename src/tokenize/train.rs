@@ -109,7 +109,7 @@ pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<Voca
         });
         let counters: Vec<_> = (0..threads.max(1))
             .map(|_| {
-                let (rx, normalizer, docs) = (rx.clone(), normalizer.clone(), &docs);
+                let (rx, normalizer, docs) = (rx.clone(), normalizer, &docs);
                 scope.spawn(move || -> Result<std::collections::HashMap<String, u64>> {
                     let mut words = std::collections::HashMap::new();
                     for text in rx.iter() {

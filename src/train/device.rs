@@ -42,7 +42,9 @@ fn cuda(n: usize) -> Result<Device> {
     match std::panic::catch_unwind(|| Device::new_cuda(n)) {
         Ok(Ok(d)) => Ok(d),
         Ok(Err(e)) => bail!("could not open CUDA device {n}: {e}"),
-        Err(_) => bail!("could not open CUDA device {n}: the CUDA runtime failed while starting (see the message above)"),
+        Err(_) => {
+            bail!("could not open CUDA device {n}: the CUDA runtime failed while starting (see the message above)")
+        }
     }
 }
 

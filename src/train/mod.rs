@@ -240,7 +240,12 @@ impl Trainer {
     }
 
     fn runner(&self) -> Runner<'_> {
-        Runner { model: &self.model, device: &self.device, attention: self.cfg.attention, compute: self.cfg.dtype.dtype() }
+        Runner {
+            model: &self.model,
+            device: &self.device,
+            attention: self.cfg.attention,
+            compute: self.cfg.dtype.dtype(),
+        }
     }
 
     /// Mean cross-entropy: of the labels (classify), or MLM over masked tokens + NSP.
