@@ -60,6 +60,17 @@ fn inputs(g: &Value) -> (Inputs, usize, usize) {
     (inputs, b, s)
 }
 
+/// The fixture's MLM positions `(row, position)` as flat indices into `batch × seq`.
+fn mlm_positions(g: &Value, seq: usize) -> Tensor {
+    let pos: Vec<u32> = g["mlm_positions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_u64().unwrap() as usize * seq + p[1].as_u64().unwrap() as usize) as u32)
+        .collect();
+    Tensor::from_slice(&pos, pos.len(), &Device::Cpu).unwrap()
+}
+
 fn load(kind: ModelKind, name: &str) -> BertTask {
     let m = BertTask::from_checkpoint(kind, &fixtures().join(name), None, &Device::Cpu, 0).unwrap();
     assert!(m.initialised.is_empty(), "{name}: initialised {:?}", m.initialised);
@@ -75,13 +86,7 @@ fn hidden_states_and_pretraining_heads_match_transformers() {
     let hidden = m.bert.forward(&inputs, &mut Mode::eval()).unwrap();
     close("last_hidden_state", &tensor_f64(&hidden), &floats(&g["hidden"]), TOL);
 
-    let pos: Vec<u32> = g["mlm_positions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p[0].as_u64().unwrap() as usize * s + p[1].as_u64().unwrap() as usize) as u32)
-        .collect();
-    let pos_t = Tensor::from_slice(&pos, pos.len(), &Device::Cpu).unwrap();
+    let pos_t = mlm_positions(&g, s);
     let out = m.forward(&inputs, Some(&pos_t), &mut Mode::eval()).unwrap();
     let mlm = out.mlm_logits.unwrap();
     close("prediction_logits", &tensor_f64(&mlm), &floats(&g["mlm_logits"]), TOL);
@@ -260,13 +265,7 @@ fn bf16_matrix_products_match_pytorch_run_the_same_way() {
     }
 
     let m = load(ModelKind::PreTraining, "tiny-bert-pretrain");
-    let pos: Vec<u32> = g["mlm_positions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p[0].as_u64().unwrap() as usize * s + p[1].as_u64().unwrap() as usize) as u32)
-        .collect();
-    let pos_t = Tensor::from_slice(&pos, pos.len(), &Device::Cpu).unwrap();
+    let pos_t = mlm_positions(&g, s);
     let out = m.forward(&inputs, Some(&pos_t), &mut bf16()).unwrap();
     check("MLM logits", &tensor_f64(&out.mlm_logits.unwrap()), &floats(&b["mlm_logits"]), &floats(&g["mlm_logits"]));
     check("NSP logits", &tensor_f64(&out.logits.unwrap()), &floats(&b["nsp_logits"]), &floats(&g["nsp_logits"]));
