@@ -4,8 +4,9 @@
 # scripts/gpu-build.sh into .gpu/ (git-ignored), which the call carries:
 #   scripts/gpu-build.sh
 #   run carry=[".gpu"] timeout_s=540 command="scripts/gpu-check.sh"
-# It fine-tunes the tiny model on the sample on CUDA in f32 and in bf16, compares CPU and CUDA
-# logits of a CPU-trained model, times BERT-mini / BERT-base training steps on CUDA (f32 and bf16,
+# It fine-tunes the tiny model on the sample on CUDA in f32 and in bf16, compares the f32
+# run's losses with the CPU's (same data order and dropout masks on every device) and CPU and
+# CUDA logits of one model, times BERT-mini / BERT-base training steps on CUDA (f32 and bf16,
 # beside PyTorch's), and evaluates the exported model with ONNX Runtime's CUDA provider where
 # the machine has one. Prints everything it measured; exits non-zero if a check fails.
 # Budget: about 5 minutes.
@@ -50,6 +51,20 @@ for dt in f32 bf16; do
     echo "CUDA fine-tune ($dt) FAILED"; fail=1
   fi
 done
+echo "== CPU vs CUDA training losses (same data order and dropout masks on every device)"
+python3 - "$work" <<'PY' || { echo "CPU vs CUDA losses FAILED"; fail=1; }
+import json, sys
+work = sys.argv[1]
+def losses(run):
+    return [(r["step"], r["loss"]) for r in map(json.loads, open(f"{work}/{run}/metrics.jsonl")) if "loss" in r]
+cpu, gpu = losses("ft-cpu"), losses("ft-f32")
+print("step  cpu loss   cuda loss")
+for (s, a), (_, b) in zip(cpu[:4], gpu[:4]):
+    print(f"{s:4d}  {a:.6f}  {b:.6f}")
+d = max(abs(a - b) / max(abs(a), 1e-9) for (_, a), (_, b) in zip(cpu[:2], gpu[:2]))
+print(f"max relative difference over the first two logged steps: {d:.1e} ({'ok' if d < 1e-4 else 'TOO LARGE'})")
+sys.exit(0 if d < 1e-4 else 1)
+PY
 echo "== CPU vs CUDA logits of the CPU-trained model"
 python3 - "$work" "$bin/model_outputs" <<'PY' || { echo "CPU vs CUDA logits FAILED"; fail=1; }
 import json, subprocess, sys, random
