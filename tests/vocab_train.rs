@@ -109,3 +109,46 @@ fn the_same_corpus_gives_the_same_vocabulary_for_any_thread_count() {
         assert!(o.1 == outputs[0].1, "run {i}: tokenizer.json differs from run 0");
     }
 }
+
+/// Past 1,000 distinct characters the trainer keeps the most frequent; which of those tied at
+/// the cut-off it keeps is the same on every run (HF's own choice is random).
+#[test]
+fn the_alphabet_cut_is_the_same_on_every_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 1,200 CJK characters, each once (all tied), and "ab" often enough to merge.
+    let mut text: String = (0..1200u32).map(|i| char::from_u32(0x4E00 + i).unwrap()).collect();
+    text.push('\n');
+    text.push_str(&"ab abab ".repeat(50));
+    text.push('\n');
+    std::fs::write(tmp.path().join("in.txt"), text).unwrap();
+    let pipeline = write_pipeline(
+        tmp.path(),
+        "p.yaml",
+        &format!(
+            "name: cjk\nsource: {{ type: text, path: {}, mode: lines, split: unsup }}\nsteps: []\nsink: {{ type: parquet, path: {} }}\n",
+            tmp.path().join("in.txt").display(),
+            tmp.path().join("out").display()
+        ),
+    );
+    let mut vocabs = Vec::new();
+    for run in 0..3 {
+        let out = tmp.path().join(format!("v{run}"));
+        let o = bertpipe(&[
+            "vocab",
+            "train",
+            pipeline.to_str().unwrap(),
+            "--size",
+            "3000",
+            "--min-frequency",
+            "2",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_ok(&o);
+        vocabs.push(std::fs::read_to_string(out.join("vocab.txt")).unwrap());
+    }
+    let cjk = vocabs[0].lines().filter(|l| l.chars().any(|c| ('\u{4E00}'..='\u{9FFF}').contains(&c))).count();
+    assert!(cjk > 0 && cjk < 1200, "the alphabet was cut at 1,000 characters: {cjk} CJK tokens");
+    assert!(vocabs.iter().all(|v| *v == vocabs[0]), "the vocabularies differ between runs");
+}

@@ -5,9 +5,13 @@
 //! The same corpus gives the same vocabulary, whatever the thread count and run. `tokenizers`'
 //! own `Tokenizer::train` does not: it counts words into a hash map with a random seed, and the
 //! trainer numbers the `##` continuation characters in that map's order, so ties between
-//! equally frequent merges fall differently from run to run. Here the words are counted
-//! (BERT's normaliser and pre-tokeniser, as `Tokenizer::train` applies them), sorted, and handed
-//! to the same trainer in a map with fixed seeds.
+//! equally frequent merges fall differently from run to run (and past 1,000 distinct
+//! characters, which ones it keeps). Here the words are counted (BERT's normaliser and
+//! pre-tokeniser, as `Tokenizer::train` applies them), sorted, and handed to the same trainer
+//! in a map with fixed seeds, with the alphabet chosen beforehand. The map's order, and so the
+//! vocabulary, still depends on the hash function the build uses (ahash picks AES instructions
+//! when built for a CPU that has them), so it is the same for one binary, not across builds
+//! for different CPUs.
 
 use std::path::{Path, PathBuf};
 
@@ -80,15 +84,6 @@ pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<Voca
     let normalizer = BertNormalizer::new(true, true, None, opts.lowercase);
     // BERT's special tokens first, in BERT's order: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4.
     let specials: Vec<AddedToken> = SPECIALS.iter().map(|s| AddedToken::from(*s, true)).collect();
-    // WordPieceTrainer is this BPE trainer with the `##` prefix, then `WordPiece::from_bpe`.
-    let trainer = BpeTrainer::builder()
-        .vocab_size(opts.size)
-        .min_frequency(opts.min_frequency)
-        .special_tokens(specials.clone())
-        .limit_alphabet(1000)
-        .continuing_subword_prefix("##".into())
-        .show_progress(false)
-        .build();
 
     // Pass 1: cleaned text streams from the pipeline's workers to word counters.
     let progress = Progress::new(opts.quiet, "vocab: counting words");
@@ -146,6 +141,21 @@ pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<Voca
         std::collections::HashMap::with_capacity_and_hasher(words.len(), ahash::RandomState::with_seeds(1, 2, 3, 4))
             .into();
     word_counts.extend(words.into_iter().map(|(w, n)| (compact_str::CompactString::from(w), n)));
+    // WordPieceTrainer is this BPE trainer with the `##` prefix, then `WordPiece::from_bpe`.
+    let trainer = BpeTrainer::builder()
+        .vocab_size(opts.size)
+        .min_frequency(opts.min_frequency)
+        .special_tokens(specials.clone())
+        .continuing_subword_prefix("##".into())
+        .show_progress(false);
+    // Past ALPHABET_LIMIT distinct characters the trainer keeps the most frequent, but breaks
+    // ties in its own randomly seeded order: choose them here (ties by code point) and hand
+    // them over as the initial alphabet, which it always keeps.
+    let trainer = match alphabet_limit(&word_counts, ALPHABET_LIMIT) {
+        Some(kept) => trainer.initial_alphabet(kept).limit_alphabet(ALPHABET_LIMIT),
+        None => trainer,
+    }
+    .build();
     let mut bpe = BPE::default();
     trainer.do_train(&word_counts, &mut bpe).map_err(|e| anyhow!("training failed: {e}"))?;
     let mut tokenizer = Tokenizer::new(HfWordPiece::from_bpe(&bpe));
@@ -192,6 +202,29 @@ pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<Voca
     })?;
     progress.finish();
     Ok(VocabReport { vocab_txt, tokenizer_json, vocab_size, docs, tokens, unk_tokens })
+}
+
+/// The base characters a vocabulary starts from, at most (HF's `limit_alphabet` for BERT).
+const ALPHABET_LIMIT: usize = 1000;
+
+/// When the words hold more than `limit` distinct characters: the `limit` most frequent, ties
+/// broken by code point.
+fn alphabet_limit<'a>(
+    words: impl IntoIterator<Item = (&'a compact_str::CompactString, &'a u64)>,
+    limit: usize,
+) -> Option<std::collections::HashSet<char>> {
+    let mut counts: std::collections::HashMap<char, u64> = std::collections::HashMap::new();
+    for (word, n) in words {
+        for c in word.chars() {
+            *counts.entry(c).or_default() += n;
+        }
+    }
+    if counts.len() <= limit {
+        return None;
+    }
+    let mut chars: Vec<(char, u64)> = counts.into_iter().collect();
+    chars.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    Some(chars.into_iter().take(limit).map(|(c, _)| c).collect())
 }
 
 /// Adds the words of one text to `words`: BERT's normaliser, then its pre-tokeniser, as
