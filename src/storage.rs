@@ -296,18 +296,11 @@ fn explain(e: object_store::Error, url: &str) -> anyhow::Error {
     }
 }
 
-/// Where a remote shard folder is kept locally: `$BERTPIPE_CACHE`, else
-/// `$XDG_CACHE_HOME/bertpipe/remote` or `~/.cache/bertpipe/remote`, one folder per URL.
+/// Where a remote shard folder is kept locally: `remote/<url>-<hash>` in bertpipe's cache
+/// folder ([`crate::cache_dir`]), one folder per URL.
 pub fn cache_dir(url: &str) -> PathBuf {
     use sha2::{Digest, Sha256};
-    let base = std::env::var_os("BERTPIPE_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .unwrap_or_else(std::env::temp_dir)
-            .join("bertpipe")
-            .join("remote")
-    });
+    let base = crate::cache_dir().join("remote");
     let name: String = url.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).take(60).collect();
     base.join(format!("{name}-{}", &hex::encode(Sha256::digest(url.as_bytes()))[..12]))
 }

@@ -81,7 +81,7 @@ impl S3Server {
             ("AWS_REGION", "us-east-1"),
             ("AWS_ENDPOINT_URL", &format!("http://127.0.0.1:{}", self.port)),
             ("AWS_ALLOW_HTTP", "true"),
-            ("BERTPIPE_CACHE", cache.to_str().unwrap()),
+            ("BERTPIPE_CACHE_DIR", cache.to_str().unwrap()),
             ("BERTPIPE_STORE_RETRIES", "1"),
             ("BERTPIPE_STORE_RETRY_SECS", "5"),
         ]

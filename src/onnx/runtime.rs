@@ -37,23 +37,10 @@ pub struct Runtime {
 
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 
-/// bertpipe's cache folder: `$BERTPIPE_CACHE_DIR`, else `$XDG_CACHE_HOME/bertpipe`, else
-/// `~/.cache/bertpipe`.
-pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("BERTPIPE_CACHE_DIR") {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("bertpipe");
-    }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
-    home.join(".cache").join("bertpipe")
-}
-
 /// The folder `doctor --install` installs the pinned wheel into.
 pub fn cache_install_dir(gpu: bool) -> PathBuf {
     let pkg = if gpu { "onnxruntime-gpu" } else { "onnxruntime" };
-    cache_dir().join(format!("{pkg}-{PINNED_VERSION}"))
+    crate::cache_dir().join(format!("{pkg}-{PINNED_VERSION}"))
 }
 
 /// `libonnxruntime.so.X.Y.Z` (highest version first) or `libonnxruntime.so` in `dir`.
