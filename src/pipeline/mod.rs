@@ -199,10 +199,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         let mut stats = split.stats;
         stats.rows = split.writer.rows_written();
         stats.shards = split.writer.shards;
-        if let Some(t) = stats.tokenization.as_mut() {
-            t.unk_rate = t.unk_tokens as f64 / t.document_tokens.max(1) as f64;
-            t.rows_per_doc_mean = stats.rows as f64 / stats.docs_out.max(1) as f64;
-        }
+        stats.finish();
         if layout.sequences {
             stats.tokens = Some(split.row_tokens);
         }

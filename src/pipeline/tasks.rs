@@ -532,69 +532,14 @@ pub fn merge(out: &Path, quiet: bool) -> Result<Manifest> {
     for (i, m) in manifests.into_iter().enumerate() {
         let prefix = format!("{}/", task_rel(i as u32));
         for (name, s) in m.splits {
-            let into = merged.splits.entry(name).or_default();
-            add_split(into, s, &prefix);
+            merged.splits.entry(name).or_default().add(s, &prefix);
         }
         merged.rejects.rows += m.rejects.rows;
-        merged.rejects.shards.extend(m.rejects.shards.into_iter().map(|mut s| {
-            s.file = format!("{prefix}{}", s.file);
-            s
-        }));
+        merged.rejects.shards.extend(m.rejects.shards.into_iter().map(|s| s.under(&prefix)));
     }
-    for s in merged.splits.values_mut() {
-        if let Some(t) = s.tokenization.as_mut() {
-            t.unk_rate = t.unk_tokens as f64 / t.document_tokens.max(1) as f64;
-            t.rows_per_doc_mean = s.rows as f64 / s.docs_out.max(1) as f64;
-        }
-        if let Some(p) = s.pretraining.as_mut() {
-            p.finish();
-        }
-    }
-    let mut text = serde_json::to_string_pretty(&merged)?;
-    text.push('\n');
-    root.write(manifest::MANIFEST, text.into_bytes())?;
+    merged.splits.values_mut().for_each(manifest::SplitStats::finish);
+    root.write(manifest::MANIFEST, merged.to_json()?)?;
     Ok(merged)
-}
-
-/// Adds one task's split figures to the merged ones (rates are recomputed after).
-fn add_split(into: &mut manifest::SplitStats, s: manifest::SplitStats, prefix: &str) {
-    into.docs_in += s.docs_in;
-    into.docs_out += s.docs_out;
-    for (reason, n) in s.rejected {
-        *into.rejected.entry(reason).or_default() += n;
-    }
-    into.rows += s.rows;
-    into.tokens = match (into.tokens, s.tokens) {
-        (None, None) => None,
-        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
-    };
-    into.utf8_replaced += s.utf8_replaced;
-    if let Some(t) = s.tokenization {
-        let m = into.tokenization.get_or_insert_with(Default::default);
-        m.document_tokens += t.document_tokens;
-        m.unk_tokens += t.unk_tokens;
-        m.docs_over_max_len += t.docs_over_max_len;
-        m.tokens_dropped += t.tokens_dropped;
-        m.rows_per_doc_max = m.rows_per_doc_max.max(t.rows_per_doc_max);
-    }
-    if let Some(p) = s.pretraining {
-        let m = into.pretraining.get_or_insert_with(Default::default);
-        m.rows += p.rows;
-        m.tokens += p.tokens;
-        m.positions += p.positions;
-        m.nsp_random += p.nsp_random;
-        m.nsp_follows += p.nsp_follows;
-        m.tokens_unused += p.tokens_unused;
-        m.maskable_tokens += p.maskable_tokens;
-        m.masked_tokens += p.masked_tokens;
-        m.replaced_mask += p.replaced_mask;
-        m.replaced_random += p.replaced_random;
-        m.kept += p.kept;
-    }
-    into.shards.extend(s.shards.into_iter().map(|mut sh| {
-        sh.file = format!("{prefix}{}", sh.file);
-        sh
-    }));
 }
 
 /// Which part of the input a reader takes: task `index` of `count` gets the `index`-th of

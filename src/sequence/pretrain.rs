@@ -176,6 +176,21 @@ pub struct PretrainStats {
 }
 
 impl PretrainStats {
+    /// Adds another part's counts (the shares are recomputed by [`PretrainStats::finish`]).
+    pub fn add(&mut self, p: &PretrainStats) {
+        self.rows += p.rows;
+        self.tokens += p.tokens;
+        self.positions += p.positions;
+        self.nsp_random += p.nsp_random;
+        self.nsp_follows += p.nsp_follows;
+        self.tokens_unused += p.tokens_unused;
+        self.maskable_tokens += p.maskable_tokens;
+        self.masked_tokens += p.masked_tokens;
+        self.replaced_mask += p.replaced_mask;
+        self.replaced_random += p.replaced_random;
+        self.kept += p.kept;
+    }
+
     pub fn finish(&mut self) {
         self.packing_efficiency = self.tokens as f64 / self.positions.max(1) as f64;
         self.nsp_random_share = self.nsp_random as f64 / (self.nsp_random + self.nsp_follows).max(1) as f64;

@@ -84,6 +84,53 @@ impl SplitStats {
     pub fn rejected_total(&self) -> u64 {
         self.rejected.values().sum()
     }
+
+    /// The rates derived from the counts: [UNK] rate and rows per document, and the
+    /// pretraining shares.
+    pub fn finish(&mut self) {
+        let rows_per_doc = self.rows as f64 / self.docs_out.max(1) as f64;
+        if let Some(t) = self.tokenization.as_mut() {
+            t.unk_rate = t.unk_tokens as f64 / t.document_tokens.max(1) as f64;
+            t.rows_per_doc_mean = rows_per_doc;
+        }
+        if let Some(p) = self.pretraining.as_mut() {
+            p.finish();
+        }
+    }
+
+    /// Adds the figures of another part of the same split (a task of an array), whose shard
+    /// files are under `prefix`. The rates are [`SplitStats::finish`]'s to recompute.
+    pub fn add(&mut self, s: SplitStats, prefix: &str) {
+        self.docs_in += s.docs_in;
+        self.docs_out += s.docs_out;
+        for (reason, n) in s.rejected {
+            *self.rejected.entry(reason).or_default() += n;
+        }
+        self.rows += s.rows;
+        self.tokens = match (self.tokens, s.tokens) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        self.utf8_replaced += s.utf8_replaced;
+        if let Some(t) = s.tokenization {
+            self.tokenization.get_or_insert_with(Default::default).add(&t);
+        }
+        if let Some(p) = s.pretraining {
+            self.pretraining.get_or_insert_with(Default::default).add(&p);
+        }
+        self.shards.extend(s.shards.into_iter().map(|shard| shard.under(prefix)));
+    }
+}
+
+impl TokenStats {
+    /// Adds another part's counts (the rates are recomputed by [`SplitStats::finish`]).
+    pub fn add(&mut self, t: &TokenStats) {
+        self.document_tokens += t.document_tokens;
+        self.unk_tokens += t.unk_tokens;
+        self.docs_over_max_len += t.docs_over_max_len;
+        self.tokens_dropped += t.tokens_dropped;
+        self.rows_per_doc_max = self.rows_per_doc_max.max(t.rows_per_doc_max);
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -93,11 +140,16 @@ pub struct RejectsInfo {
 }
 
 impl Manifest {
+    /// `manifest.json`'s bytes.
+    pub fn to_json(&self) -> Result<Vec<u8>> {
+        let mut text = serde_json::to_vec_pretty(self)?;
+        text.push(b'\n');
+        Ok(text)
+    }
+
     pub fn write(&self, out: &Path) -> Result<()> {
         let tmp = out.join(".manifest.json.tmp");
-        let mut text = serde_json::to_string_pretty(self)?;
-        text.push('\n');
-        std::fs::write(&tmp, text).with_context(|| format!("could not write '{}'", tmp.display()))?;
+        std::fs::write(&tmp, self.to_json()?).with_context(|| format!("could not write '{}'", tmp.display()))?;
         std::fs::rename(&tmp, out.join(MANIFEST))?;
         Ok(())
     }

@@ -27,6 +27,15 @@ pub struct ShardInfo {
     pub sha256: String,
 }
 
+impl ShardInfo {
+    /// The same shard, its path relative to a folder `prefix` above its own output (a task
+    /// array's merged output lists `tasks/NNNNN/train/part-….parquet`).
+    pub fn under(mut self, prefix: &str) -> ShardInfo {
+        self.file = format!("{prefix}{}", self.file);
+        self
+    }
+}
+
 pub fn shard_name(index: usize) -> String {
     format!("part-{index:05}.parquet")
 }
