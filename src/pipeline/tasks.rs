@@ -98,16 +98,13 @@ impl TaskSpec {
     }
 }
 
-/// The seed of task `index`'s pretraining choices: the pipeline's for task 0, a SplitMix64
-/// mix of it and the index for the others.
+/// The seed of task `index`'s pretraining choices: the pipeline's for task 0, a stream of
+/// the project's generator keyed by it and the index for the others.
 pub fn task_seed(seed: u64, index: u32) -> u64 {
     if index == 0 {
         return seed;
     }
-    let mut z = seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    crate::rng::Rng::for_key(seed, &[0x5441_534b, index as u64]).next_u64()
 }
 
 pub fn task_dir(out: &Path, index: u32) -> PathBuf {
