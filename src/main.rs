@@ -23,7 +23,7 @@ fn main() -> ExitCode {
         Command::Predict(args) => predict(args),
         Command::Doctor(args) => doctor(args),
         Command::Pipeline(PipelineCommand::Scan(args)) => pipeline_scan(args),
-        Command::Shards(bertpipe::cli::ShardsCommand::Merge(args)) => shards_merge(args),
+        Command::Shards(bertpipe::cli::ShardsCommand::Merge(args)) => report(shards_merge(args)),
         Command::Pipeline(PipelineCommand::Validate(args)) => {
             match Pipeline::load(&args.config.pipeline, &args.config.set) {
                 Ok(p) => {
@@ -94,48 +94,34 @@ fn pipeline_scan(args: bertpipe::cli::ScanArgs) -> ExitCode {
         Err(code) => return code,
     };
     let started = std::time::Instant::now();
-    match pipeline::tasks::scan(&p, task, args.threads, args.quiet) {
-        Ok(scan) => {
-            if !args.quiet {
-                eprintln!(
-                    "scan of task {} of {}: {} fingerprints, {} noise scores in {:.2}s",
-                    task.index,
-                    task.count,
-                    scan.keys.len(),
-                    scan.scores.len(),
-                    started.elapsed().as_secs_f64()
-                );
-            }
-            ExitCode::SUCCESS
+    report(pipeline::tasks::scan(&p, task, args.threads, args.quiet).map(|scan| {
+        if !args.quiet {
+            eprintln!(
+                "scan of task {} of {}: {} fingerprints, {} noise scores in {:.2}s",
+                task.index,
+                task.count,
+                scan.keys.len(),
+                scan.scores.len(),
+                started.elapsed().as_secs_f64()
+            );
         }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    }))
 }
 
-fn shards_merge(args: bertpipe::cli::MergeArgs) -> ExitCode {
-    match pipeline::tasks::merge(&args.out, args.quiet) {
-        Ok(m) => {
-            if !args.quiet {
-                let docs_in: u64 = m.splits.values().map(|s| s.docs_in).sum();
-                let docs_out: u64 = m.splits.values().map(|s| s.docs_out).sum();
-                let shards: usize = m.splits.values().map(|s| s.shards.len()).sum();
-                eprintln!(
-                    "merged {} tasks into {}: {docs_in} docs in, {docs_out} out, {} rejected, {shards} shards",
-                    m.tasks.map_or(0, |t| t.count),
-                    args.out.join("manifest.json").display(),
-                    docs_in - docs_out
-                );
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
+fn shards_merge(args: bertpipe::cli::MergeArgs) -> anyhow::Result<()> {
+    let m = pipeline::tasks::merge(&args.out, args.quiet)?;
+    if !args.quiet {
+        let docs_in: u64 = m.splits.values().map(|s| s.docs_in).sum();
+        let docs_out: u64 = m.splits.values().map(|s| s.docs_out).sum();
+        let shards: usize = m.splits.values().map(|s| s.shards.len()).sum();
+        eprintln!(
+            "merged {} tasks into {}: {docs_in} docs in, {docs_out} out, {} rejected, {shards} shards",
+            m.tasks.map_or(0, |t| t.count),
+            args.out.join("manifest.json").display(),
+            docs_in - docs_out
+        );
     }
+    Ok(())
 }
 
 fn vocab_train(args: bertpipe::cli::VocabTrainArgs) -> ExitCode {
