@@ -143,39 +143,24 @@ pub fn detect(path: &Path) -> Result<InputKind> {
     }
     let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
     if path.is_file() {
-        let kind = if name.ends_with(".yaml") || name.ends_with(".yml") {
-            InputKind::Pipeline
-        } else if name.ends_with(".tar.gz") || name.ends_with(".tgz") {
-            InputKind::Source("aclimdb")
-        } else if name.ends_with(".jsonl") || name.ends_with(".ndjson") {
-            InputKind::Source("jsonl")
-        } else if name.ends_with(".csv") || name.ends_with(".tsv") {
-            InputKind::Source("csv")
-        } else if name.ends_with(".parquet") {
-            InputKind::Source("parquet")
-        } else if name.ends_with(".txt") {
-            InputKind::Source("text")
-        } else {
-            bail!(
+        if name.ends_with(".yaml") || name.ends_with(".yml") {
+            return Ok(InputKind::Pipeline);
+        }
+        return source_kind_by_name(path).with_context(|| {
+            format!(
                 "don't know what '{}' is: give a pipeline (.yaml), a shard folder, an aclImdb folder or .tar.gz, or a .jsonl/.csv/.tsv/.parquet/.txt file",
                 path.display()
-            );
-        };
-        return Ok(kind);
+            )
+        });
     }
-    if path.join(crate::sink::manifest::MANIFEST).is_file() {
+    // A task array's output is a shard folder too; reading it before `shards merge` is refused
+    // by `Manifest::read`, which says so.
+    if path.join(crate::sink::manifest::MANIFEST).is_file() || path.join(crate::pipeline::tasks::TASKS_DIR).is_dir() {
         return Ok(InputKind::Shards);
     }
     if path.join(crate::sink::manifest::JOURNAL).is_file() {
         bail!(
             "'{}' holds an unfinished pipeline run (a journal, no manifest.json); finish it with `bertpipe pipeline run PIPELINE.yaml --resume`",
-            path.display()
-        );
-    }
-    if path.join(crate::pipeline::tasks::TASKS_DIR).is_dir() {
-        bail!(
-            "'{}' is the output of a task array that is not merged yet: when every task has finished, run `bertpipe shards merge {}`",
-            path.display(),
             path.display()
         );
     }
