@@ -430,7 +430,7 @@ impl InputFile {
     }
 
     pub fn has_extension(&self, ext: &str) -> bool {
-        self.name().rsplit_once('.').is_some_and(|(_, e)| e.eq_ignore_ascii_case(ext))
+        has_extension(&self.name(), &[ext])
     }
 
     pub fn size(&self) -> u64 {
@@ -468,8 +468,7 @@ pub fn input_files_of(path: &Path, exts: &[&str], part: Partition) -> Result<Vec
 
 fn remote_input_files(path: &Path, exts: &[&str]) -> Result<Vec<InputFile>> {
     let remote = crate::storage::Remote::open(path)?;
-    let ext_ok =
-        |name: &str| name.rsplit_once('.').is_some_and(|(_, e)| exts.iter().any(|x| x.eq_ignore_ascii_case(e)));
+    let ext_ok = |name: &str| has_extension(name, exts);
     if ext_ok(remote.url()) {
         if let Some(size) = remote.size("")? {
             return Ok(vec![InputFile::Remote { remote, rel: String::new(), size }]);
@@ -495,9 +494,7 @@ pub fn input_files(path: &Path, exts: &[&str]) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(path).with_context(|| format!("could not list '{}'", path.display()))? {
         let p = entry?.path();
-        let ext_ok =
-            p.extension().and_then(|e| e.to_str()).is_some_and(|e| exts.iter().any(|x| x.eq_ignore_ascii_case(e)));
-        if p.is_file() && ext_ok {
+        if p.is_file() && has_extension(&p.file_name().unwrap_or_default().to_string_lossy(), exts) {
             files.push(p);
         }
     }
@@ -506,6 +503,11 @@ pub fn input_files(path: &Path, exts: &[&str]) -> Result<Vec<PathBuf>> {
         anyhow::bail!("no .{} files in '{}'", exts.join("/."), path.display());
     }
     Ok(files)
+}
+
+/// Whether a file name ends in `.` and one of `exts`, in any case.
+fn has_extension(name: &str, exts: &[&str]) -> bool {
+    name.rsplit_once('.').is_some_and(|(_, e)| exts.iter().any(|x| x.eq_ignore_ascii_case(e)))
 }
 
 pub(crate) fn file_size(p: &Path) -> u64 {
