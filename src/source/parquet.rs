@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use arrow_array::{cast::AsArray, Array, RecordBatch};
@@ -90,6 +90,44 @@ fn cell_json(col: &dyn Array, i: usize) -> serde_json::Value {
     }
 }
 
+/// A local Parquet file, with the name and the path or URL its records carry (a bucket
+/// object's, when it was downloaded).
+struct ParquetInput {
+    local: PathBuf,
+    name: String,
+    shown: String,
+}
+
+type RowGroupPlan = Vec<(usize, Option<Vec<usize>>, u64)>;
+
+/// What `part` reads of `inputs`, file by file: `(file, row groups, the first of them's row
+/// number in its file)`. A single run reads every row group (`None`); a task of an array a
+/// contiguous range of the row groups of all files, which takes each file's footer first.
+fn row_group_plan(inputs: &[ParquetInput], part: Partition) -> Result<RowGroupPlan> {
+    if part.is_whole() {
+        return Ok((0..inputs.len()).map(|k| (k, None, 0)).collect());
+    }
+    let mut groups = Vec::new(); // (file, row group, first row)
+    for (k, input) in inputs.iter().enumerate() {
+        let f = File::open(&input.local).with_context(|| format!("could not open '{}'", input.shown))?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(f)
+            .with_context(|| format!("'{}' is not a readable Parquet file", input.shown))?;
+        let mut first = 0u64;
+        for (g, rg) in builder.metadata().row_groups().iter().enumerate() {
+            groups.push((k, g, first));
+            first += rg.num_rows() as u64;
+        }
+    }
+    let mut plan: RowGroupPlan = Vec::new();
+    for &(k, g, first) in &groups[part.range(groups.len())] {
+        match plan.last_mut() {
+            Some((file, Some(gs), _)) if *file == k => gs.push(g),
+            _ => plan.push((k, Some(vec![g]), first)),
+        }
+    }
+    Ok(plan)
+}
+
 impl ParquetSource {
     pub fn read(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
         // Objects in a bucket are downloaded one at a time into a spool file (Parquet needs
@@ -103,8 +141,8 @@ impl ParquetSource {
                 let super::InputFile::Remote { remote, rel, .. } = object else { unreachable!("listed from a bucket") };
                 let local = spool.join(object.name());
                 remote.download(rel, &local)?;
-                let read =
-                    self.read_files(vec![local.clone()], Partition::WHOLE, out, Some(std::slice::from_ref(object)));
+                let input = [ParquetInput { local: local.clone(), name: object.name(), shown: object.display() }];
+                let read = self.read_files(&input, row_group_plan(&input, Partition::WHOLE)?, out);
                 std::fs::remove_file(&local).ok();
                 read?;
             }
@@ -112,66 +150,30 @@ impl ParquetSource {
             return Ok(());
         }
         let files = shard_files(&self.path)?.map_or_else(|| input_files(&self.path, &["parquet"]), Ok)?;
-        self.read_files(files, part, out, None)
+        let inputs: Vec<ParquetInput> = files
+            .into_iter()
+            .map(|local| ParquetInput {
+                name: local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                shown: local.display().to_string(),
+                local,
+            })
+            .collect();
+        let plan = row_group_plan(&inputs, part)?;
+        out.total(Total::Bytes(plan.iter().map(|(k, ..)| file_size(&inputs[*k].local)).sum()));
+        self.read_files(&inputs, plan, out)
     }
 
-    /// Reads `files` (local); `objects` are the bucket objects they were downloaded from, whose
-    /// names and URLs the records carry.
-    fn read_files(
-        &self,
-        files: Vec<PathBuf>,
-        part: Partition,
-        out: &mut dyn Emit,
-        objects: Option<&[super::InputFile]>,
-    ) -> Result<()> {
-        let shown: Vec<(String, String)> = match objects {
-            Some(o) => o.iter().map(|f| (f.name(), f.display())).collect(),
-            None => files
-                .iter()
-                .map(|f| {
-                    (
-                        f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-                        f.display().to_string(),
-                    )
-                })
-                .collect(),
-        };
-        // A task of an array takes a contiguous range of the row groups of all files (each
-        // file's footer is read for its row-group count); a single run reads everything.
-        let mut groups: Vec<(usize, usize, u64)> = Vec::new(); // (file, row group, first row)
-        if !part.is_whole() {
-            for (k, file) in files.iter().enumerate() {
-                let f = File::open(file).with_context(|| format!("could not open '{}'", file.display()))?;
-                let builder = ParquetRecordBatchReaderBuilder::try_new(f)
-                    .with_context(|| format!("'{}' is not a readable Parquet file", file.display()))?;
-                let mut first = 0u64;
-                for (g, rg) in builder.metadata().row_groups().iter().enumerate() {
-                    groups.push((k, g, first));
-                    first += rg.num_rows() as u64;
-                }
-            }
-            groups = groups[part.range(groups.len())].to_vec();
-        }
-        let mine = |k: usize| -> Option<(Vec<usize>, u64)> {
-            if part.is_whole() {
-                return Some((Vec::new(), 0));
-            }
-            let ours: Vec<&(usize, usize, u64)> = groups.iter().filter(|g| g.0 == k).collect();
-            ours.first().map(|first| (ours.iter().map(|g| g.1).collect(), first.2))
-        };
-        let files: Vec<(usize, PathBuf, Vec<usize>, u64)> =
-            files.into_iter().enumerate().filter_map(|(k, f)| mine(k).map(|(g, first)| (k, f, g, first))).collect();
-        if objects.is_none() {
-            out.total(Total::Bytes(files.iter().map(|f| file_size(&f.1)).sum()));
-        }
-        for (k, local, row_groups, first_row) in files {
-            let (name, file) = (shown[k].0.clone(), std::path::PathBuf::from(&shown[k].1));
-            let size = file_size(&local);
-            let f = File::open(&local).with_context(|| format!("could not open '{}'", file.display()))?;
+    /// Reads the row groups of `inputs` that `plan` ([`row_group_plan`]) lists.
+    fn read_files(&self, inputs: &[ParquetInput], plan: RowGroupPlan, out: &mut dyn Emit) -> Result<()> {
+        for (k, row_groups, first_row) in plan {
+            let ParquetInput { local, name, shown } = &inputs[k];
+            let file = Path::new(shown);
+            let size = file_size(local);
+            let f = File::open(local).with_context(|| format!("could not open '{}'", file.display()))?;
             let mut builder = ParquetRecordBatchReaderBuilder::try_new(f)
                 .with_context(|| format!("'{}' is not a readable Parquet file", file.display()))?;
-            if !part.is_whole() {
-                builder = builder.with_row_groups(row_groups);
+            if let Some(groups) = row_groups {
+                builder = builder.with_row_groups(groups);
             }
             let schema = builder.schema().clone();
             let total_rows = builder.metadata().file_metadata().num_rows().max(1) as u64;
