@@ -580,10 +580,8 @@ mod tests {
         assert!(differs_from_ours > 700, "{differs_from_ours}");
     }
 
-    /// The character-at-a-time `measure` this module had before its ASCII fast path, kept as
-    /// the reference it must agree with. One pass: sentences (split at `.!?…` and line breaks) with their word counts and whether
-    /// they are written in capitals (≥ 3 upper-case letters, no lower-case), punctuation among
-    /// visible characters, repeated whitespace-token trigrams, and mojibake.
+    /// The character-at-a-time `measure` this module had before its ASCII fast path, kept
+    /// (deliberately a second implementation) as the reference the fast one must agree with.
     fn measure_reference(text: &str) -> Measure {
         let mut m = Measure::default();
         let (mut words, mut in_word, mut upper, mut lower) = (0u32, false, 0u32, 0u32);
