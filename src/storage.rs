@@ -280,19 +280,20 @@ impl Read for RemoteReader {
 
 /// An object-store error in words a user can act on.
 fn explain(e: object_store::Error, url: &str) -> anyhow::Error {
-    match &e {
-        object_store::Error::NotFound { .. } => anyhow!("'{url}' does not exist"),
-        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => anyhow!(
-            "access to '{url}' was refused: check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, GOOGLE_*, AZURE_*) and the bucket's permissions ({e})"
-        ),
-        _ => {
-            let text = e.to_string();
-            if text.contains("InvalidAccessKeyId") || text.contains("SignatureDoesNotMatch") || text.contains("AccessDenied") || text.contains("403") {
-                anyhow!("access to '{url}' was refused: check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) and the bucket's permissions ({text})")
-            } else {
-                anyhow!("object storage error on '{url}': {text}")
-            }
-        }
+    if let object_store::Error::NotFound { .. } = e {
+        return anyhow!("'{url}' does not exist");
+    }
+    let text = e.to_string();
+    // S3-compatible servers do not always answer with the status object_store maps.
+    let refused =
+        matches!(e, object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. })
+            || ["InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403"].iter().any(|m| text.contains(m));
+    if refused {
+        anyhow!(
+            "access to '{url}' was refused: check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, GOOGLE_*, AZURE_*) and the bucket's permissions ({text})"
+        )
+    } else {
+        anyhow!("object storage error on '{url}': {text}")
     }
 }
 
