@@ -38,7 +38,7 @@ root=$(mktemp -d); mkdir -p "$root/bench/in"; cp "$dir/aclImdb_v1.tar.gz" "$root
 coproc SERVER { exec "$server" "$root" benchkey benchsecret; }
 read -r port <&"${SERVER[0]}"
 export AWS_ACCESS_KEY_ID=benchkey AWS_SECRET_ACCESS_KEY=benchsecret AWS_REGION=us-east-1 \
-  AWS_ENDPOINT_URL="http://127.0.0.1:$port" AWS_ALLOW_HTTP=true BERTPIPE_CACHE="$root/cache"
+  AWS_ENDPOINT_URL="http://127.0.0.1:$port" AWS_ALLOW_HTTP=true BERTPIPE_CACHE_DIR="$root/cache"
 disk=(); bucket=()
 for _ in $(seq "$RUNS"); do
   disk+=("$(secs run --overwrite --set "source.path=$dir/aclImdb_v1.tar.gz" --set "sink.path=$WORK/scale-disk")")
