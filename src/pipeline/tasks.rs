@@ -165,14 +165,7 @@ impl Root {
     /// Writes `rel` whole or not at all (aside and renamed on disk; one PUT in a bucket).
     fn write(&self, rel: &str, bytes: Vec<u8>) -> Result<()> {
         match self {
-            Root::Local(p) => {
-                let path = p.join(rel);
-                let dir = path.parent().expect("a file in a folder");
-                std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
-                let tmp = dir.join(format!(".{}.tmp", path.file_name().unwrap_or_default().to_string_lossy()));
-                std::fs::write(&tmp, bytes).with_context(|| format!("could not write '{}'", tmp.display()))?;
-                std::fs::rename(&tmp, &path).with_context(|| format!("could not write '{}'", path.display()))
-            }
+            Root::Local(p) => crate::sink::write_file_atomic(&p.join(rel), &bytes),
             Root::Remote(r) => r.put(rel, bytes),
         }
     }

@@ -148,10 +148,7 @@ impl Manifest {
     }
 
     pub fn write(&self, out: &Path) -> Result<()> {
-        let tmp = out.join(".manifest.json.tmp");
-        std::fs::write(&tmp, self.to_json()?).with_context(|| format!("could not write '{}'", tmp.display()))?;
-        std::fs::rename(&tmp, out.join(MANIFEST))?;
-        Ok(())
+        super::write_file_atomic(&out.join(MANIFEST), &self.to_json()?)
     }
 
     pub fn read(out: &Path) -> Result<Manifest> {
