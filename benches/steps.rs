@@ -7,8 +7,8 @@
 use std::time::Instant;
 
 use bertpipe::clean::{Dedup, Filter, HtmlStrip, Lowercase, NoiseScore, Punctuation, UnicodeNormalize};
-use bertpipe::document::Document;
-use bertpipe::pipeline::PipelineStep;
+use bertpipe::config::PipelineStep;
+use bertpipe::contract::document::Document;
 use bertpipe::synth::{review, Rng};
 
 fn main() {

@@ -7,8 +7,8 @@
 use std::io::Read;
 
 use anyhow::{Context, Result};
-use bertpipe::model::bert::{Inputs, Mode};
-use bertpipe::model::{BertTask, ModelKind};
+use bertpipe::model::bert::{ForwardPass, Inputs};
+use bertpipe::model::{BertWithHead, ModelKind};
 use candle_core::DType;
 use serde_json::{json, Value};
 
@@ -35,12 +35,12 @@ fn main() -> Result<()> {
     } else {
         ModelKind::SequenceClassification
     };
-    let model = BertTask::from_checkpoint(kind, dir.as_ref(), None, &device, 0)?;
+    let model = BertWithHead::from_checkpoint(kind, dir.as_ref(), None, &device, 0)?;
     let out = if kind == ModelKind::MaskedLm {
-        let h = model.bert.forward(&inputs, &mut Mode::eval())?;
+        let h = model.bert.forward(&inputs, &mut ForwardPass::eval())?;
         json!({"hidden": h.to_dtype(DType::F32)?.to_vec3::<f32>()?, "initialised": model.initialised})
     } else {
-        let l = model.forward(&inputs, None, &mut Mode::eval())?.logits.context("logits")?;
+        let l = model.forward(&inputs, None, &mut ForwardPass::eval())?.logits.context("logits")?;
         json!({"logits": l.to_vec2::<f32>()?})
     };
     println!("{out}");

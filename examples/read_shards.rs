@@ -14,7 +14,8 @@ fn main() -> Result<()> {
     let shards = ShardSet::open(dir.as_ref())?;
     shards.verify()?;
     if let Some(vocab) = args.next() {
-        shards.expect_vocab(&WordPiece::from_vocab_file(vocab.as_ref(), true, None, 100)?.vocab_sha256)?;
+        let sha = WordPiece::from_vocab_file(vocab.as_ref(), true, None, 100)?.vocab_sha256;
+        shards.expect_vocab(&sha, &format!("'{vocab}'"))?;
     }
     println!("{dir}: task {}, max_len {:?}, verified", shards.manifest.task, shards.manifest.max_len);
     for split in shards.splits() {

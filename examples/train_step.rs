@@ -8,9 +8,9 @@
 //! weights, as `dtype: bf16` in a training config).
 
 use anyhow::Result;
-use bertpipe::model::bert::{Inputs, Mode};
+use bertpipe::model::bert::{ForwardPass, Inputs};
 use bertpipe::model::config::BertConfig;
-use bertpipe::model::{BertTask, ModelKind};
+use bertpipe::model::{BertWithHead, ModelKind};
 use bertpipe::rng::Rng;
 use bertpipe::train::optim::{clip_coefficient, AdamW};
 use candle_core::Tensor;
@@ -25,7 +25,7 @@ fn main() -> Result<()> {
     }
     let dev = bertpipe::train::device::open(&std::env::var("BERTPIPE_DEVICE").unwrap_or("cpu".into()))?;
     let config = BertConfig::new(30522, l, h, heads, 4 * h);
-    let model = BertTask::fresh(ModelKind::SequenceClassification, &config, &dev, 0)?;
+    let model = BertWithHead::fresh(ModelKind::SequenceClassification, &config, &dev, 0)?;
     let mut opt = AdamW::new(&model.params, 0.9, 0.999, 1e-8, 0.01)?;
     let compute = match std::env::var("BERTPIPE_DTYPE").as_deref() {
         Ok("bf16") => candle_core::DType::BF16,
@@ -92,8 +92,10 @@ fn main() -> Result<()> {
             lap = std::time::Instant::now();
         };
         let (inputs, labels, tokens) = &batches[i % batches.len()];
-        let logits =
-            model.forward(inputs, None, &mut Mode::train(0, i as u64).with_compute(compute))?.logits.expect("logits");
+        let logits = model
+            .forward(inputs, None, &mut ForwardPass::train(0, i as u64).with_compute(compute))?
+            .logits
+            .expect("logits");
         let loss = candle_nn::loss::cross_entropy(&logits, labels)?;
         loss.to_scalar::<f32>()?;
         mark(0);

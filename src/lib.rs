@@ -1,5 +1,21 @@
 //! bertpipe: streaming corpus pipelines for BERT — sources, cleaning steps and Parquet shards —
-//! and BERT itself: training with candle on those shards, checkpoints in HF layout.
+//! their statistics, and BERT itself: training with candle on those shards (checkpoints in HF
+//! layout), ONNX export, and batch evaluation with ONNX Runtime.
+//!
+//! The data half is a one-way stack; each module imports only from the floors below it:
+//!
+//! ```text
+//! contract                          documents, the Step trait, the manifest, partitions, progress
+//! storage                           object storage (s3://, gs://, az://)
+//! source · clean · tokenize · sequence   readers and steps
+//! sink                              Parquet shards, rejects, the journal
+//! config                            the pipeline YAML and the step registry
+//! pipeline                          the executor, task arrays, scan and merge
+//! shards · stats · vocab            reading shards back, corpus statistics, `vocab train`
+//! ```
+//!
+//! The model half (`model`, `train`, `onnx`, `metrics`) reads shards through [`shards`] and
+//! the manifest through [`contract::manifest`]; `cli` and `main` sit on top of both.
 
 #[macro_use]
 mod tagged;
@@ -7,7 +23,9 @@ mod tagged;
 pub mod clean;
 pub mod cli;
 pub mod config;
-pub mod document;
+pub mod contract;
+pub mod device;
+pub mod doctor;
 pub mod metrics;
 pub mod model;
 pub mod onnx;
@@ -22,18 +40,4 @@ pub mod storage;
 pub mod synth;
 pub mod tokenize;
 pub mod train;
-
-/// bertpipe's cache folder — ONNX Runtime installed by `doctor --install`, object-storage
-/// staging and fetched shard folders: `$BERTPIPE_CACHE_DIR`, else `$XDG_CACHE_HOME/bertpipe`,
-/// else `~/.cache/bertpipe`.
-pub fn cache_dir() -> std::path::PathBuf {
-    use std::path::PathBuf;
-    if let Some(d) = std::env::var_os("BERTPIPE_CACHE_DIR") {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("bertpipe");
-    }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
-    home.join(".cache").join("bertpipe")
-}
+pub mod vocab;

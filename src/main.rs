@@ -1,8 +1,8 @@
 use std::process::ExitCode;
 
 use bertpipe::cli::{Cli, Command, PipelineCommand, VocabCommand};
+use bertpipe::config::PipelineStep;
 use bertpipe::config::{ConfigErrors, Pipeline};
-use bertpipe::pipeline::PipelineStep;
 use bertpipe::pipeline::{self, RunOptions};
 use clap::Parser;
 
@@ -129,11 +129,8 @@ fn vocab_train(args: bertpipe::cli::VocabTrainArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => return config_failure(&e),
     };
-    let pipeline_lowercase = p.steps.iter().find_map(|s| match s {
-        PipelineStep::Tokenize(t) => Some(t.lowercase),
-        _ => None,
-    });
-    let opts = bertpipe::tokenize::train::VocabTrainOptions {
+    let pipeline_lowercase = p.steps.iter().find_map(PipelineStep::as_tokenize).map(|t| t.lowercase);
+    let opts = bertpipe::vocab::VocabTrainOptions {
         size: args.size,
         min_frequency: args.min_frequency,
         lowercase: !args.cased && pipeline_lowercase.unwrap_or(true),
@@ -141,7 +138,7 @@ fn vocab_train(args: bertpipe::cli::VocabTrainArgs) -> ExitCode {
         threads: args.threads,
         quiet: args.quiet,
     };
-    match bertpipe::tokenize::train::train_vocab(&p, &opts) {
+    match bertpipe::vocab::train_vocab(&p, &opts) {
         Ok(r) => {
             eprintln!(
                 "vocab: {} tokens from {} documents -> {} and {}\ncoverage on the same corpus: {} tokens, {} [UNK] ({:.4}%)",
@@ -203,8 +200,9 @@ fn stats(args: bertpipe::cli::StatsArgs) -> ExitCode {
     }
     if !args.quiet {
         let mb = collected.text_bytes as f64 / 1e6;
-        let rss =
-            pipeline::progress::peak_rss_bytes().map(pipeline::progress::human_bytes).unwrap_or_else(|| "?".into());
+        let rss = bertpipe::contract::progress::peak_rss_bytes()
+            .map(bertpipe::contract::progress::human_bytes)
+            .unwrap_or_else(|| "?".into());
         let rate =
             if mb > 0.0 { format!("{:.1} MB/s of text, ", mb / collected.seconds.max(1e-6)) } else { String::new() };
         eprintln!(
@@ -267,7 +265,7 @@ fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
         done.nodes,
         if args.optimize { ", com.microsoft fused ops" } else { "" },
         done.parameters,
-        bertpipe::pipeline::progress::human_bytes(done.bytes),
+        bertpipe::contract::progress::human_bytes(done.bytes),
         t0.elapsed().as_secs_f64(),
         done.path.display()
     );
@@ -349,10 +347,10 @@ fn predict(args: bertpipe::cli::PredictArgs) -> ExitCode {
 }
 
 fn doctor(args: bertpipe::cli::DoctorArgs) -> ExitCode {
-    use bertpipe::onnx::runtime;
+    use bertpipe::doctor;
     let mut lib = args.ort.ort_lib.clone();
     if args.install {
-        match runtime::install(args.gpu) {
+        match doctor::install(args.gpu) {
             Ok(p) => {
                 eprintln!("installed: {}", p.display());
                 lib = Some(p);
@@ -363,7 +361,7 @@ fn doctor(args: bertpipe::cli::DoctorArgs) -> ExitCode {
             }
         }
     }
-    let lines = runtime::doctor(lib.as_deref());
+    let lines = doctor::doctor(lib.as_deref());
     for (ok, line) in &lines {
         println!("{} {line}", if *ok { "ok  " } else { "--  " });
     }

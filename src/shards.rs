@@ -21,8 +21,8 @@ use arrow_array::{Array, RecordBatch};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 
-use crate::sink::manifest::Manifest;
-use crate::sink::shard::sha256_file;
+use crate::contract::checksum::sha256_file;
+use crate::contract::manifest::{Manifest, TokenizerInfo};
 
 /// A verified-on-open shard folder.
 pub struct ShardSet {
@@ -90,23 +90,32 @@ impl ShardSet {
         Ok(())
     }
 
-    /// Refuses shards tokenized with a different vocabulary than `vocab_sha256`.
-    pub fn expect_vocab(&self, vocab_sha256: &str) -> Result<()> {
-        let Some(tok) = &self.manifest.tokenizer else {
-            bail!(
+    /// The tokenizer the shards were made with; untokenized shards are an error.
+    pub fn tokenizer(&self) -> Result<&TokenizerInfo> {
+        self.manifest.tokenizer.as_ref().with_context(|| {
+            format!(
                 "'{}' holds untokenized shards (task `{}`); run a pipeline with a tokenize step",
                 self.root.display(),
                 self.manifest.task
-            );
-        };
-        let theirs = tok["vocab_sha256"].as_str().unwrap_or_default();
-        if theirs != vocab_sha256 {
+            )
+        })
+    }
+
+    /// The one vocabulary check of the chain (train from a checkpoint, eval of an ONNX model):
+    /// refuses shards tokenized with another vocabulary than `vocab_sha256`, the vocabulary of
+    /// `whose` ("the checkpoint's 'x/vocab.txt'", "the model 'm.onnx'").
+    pub fn expect_vocab(&self, vocab_sha256: &str, whose: &str) -> Result<&TokenizerInfo> {
+        let tok = self.tokenizer()?;
+        if tok.vocab_sha256 != vocab_sha256 {
+            let file = self.manifest.vocab_file().map_or("their vocabulary".into(), |p| format!("'{}'", p.display()));
             bail!(
-                "vocab mismatch: the shards in '{}' were tokenized with vocab sha256 {theirs}, not {vocab_sha256}",
-                self.root.display()
+                "vocab mismatch: the shards in '{}' were tokenized with {file} (vocab sha256 {}), but {whose} has vocab sha256 {}; run the pipeline with the same vocabulary, or use a model trained on these shards",
+                self.root.display(),
+                tok.vocab_sha256,
+                if vocab_sha256.is_empty() { "(none recorded)" } else { vocab_sha256 }
             );
         }
-        Ok(())
+        Ok(tok)
     }
 
     pub fn root(&self) -> &Path {
@@ -117,7 +126,7 @@ impl ShardSet {
         self.manifest.splits.keys().map(String::as_str)
     }
 
-    fn split(&self, split: &str) -> Result<&crate::sink::manifest::SplitStats> {
+    fn split(&self, split: &str) -> Result<&crate::contract::manifest::SplitStats> {
         self.manifest.splits.get(split).with_context(|| {
             format!(
                 "no split `{split}` in '{}'; it has: {}",

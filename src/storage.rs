@@ -242,7 +242,7 @@ impl Remote {
         }
         let tmp = to.with_extension("part");
         let out = std::fs::File::create(&tmp).with_context(|| format!("could not create '{}'", tmp.display()))?;
-        let sha = crate::sink::shard::sha256_reader(self.reader(rel)?, std::io::BufWriter::new(out))
+        let sha = crate::contract::checksum::sha256_reader(self.reader(rel)?, std::io::BufWriter::new(out))
             .with_context(|| format!("could not download '{}'", self.url_of(rel)))?;
         std::fs::rename(&tmp, to).with_context(|| format!("could not write '{}'", to.display()))?;
         Ok(sha)
@@ -250,7 +250,7 @@ impl Remote {
 
     /// SHA-256 of the object, streamed.
     pub fn sha256(&self, rel: &str) -> Result<String> {
-        crate::sink::shard::sha256_reader(self.reader(rel)?, std::io::sink())
+        crate::contract::checksum::sha256_reader(self.reader(rel)?, std::io::sink())
             .with_context(|| format!("could not read '{}'", self.url_of(rel)))
     }
 }
@@ -297,11 +297,11 @@ fn explain(e: object_store::Error, url: &str) -> anyhow::Error {
     }
 }
 
-/// Where a remote shard folder is kept locally: `remote/<url>-<hash>` in bertpipe's cache
-/// folder ([`crate::cache_dir`]), one folder per URL.
-pub fn cache_dir(url: &str) -> PathBuf {
+/// The local folder of a bucket URL (its staged or fetched shards): `remote/<url>-<hash>` in
+/// bertpipe's cache folder ([`crate::contract::cache_dir`]), one folder per URL.
+pub fn local_folder(url: &str) -> PathBuf {
     use sha2::{Digest, Sha256};
-    let base = crate::cache_dir().join("remote");
+    let base = crate::contract::cache_dir().join("remote");
     let name: String = url.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).take(60).collect();
     base.join(format!("{name}-{}", &hex::encode(Sha256::digest(url.as_bytes()))[..12]))
 }

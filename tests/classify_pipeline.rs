@@ -35,7 +35,7 @@ fn imdb_yaml_makes_bert_ready_shards_that_verify_and_read_back() {
 
     let shards = ShardSet::open(&out).unwrap();
     shards.verify().unwrap();
-    shards.expect_vocab(&vocab().vocab_sha256).unwrap();
+    shards.expect_vocab(&vocab().vocab_sha256, "the test vocabulary").unwrap();
     let (w, mut n, mut tokens) = (vocab(), 0, 0u64);
     for row in shards.rows("train").unwrap() {
         let row = row.unwrap();
@@ -150,7 +150,7 @@ fn reader_refuses_damaged_or_foreign_shards() {
     let out = tmp.path().join("imdb");
     run_imdb(&out, &["--set", "sink.shard_rows=100"]);
     let shards = ShardSet::open(&out).unwrap();
-    let e = shards.expect_vocab("0".repeat(64).as_str()).unwrap_err().to_string();
+    let e = shards.expect_vocab("0".repeat(64).as_str(), "another vocabulary").unwrap_err().to_string();
     assert!(e.contains("vocab mismatch"), "{e}");
 
     let victim = out.join("train/part-00001.parquet");

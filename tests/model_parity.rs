@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use bertpipe::model::bert::{Inputs, Mode};
-use bertpipe::model::{BertTask, ModelKind};
+use bertpipe::model::bert::{ForwardPass, Inputs};
+use bertpipe::model::{BertWithHead, ModelKind};
 use bertpipe::train::optim::{clip_coefficient, AdamW};
 use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
@@ -71,8 +71,8 @@ fn mlm_positions(g: &Value, seq: usize) -> Tensor {
     Tensor::from_slice(&pos, pos.len(), &Device::Cpu).unwrap()
 }
 
-fn load(kind: ModelKind, name: &str) -> BertTask {
-    let m = BertTask::from_checkpoint(kind, &fixtures().join(name), None, &Device::Cpu, 0).unwrap();
+fn load(kind: ModelKind, name: &str) -> BertWithHead {
+    let m = BertWithHead::from_checkpoint(kind, &fixtures().join(name), None, &Device::Cpu, 0).unwrap();
     assert!(m.initialised.is_empty(), "{name}: initialised {:?}", m.initialised);
     assert!(m.unexpected.is_empty(), "{name}: unexpected {:?}", m.unexpected);
     m
@@ -83,11 +83,11 @@ fn hidden_states_and_pretraining_heads_match_transformers() {
     let g = golden();
     let m = load(ModelKind::PreTraining, "tiny-bert-pretrain");
     let (inputs, _, s) = inputs(&g);
-    let hidden = m.bert.forward(&inputs, &mut Mode::eval()).unwrap();
+    let hidden = m.bert.forward(&inputs, &mut ForwardPass::eval()).unwrap();
     close("last_hidden_state", &tensor_f64(&hidden), &floats(&g["hidden"]), TOL);
 
     let pos_t = mlm_positions(&g, s);
-    let out = m.forward(&inputs, Some(&pos_t), &mut Mode::eval()).unwrap();
+    let out = m.forward(&inputs, Some(&pos_t), &mut ForwardPass::eval()).unwrap();
     let mlm = out.mlm_logits.unwrap();
     close("prediction_logits", &tensor_f64(&mlm), &floats(&g["mlm_logits"]), TOL);
     let nsp = out.logits.unwrap();
@@ -108,7 +108,7 @@ fn classifier_logits_gradients_and_one_adamw_step_match_pytorch() {
     let m = load(ModelKind::SequenceClassification, "tiny-bert-cls");
     let (inputs, _, _) = inputs(&g);
     // Dropout is 0 in the fixture's config, so training mode computes what PyTorch did.
-    let logits = m.forward(&inputs, None, &mut Mode::train(1, 0)).unwrap().logits.unwrap();
+    let logits = m.forward(&inputs, None, &mut ForwardPass::train(1, 0)).unwrap().logits.unwrap();
     close("logits", &tensor_f64(&logits), &floats(&g["cls_logits"]), TOL);
     let labels: Vec<u32> = g["labels"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
     let loss = candle_nn::loss::cross_entropy(&logits, &Tensor::from_slice(&labels, 3, &Device::Cpu).unwrap()).unwrap();
@@ -171,7 +171,7 @@ fn checkpoint_round_trip_keeps_every_tensor() {
     let dir = tempfile::tempdir().unwrap();
     m.save(dir.path()).unwrap();
     let again =
-        BertTask::from_checkpoint(ModelKind::SequenceClassification, dir.path(), None, &Device::Cpu, 0).unwrap();
+        BertWithHead::from_checkpoint(ModelKind::SequenceClassification, dir.path(), None, &Device::Cpu, 0).unwrap();
     assert!(again.initialised.is_empty() && again.unexpected.is_empty());
     for ((n1, a), (n2, b)) in m.params.vars.iter().zip(&again.params.vars) {
         assert_eq!(n1, n2);
@@ -186,7 +186,7 @@ fn checkpoint_round_trip_keeps_every_tensor() {
 #[test]
 fn a_bare_encoder_checkpoint_loads_with_heads_initialised_and_listed() {
     // The pretraining checkpoint as a classifier: `classifier.*` is new, `cls.*` unused.
-    let m = BertTask::from_checkpoint(
+    let m = BertWithHead::from_checkpoint(
         ModelKind::SequenceClassification,
         &fixtures().join("tiny-bert-pretrain"),
         None,
@@ -213,11 +213,11 @@ fn a_sentence_transformers_style_checkpoint_without_the_bert_prefix_gives_the_sa
     assert!(bare.iter().all(|(n, _)| n.starts_with("embeddings.") || n.starts_with("encoder.")));
     bertpipe::model::save_safetensors(&bare, None, &dir.path().join("model.safetensors")).unwrap();
     std::fs::copy(src.join("config.json"), dir.path().join("config.json")).unwrap();
-    let m = BertTask::from_checkpoint(ModelKind::MaskedLm, dir.path(), None, &Device::Cpu, 0).unwrap();
+    let m = BertWithHead::from_checkpoint(ModelKind::MaskedLm, dir.path(), None, &Device::Cpu, 0).unwrap();
     assert!(m.initialised.iter().all(|n| n.starts_with("cls.")), "{:?}", m.initialised);
     assert!(m.unexpected.is_empty(), "{:?}", m.unexpected);
     let (inputs, _, _) = inputs(&g);
-    let hidden = m.bert.forward(&inputs, &mut Mode::eval()).unwrap();
+    let hidden = m.bert.forward(&inputs, &mut ForwardPass::eval()).unwrap();
     close("last_hidden_state (no prefix)", &tensor_f64(&hidden), &floats(&g["hidden"]), TOL);
 }
 
@@ -241,10 +241,11 @@ fn bf16_matrix_products_match_pytorch_run_the_same_way() {
         assert!(ours_err <= 1e-4 * scale, "{what}: max |Δ| {ours_err:e} is more than 1e-4 of the scale {scale:e}");
         assert!(ours_err * 10.0 <= f32_err, "{what}: {ours_err:e} is not clearly closer than f32's {f32_err:e}");
     };
-    let bf16 = || Mode::eval().with_compute(DType::BF16);
+    let bf16 = || ForwardPass::eval().with_compute(DType::BF16);
 
     let m = load(ModelKind::SequenceClassification, "tiny-bert-cls");
-    let logits = m.forward(&inputs, None, &mut Mode::train(1, 0).with_compute(DType::BF16)).unwrap().logits.unwrap();
+    let logits =
+        m.forward(&inputs, None, &mut ForwardPass::train(1, 0).with_compute(DType::BF16)).unwrap().logits.unwrap();
     assert_eq!(logits.dtype(), DType::F32, "bf16 compute returns f32 logits");
     check("classifier logits", &tensor_f64(&logits), &floats(&b["cls_logits"]), &floats(&g["cls_logits"]));
     let labels: Vec<u32> = g["labels"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();

@@ -25,7 +25,7 @@ fn ort_lib() -> &'static PathBuf {
         let found = runtime::search(None).expect("searching for ONNX Runtime").0;
         let path = match found {
             Some(f) => f.path,
-            None => runtime::install(false).unwrap_or_else(|e| {
+            None => bertpipe::doctor::install(false).unwrap_or_else(|e| {
                 panic!(
                     "ONNX Runtime is not on this machine and could not be installed with pip: {e:#}\n{}",
                     runtime::install_hint()

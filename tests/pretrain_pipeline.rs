@@ -7,7 +7,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int8Type};
 use arrow_array::Array;
 use bertpipe::config::Pipeline;
-use bertpipe::pipeline::PipelineStep;
+use bertpipe::config::PipelineStep;
 use common::*;
 
 fn run(out: &std::path::Path, extra: &[&str]) {

@@ -7,8 +7,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::document::{DedupKey, Document};
-use crate::pipeline::{Step, Verdict};
+use crate::contract::document::{DedupKey, Document};
+use crate::contract::{Step, Verdict};
 
 /// Reject exact duplicates of an earlier document's cleaned text with reason
 /// `duplicate_of:<id>`.

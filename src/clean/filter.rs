@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::document::Document;
-use crate::pipeline::{Step, Verdict};
+use crate::contract::document::Document;
+use crate::contract::{Step, Verdict};
 
 /// Reject documents outside length bounds or above a noise threshold. Every bound is optional.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -179,7 +179,7 @@ pub fn quantile_linear(sorted: &[f32], q: f64) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clean::noise::NoiseComponents;
+    use crate::contract::document::NoiseComponents;
 
     fn doc(text: &str, noise: Option<f32>) -> Document {
         Document {

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::document::Document;
-use crate::pipeline::{Step, Verdict};
+use crate::contract::document::Document;
+use crate::contract::{Step, Verdict};
 
 /// Remove HTML tags (`<br />` and block tags become line breaks) and decode named and numeric
 /// entities. A `<` only starts a tag when a tag name follows it, so "if a < b and c > d" survives.

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::document::Document;
-use crate::pipeline::{Step, Verdict};
+use crate::contract::document::Document;
+use crate::contract::{Step, Verdict};
 
 /// Lower-case the whole text (Unicode-aware; ASCII takes a fast path).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

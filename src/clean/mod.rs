@@ -1,5 +1,5 @@
 //! Cleaning steps. Each step is one struct that is both its YAML configuration and the code
-//! that runs, behind the small [`crate::pipeline::Step`] trait.
+//! that runs, behind the small [`crate::contract::Step`] trait.
 
 pub mod dedup;
 pub mod filter;

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::document::Document;
-use crate::pipeline::{Step, Verdict};
+use crate::contract::document::{Document, NoiseComponents};
+use crate::contract::{Step, Verdict};
 
 /// Score how noisy a document is. Each component is kept as its own float32 column; the
 /// composite `noise_score` is `w.sent_len_std × std + 100 × Σ w.ratio × ratio`, so the seed's
@@ -51,33 +51,6 @@ pub struct NoiseWeights {
 impl Default for NoiseWeights {
     fn default() -> Self {
         NoiseWeights { sent_len_std: 0.4, punct_ratio: 0.3, caps_ratio: 0.3, repeat_ratio: 0.0, mojibake_ratio: 0.0 }
-    }
-}
-
-/// The measured components and the composite, as stored in the shards.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct NoiseComponents {
-    pub score: f32,
-    pub sent_len_std: f32,
-    pub punct_ratio: f32,
-    pub caps_ratio: f32,
-    pub repeat_ratio: f32,
-    pub mojibake_ratio: f32,
-}
-
-impl NoiseComponents {
-    /// Shard column names, in the order [`NoiseComponents::values`] returns them.
-    pub const COLUMNS: [&'static str; 6] = [
-        "noise_score",
-        "noise_sent_len_std",
-        "noise_punct_ratio",
-        "noise_caps_ratio",
-        "noise_repeat_ratio",
-        "noise_mojibake_ratio",
-    ];
-
-    pub fn values(&self) -> [f32; 6] {
-        [self.score, self.sent_len_std, self.punct_ratio, self.caps_ratio, self.repeat_ratio, self.mojibake_ratio]
     }
 }
 

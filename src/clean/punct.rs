@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::document::Document;
-use crate::pipeline::{Step, Verdict};
+use crate::contract::document::Document;
+use crate::contract::{Step, Verdict};
 
 /// Standardise punctuation. Every rule can be switched off on its own.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

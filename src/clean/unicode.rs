@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 use unicode_normalization::{char::is_combining_mark, UnicodeNormalization};
 
-use crate::document::Document;
-use crate::pipeline::{Step, Verdict};
+use crate::contract::document::Document;
+use crate::contract::{Step, Verdict};
 
 /// Normalise text to one Unicode form, optionally dropping accents or everything non-ASCII.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -1,6 +1,7 @@
 //! The pipeline YAML: typed schema, validation that gathers every error with `file:line:col`,
 //! `--set` overrides, and path resolution against the YAML file's folder.
 
+pub mod steps;
 pub mod yaml;
 
 use std::fmt;
@@ -9,9 +10,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::pipeline::PipelineStep;
 use crate::sink::Sink;
 use crate::source::Source;
+pub use steps::PipelineStep;
 use yaml::{Node, PathSeg, Pos};
 
 /// A whole pipeline, as written in YAML and resolved (overrides applied, paths absolute).

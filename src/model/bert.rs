@@ -14,27 +14,28 @@ use super::ops::{self, Dropout};
 use super::params::{Init, ParamLoader};
 use crate::rng::Rng;
 
-/// Training or inference, the dropout randomness and the precision of the matrix products.
+/// The settings of one forward pass: training or inference, the dropout randomness and the
+/// precision of the matrix products.
 /// Dropout masks come from our own generator keyed by `(seed, step, site)`, so a run (and a
 /// resumed run) is repeatable on any device.
-pub struct Mode {
+pub struct ForwardPass {
     pub train: bool,
     rng: Rng,
-    /// The dtype the matrix products run in (see [`Mode::mm`]); f32 unless set.
+    /// The dtype the matrix products run in (see [`ForwardPass::mm`]); f32 unless set.
     pub compute: DType,
 }
 
-impl Mode {
-    pub fn eval() -> Mode {
-        Mode { train: false, rng: Rng(0), compute: DType::F32 }
+impl ForwardPass {
+    pub fn eval() -> ForwardPass {
+        ForwardPass { train: false, rng: Rng(0), compute: DType::F32 }
     }
 
-    pub fn train(seed: u64, step: u64) -> Mode {
-        Mode { train: true, rng: Rng::for_key(seed, &[0x4452_4f50, step]), compute: DType::F32 }
+    pub fn train(seed: u64, step: u64) -> ForwardPass {
+        ForwardPass { train: true, rng: Rng::for_key(seed, &[0x4452_4f50, step]), compute: DType::F32 }
     }
 
     /// Matrix products in `dtype` (bf16 on CUDA's tensor cores), everything else in f32.
-    pub fn with_compute(mut self, dtype: DType) -> Mode {
+    pub fn with_compute(mut self, dtype: DType) -> ForwardPass {
         self.compute = dtype;
         self
     }
@@ -85,7 +86,7 @@ impl Linear {
 impl Linear {
     /// `x Wᵀ` without the bias, in `x`'s shape with the last axis `out`: the bias goes into
     /// a fused epilogue ([`ops::bias_gelu`], [`ops::bias_dropout_residual`]).
-    pub fn matmul(&self, x: &Tensor, mode: &Mode) -> Result<Tensor> {
+    pub fn matmul(&self, x: &Tensor, mode: &ForwardPass) -> Result<Tensor> {
         let dims = x.dims();
         let inp = dims[dims.len() - 1];
         let rows = x.elem_count() / inp;
@@ -96,7 +97,7 @@ impl Linear {
     }
 
     /// `x Wᵀ + b`.
-    pub fn forward(&self, x: &Tensor, mode: &Mode) -> Result<Tensor> {
+    pub fn forward(&self, x: &Tensor, mode: &ForwardPass) -> Result<Tensor> {
         ops::bias_add(&self.matmul(x, mode)?, &self.bias)
     }
 }
@@ -130,7 +131,7 @@ impl Module for LayerNorm {
 }
 
 /// `act(x Wᵀ + b)`; exact GELU takes the bias in the same fused pass.
-pub fn linear_activation(linear: &Linear, act: Activation, x: &Tensor, mode: &Mode) -> Result<Tensor> {
+pub fn linear_activation(linear: &Linear, act: Activation, x: &Tensor, mode: &ForwardPass) -> Result<Tensor> {
     match act {
         Activation::Gelu => ops::bias_gelu(&linear.matmul(x, mode)?, &linear.bias),
         Activation::GeluNew => linear.forward(x, mode)?.gelu(),
@@ -170,7 +171,7 @@ impl BertEmbeddings {
     }
 
     /// `input_ids`, `token_type_ids`: u32 `[batch, seq]`.
-    pub fn forward(&self, input_ids: &Tensor, token_type_ids: &Tensor, mode: &mut Mode) -> Result<Tensor> {
+    pub fn forward(&self, input_ids: &Tensor, token_type_ids: &Tensor, mode: &mut ForwardPass) -> Result<Tensor> {
         let (b, s) = input_ids.dims2()?;
         let hidden = self.word_embeddings.dim(1)?;
         let words = self.word_embeddings.embedding(&input_ids.flatten_all()?)?.reshape((b, s, hidden))?;
@@ -192,7 +193,7 @@ pub struct BertSelfAttention {
 
 impl BertSelfAttention {
     /// `mask_bias`: additive, broadcastable to `[batch, heads, seq, seq]` (0 keep, −1e9 drop).
-    fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut Mode) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut ForwardPass) -> Result<Tensor> {
         let d = x.dim(2)? / self.heads;
         // x·Wᵀ, then the bias added while splitting into [b, heads, s, d].
         let split = |l: &Linear| ops::split_heads(&l.matmul(x, mode)?, &l.bias, self.heads);
@@ -220,7 +221,7 @@ impl BertResidualOutput {
         })
     }
 
-    fn forward(&self, x: &Tensor, residual: &Tensor, mode: &mut Mode) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor, residual: &Tensor, mode: &mut ForwardPass) -> Result<Tensor> {
         let drop = mode.site(self.dropout);
         let y = ops::bias_dropout_residual(&self.dense.matmul(x, mode)?, &self.dense.bias, residual, drop)?;
         self.layer_norm.forward(&y)
@@ -255,7 +256,7 @@ impl BertLayer {
         })
     }
 
-    fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut Mode) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut ForwardPass) -> Result<Tensor> {
         let a = self.attention.forward(x, mask_bias, mode)?;
         let a = self.attention_output.forward(&a, x, mode)?;
         let i = linear_activation(&self.intermediate, self.act, &a, mode)?;
@@ -285,7 +286,7 @@ impl BertModel {
 
     /// Last hidden states `[batch, seq, hidden]`. `mask_bias` from [`padding_mask_bias`] or
     /// [`block_mask_bias`].
-    pub fn forward(&self, batch: &Inputs, mode: &mut Mode) -> Result<Tensor> {
+    pub fn forward(&self, batch: &Inputs, mode: &mut ForwardPass) -> Result<Tensor> {
         let mut x = self.embeddings.forward(&batch.input_ids, &batch.token_type_ids, mode)?;
         for layer in &self.layers {
             x = layer.forward(&x, &batch.mask_bias, mode)?;
@@ -294,7 +295,7 @@ impl BertModel {
     }
 
     /// `tanh(dense(hidden[:, 0]))`.
-    pub fn pool(&self, hidden: &Tensor, mode: &Mode) -> Result<Tensor> {
+    pub fn pool(&self, hidden: &Tensor, mode: &ForwardPass) -> Result<Tensor> {
         let first = hidden.narrow(1, 0, 1)?.squeeze(1)?;
         match &self.pooler {
             Some(p) => p.forward(&first, mode)?.tanh(),

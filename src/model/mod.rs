@@ -12,7 +12,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, Module, Tensor};
 
-use bert::{linear_activation, BertModel, Inputs, LayerNorm, Linear, Mode};
+use bert::{linear_activation, BertModel, ForwardPass, Inputs, LayerNorm, Linear};
 use config::BertConfig;
 use params::{Init, ParamLoader, Params};
 
@@ -63,7 +63,12 @@ impl MlmHead {
     }
 
     /// Vocabulary logits for hidden states `[n, hidden]`.
-    pub fn forward(&self, hidden: &Tensor, word_embeddings: &Tensor, mode: &Mode) -> candle_core::Result<Tensor> {
+    pub fn forward(
+        &self,
+        hidden: &Tensor,
+        word_embeddings: &Tensor,
+        mode: &ForwardPass,
+    ) -> candle_core::Result<Tensor> {
         let t = self.layer_norm.forward(&linear_activation(&self.dense, self.act, hidden, mode)?)?;
         mode.mm(&t, &word_embeddings.t()?)?.broadcast_add(&self.bias)
     }
@@ -74,8 +79,8 @@ pub enum Head {
     Pretraining { mlm: MlmHead, nsp: Option<Linear> },
 }
 
-/// A BERT with its task head and the parameters behind both.
-pub struct BertTask {
+/// A BERT with its head (classifier, MLM, MLM + NSP) and the parameters behind both.
+pub struct BertWithHead {
     pub kind: ModelKind,
     pub config: BertConfig,
     pub bert: BertModel,
@@ -95,9 +100,9 @@ pub struct Outputs {
     pub mlm_logits: Option<Tensor>,
 }
 
-impl BertTask {
+impl BertWithHead {
     /// Builds the model from `config`, taking tensors from `loader` where it has them.
-    pub fn build(kind: ModelKind, config: &BertConfig, mut loader: ParamLoader) -> Result<BertTask> {
+    pub fn build(kind: ModelKind, config: &BertConfig, mut loader: ParamLoader) -> Result<BertWithHead> {
         config.check()?;
         let with_pooler = kind != ModelKind::MaskedLm;
         let bert = BertModel::load(&mut loader, config, with_pooler)?;
@@ -130,7 +135,7 @@ impl BertTask {
         let unexpected = loader.unexpected();
         let mut config = config.clone();
         config.architectures = Some(vec![kind.architecture().to_string()]);
-        Ok(BertTask {
+        Ok(BertWithHead {
             kind,
             config,
             bert,
@@ -142,8 +147,8 @@ impl BertTask {
     }
 
     /// A fresh model, seeded.
-    pub fn fresh(kind: ModelKind, config: &BertConfig, device: &Device, seed: u64) -> Result<BertTask> {
-        BertTask::build(kind, config, ParamLoader::fresh(device, seed))
+    pub fn fresh(kind: ModelKind, config: &BertConfig, device: &Device, seed: u64) -> Result<BertWithHead> {
+        BertWithHead::build(kind, config, ParamLoader::fresh(device, seed))
     }
 
     /// Loads an HF checkpoint folder (`config.json` + `model.safetensors`), ours or theirs.
@@ -155,7 +160,7 @@ impl BertTask {
         config: Option<&BertConfig>,
         device: &Device,
         seed: u64,
-    ) -> Result<BertTask> {
+    ) -> Result<BertWithHead> {
         let weights = dir.join("model.safetensors");
         if !weights.exists() {
             if dir.join("pytorch_model.bin").exists() {
@@ -171,12 +176,12 @@ impl BertTask {
             None => BertConfig::read(&dir.join("config.json"))?,
         };
         let loader = ParamLoader::from_safetensors(&weights, device, seed)?;
-        BertTask::build(kind, &config, loader).with_context(|| format!("loading '{}'", dir.display()))
+        BertWithHead::build(kind, &config, loader).with_context(|| format!("loading '{}'", dir.display()))
     }
 
     /// Forward pass. `mlm_positions`: flat indices into `batch × seq` whose MLM logits are
     /// wanted (pretraining heads only).
-    pub fn forward(&self, inputs: &Inputs, mlm_positions: Option<&Tensor>, mode: &mut Mode) -> Result<Outputs> {
+    pub fn forward(&self, inputs: &Inputs, mlm_positions: Option<&Tensor>, mode: &mut ForwardPass) -> Result<Outputs> {
         let hidden = self.bert.forward(inputs, mode)?;
         Ok(match &self.head {
             Head::Classifier { classifier, dropout } => {

@@ -18,6 +18,7 @@ use arrow_array::Array;
 use serde::Serialize;
 
 use super::runtime::{self, Model, Provider};
+use crate::contract::manifest::DEFAULT_MAX_LEN;
 use crate::metrics::{argmax, softmax, ClassificationMetrics, Predictions};
 use crate::shards::ShardSet;
 
@@ -129,6 +130,9 @@ pub fn open_model(model: &Path, device: &str, threads: usize, ort_lib: Option<&P
     rt.open(model, provider, threads)
 }
 
+/// `bertpipe eval`: open the model and the shards (checked against each other), run every row
+/// of the split through the model, score it, and write `metrics.json`, the predictions and the
+/// charts.
 pub fn run(opts: &EvalOptions) -> Result<EvalReport> {
     if opts.batch_size == 0 {
         bail!("--batch-size must be at least 1");
@@ -138,8 +142,50 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport> {
     if names.is_empty() {
         bail!("'{}' records no id2label; was it exported by `bertpipe export onnx`?", opts.model.display());
     }
-    let max_len: usize = model.metadata.get("max_len").and_then(|s| s.parse().ok()).unwrap_or(usize::MAX);
+    let shards = open_shards(opts, &model)?;
+    let inferred = infer(opts, &mut model, &names, shards)?;
+    let results = &inferred.results;
+    let scores = score(results, &names, opts.mistakes);
+    let throughput = inferred.throughput(scores.documents);
 
+    let out = opts.out.clone().unwrap_or_else(|| {
+        let stem = opts.model.file_stem().and_then(|s| s.to_str()).unwrap_or("model");
+        opts.model.with_file_name(format!("{stem}-eval-{}", opts.split))
+    });
+    std::fs::create_dir_all(&out).with_context(|| format!("could not create '{}'", out.display()))?;
+    let mut outputs = vec![out.join("metrics.json").display().to_string()];
+    let pred_path = out.join("predictions.parquet");
+    write_predictions(&pred_path, results, &names)?;
+    outputs.push(pred_path.display().to_string());
+    if let Some(m) = &scores.metrics {
+        outputs.extend(plots(&out, &scores.preds, m, &names)?.into_iter().map(|p| p.display().to_string()));
+    }
+    let report = EvalReport {
+        model: opts.model.display().to_string(),
+        data: opts.data.display().to_string(),
+        split: opts.split.clone(),
+        provider: model.provider.describe(),
+        onnxruntime: runtime::init(opts.ort_lib.as_deref())?.version.clone(),
+        rows: results.len(),
+        documents: scores.documents,
+        unlabelled: scores.unlabelled,
+        labels: names,
+        metrics: scores.metrics,
+        document_metrics: scores.document_metrics,
+        by_length: scores.by_length,
+        by_noise: scores.by_noise,
+        mistakes: scores.mistakes,
+        throughput,
+        outputs,
+    };
+    let json = serde_json::to_string_pretty(&report)? + "\n";
+    crate::contract::write_file_atomic(&out.join("metrics.json"), json.as_bytes())?;
+    Ok(report)
+}
+
+/// The shards to evaluate on: classification shards, tokenized with the model's vocabulary,
+/// verified against their manifest.
+fn open_shards(opts: &EvalOptions, model: &Model) -> Result<ShardSet> {
     let shards = ShardSet::open(&opts.data)?;
     if shards.manifest.task != "classify" {
         bail!(
@@ -148,28 +194,33 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport> {
             shards.manifest.task
         );
     }
-    let model_vocab = model.metadata.get("vocab_sha256").cloned().unwrap_or_default();
-    let shard_vocab =
-        shards.manifest.tokenizer.as_ref().and_then(|t| t["vocab_sha256"].as_str()).unwrap_or_default().to_string();
-    if model_vocab != shard_vocab {
-        bail!(
-            "vocab mismatch: the model '{}' was exported with vocab sha256 {}, the shards in '{}' were tokenized with {}; tokenize with the model's vocabulary (or export the model that was trained on these shards)",
-            opts.model.display(),
-            if model_vocab.is_empty() { "(none recorded)" } else { &model_vocab },
-            opts.data.display(),
-            shard_vocab
-        );
-    }
+    let model_vocab = model.metadata.get("vocab_sha256").map_or("", String::as_str);
+    shards.expect_vocab(model_vocab, &format!("the model '{}'", opts.model.display()))?;
     shards.verify()?;
-    let pad_id = shards.manifest.tokenizer.as_ref().and_then(|t| t["special_ids"]["pad"].as_u64()).unwrap_or(0) as i64;
+    Ok(shards)
+}
+
+/// Every row's probabilities, in the split's order, and what running the model cost.
+struct Inferred {
+    results: Vec<RowResult>,
+    /// Milliseconds per batch.
+    latencies: Vec<f64>,
+    tokens: u64,
+    padded: u64,
+    seconds: f64,
+}
+
+/// Runs the split through the model: a reader thread reads the shards, sorts each by length
+/// and batches it, while the runtime works on the previous batch.
+fn infer(opts: &EvalOptions, model: &mut Model, names: &[String], shards: ShardSet) -> Result<Inferred> {
+    let max_len: usize = model.metadata.get("max_len").and_then(|s| s.parse().ok()).unwrap_or(DEFAULT_MAX_LEN);
+    let pad_id = shards.tokenizer()?.special_ids.pad as i64;
     let total_rows: u64 = shards.shard_rows(&opts.split)?.iter().sum();
     if let Some(p) = opts.pad_to {
         if p > max_len {
             bail!("--max-len {p} is longer than the model's max_len {max_len}");
         }
     }
-
-    // Reader: shard by shard, sorted by length, batched, on its own thread.
     let shards = Arc::new(shards);
     let (tx, rx) = crossbeam_channel::bounded::<Result<EvalBatch>>(4);
     let reader = {
@@ -183,17 +234,12 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport> {
         })
     };
 
-    let progress = {
-        use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-        let target = if opts.quiet { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr_with_hz(4) };
-        let bar = ProgressBar::with_draw_target(Some(total_rows), target);
-        bar.set_style(
-            ProgressStyle::with_template("eval [{elapsed_precise}] {wide_bar:.cyan/blue} {pos}/{len} rows ETA {eta}")
-                .expect("valid template")
-                .progress_chars("=> "),
-        );
-        bar
-    };
+    let progress = crate::contract::progress::bar(
+        opts.quiet,
+        Some(total_rows),
+        4,
+        "eval [{elapsed_precise}] {wide_bar:.cyan/blue} {pos}/{len} rows ETA {eta}",
+    );
     let mut results: Vec<RowResult> = Vec::with_capacity(total_rows as usize);
     let mut latencies = Vec::new();
     let (mut tokens, mut padded) = (0u64, 0u64);
@@ -228,19 +274,59 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport> {
     let seconds = start.elapsed().as_secs_f64();
     progress.finish_and_clear();
     results.sort_by_key(|r| r.meta.index);
+    Ok(Inferred { results, latencies, tokens, padded, seconds })
+}
 
-    // Metrics.
+impl Inferred {
+    fn throughput(&self, documents: usize) -> Throughput {
+        let mut sorted = self.latencies.clone();
+        sorted.sort_by(f64::total_cmp);
+        let pct = |q: f64| {
+            if sorted.is_empty() {
+                0.0
+            } else {
+                sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+            }
+        };
+        let secs = self.seconds.max(1e-9);
+        Throughput {
+            seconds: self.seconds,
+            docs_per_second: documents as f64 / secs,
+            rows_per_second: self.results.len() as f64 / secs,
+            tokens_per_second: self.tokens as f64 / secs,
+            padded_tokens: self.padded,
+            tokens: self.tokens,
+            batches: self.latencies.len(),
+            batch_latency_ms_p50: pct(0.5),
+            batch_latency_ms_p95: pct(0.95),
+        }
+    }
+}
+
+/// What the predictions score: metrics over rows and over documents, per slice, the mistakes.
+struct Scores {
+    preds: Predictions,
+    metrics: Option<ClassificationMetrics>,
+    document_metrics: Option<ClassificationMetrics>,
+    by_length: Vec<Slice>,
+    by_noise: Vec<Slice>,
+    mistakes: Vec<Mistake>,
+    documents: usize,
+    unlabelled: usize,
+}
+
+fn score(results: &[RowResult], names: &[String], max_mistakes: usize) -> Scores {
     let labelled: Vec<&RowResult> = results.iter().filter(|r| r.meta.label.is_some()).collect();
     let mut preds = Predictions::new(names.len());
     for r in &labelled {
         preds.push_probs(&r.probs, r.meta.label.unwrap_or(0) as usize);
     }
-    let metrics = (!preds.is_empty()).then(|| ClassificationMetrics::compute(&preds, &names));
+    let metrics = (!preds.is_empty()).then(|| ClassificationMetrics::compute(&preds, names));
     let windows = results.iter().any(|r| r.meta.doc_id.is_some());
     let doc_ids: Vec<String> =
         labelled.iter().map(|r| r.meta.doc_id.clone().unwrap_or_else(|| r.meta.id.clone())).collect();
     let per_doc = preds.per_document(&doc_ids);
-    let document_metrics = (windows && !per_doc.is_empty()).then(|| ClassificationMetrics::compute(&per_doc, &names));
+    let document_metrics = (windows && !per_doc.is_empty()).then(|| ClassificationMetrics::compute(&per_doc, names));
     let documents = {
         let mut d: Vec<&str> = results.iter().map(|r| r.meta.doc_id.as_deref().unwrap_or(r.meta.id.as_str())).collect();
         d.sort_unstable();
@@ -248,13 +334,13 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport> {
         d.len()
     };
 
-    let by_length = slices(&labelled, &names, |r| Some(length_bucket(r.meta.tokens)), &LENGTH_ORDER);
+    let by_length = slices(&labelled, names, |r| Some(length_bucket(r.meta.tokens)), &LENGTH_ORDER);
     let noise_edges = quartile_edges(labelled.iter().filter_map(|r| r.meta.noise).collect());
     let noise_labels: Vec<String> = noise_bucket_names(&noise_edges);
     let noise_order: Vec<&str> = noise_labels.iter().map(String::as_str).collect();
     let by_noise = match &noise_edges {
         Some(edges) => {
-            slices(&labelled, &names, |r| r.meta.noise.map(|x| noise_bucket(x, edges, &noise_labels)), &noise_order)
+            slices(&labelled, names, |r| r.meta.noise.map(|x| noise_bucket(x, edges, &noise_labels)), &noise_order)
         }
         None => Vec::new(),
     };
@@ -267,7 +353,7 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport> {
     });
     let mistakes = wrong
         .iter()
-        .take(opts.mistakes)
+        .take(max_mistakes)
         .map(|r| {
             let p = argmax(&r.probs);
             Mistake {
@@ -279,67 +365,8 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport> {
             }
         })
         .collect();
-
-    let mut sorted = latencies.clone();
-    sorted.sort_by(f64::total_cmp);
-    let pct = |q: f64| {
-        if sorted.is_empty() {
-            0.0
-        } else {
-            sorted[((sorted.len() - 1) as f64 * q).round() as usize]
-        }
-    };
-    let secs = seconds.max(1e-9);
-    let throughput = Throughput {
-        seconds,
-        docs_per_second: documents as f64 / secs,
-        rows_per_second: results.len() as f64 / secs,
-        tokens_per_second: tokens as f64 / secs,
-        padded_tokens: padded,
-        tokens,
-        batches: latencies.len(),
-        batch_latency_ms_p50: pct(0.5),
-        batch_latency_ms_p95: pct(0.95),
-    };
-
-    // Outputs.
-    let out = opts.out.clone().unwrap_or_else(|| {
-        let stem = opts.model.file_stem().and_then(|s| s.to_str()).unwrap_or("model");
-        opts.model.with_file_name(format!("{stem}-eval-{}", opts.split))
-    });
-    std::fs::create_dir_all(&out).with_context(|| format!("could not create '{}'", out.display()))?;
-    let mut outputs = Vec::new();
-    let pred_path = out.join("predictions.parquet");
-    write_predictions(&pred_path, &results, &names)?;
-    outputs.push(pred_path.display().to_string());
-    if let Some(m) = &metrics {
-        outputs.extend(plots(&out, &preds, m, &names)?.into_iter().map(|p| p.display().to_string()));
-    }
-    let report = EvalReport {
-        model: opts.model.display().to_string(),
-        data: opts.data.display().to_string(),
-        split: opts.split.clone(),
-        provider: model.provider.describe(),
-        onnxruntime: runtime::init(opts.ort_lib.as_deref())?.version.clone(),
-        rows: results.len(),
-        documents,
-        unlabelled: results.len() - labelled.len(),
-        labels: names,
-        metrics,
-        document_metrics,
-        by_length,
-        by_noise,
-        mistakes,
-        throughput,
-        outputs: {
-            let mut o = vec![out.join("metrics.json").display().to_string()];
-            o.extend(outputs);
-            o
-        },
-    };
-    let json = serde_json::to_string_pretty(&report)? + "\n";
-    super::export::write_file_atomic(&out.join("metrics.json"), json.as_bytes())?;
-    Ok(report)
+    let unlabelled = results.len() - labelled.len();
+    Scores { preds, metrics, document_metrics, by_length, by_noise, mistakes, documents, unlabelled }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -530,7 +557,7 @@ fn write_predictions(path: &Path, results: &[RowResult], names: &[String]) -> Re
         w.write(&batch)?;
         w.close()?;
     }
-    super::export::write_file_atomic(path, &buf)
+    crate::contract::write_file_atomic(path, &buf)
 }
 
 /// Confusion matrix, ROC curve(s) and the reliability diagram, as SVG + PNG.

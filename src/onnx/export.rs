@@ -23,7 +23,7 @@ use super::graph::{externalize, Attr, Graph};
 use super::proto::{data_type, ModelProto, OperatorSetIdProto, StringStringEntryProto, ValueInfoProto, IR_VERSION};
 use crate::model::bert::{BertLayer, LayerNorm, Linear};
 use crate::model::config::Activation;
-use crate::model::{BertTask, Head, ModelKind};
+use crate::model::{BertWithHead, Head, ModelKind};
 
 pub const OPSET: i64 = 17;
 /// Protobuf refuses messages past 2 GiB; weights move to an external file well before.
@@ -48,7 +48,7 @@ pub struct ExportOptions {
 
 /// What was written, and the model it came from (for `--verify`, without a second load).
 pub struct Exported {
-    pub model: BertTask,
+    pub model: BertWithHead,
     pub max_len: usize,
     pub lowercase: bool,
     pub path: PathBuf,
@@ -67,8 +67,8 @@ pub fn checkpoint_vocab(dir: &Path) -> Option<PathBuf> {
 
 /// Loads a sequence-classification checkpoint on the CPU, refusing one without a trained
 /// classifier (a bare encoder would export random logits).
-pub fn load_classifier(dir: &Path) -> Result<BertTask> {
-    let model = BertTask::from_checkpoint(ModelKind::SequenceClassification, dir, None, &Device::Cpu, 0)?;
+pub fn load_classifier(dir: &Path) -> Result<BertWithHead> {
+    let model = BertWithHead::from_checkpoint(ModelKind::SequenceClassification, dir, None, &Device::Cpu, 0)?;
     let missing: Vec<&String> =
         model.initialised.iter().filter(|n| n.starts_with("classifier") || n.starts_with("bert.pooler")).collect();
     if !missing.is_empty() {
@@ -138,11 +138,11 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
         let mut data = Vec::with_capacity(weight_bytes + 4096);
         externalize(&mut graph.initializer, &name, &mut data);
         let path = out.with_file_name(&name);
-        write_file_atomic(&path, &data)?;
+        crate::contract::write_file_atomic(&path, &data)?;
         external_data = Some(path);
     }
     let bytes = proto.encode_to_vec();
-    write_file_atomic(out, &bytes)?;
+    crate::contract::write_file_atomic(out, &bytes)?;
     Ok(Exported {
         lowercase: checkpoint_lowercase(&opts.checkpoint),
         model,
@@ -155,15 +155,6 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
         metadata,
         vocab_file,
     })
-}
-
-/// Writes `bytes` to a temporary name beside `path`, then renames: a reader never sees half a
-/// model.
-pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let name = path.file_name().with_context(|| format!("'{}' names no file", path.display()))?;
-    let tmp = path.with_file_name(format!(".{}.tmp", name.to_string_lossy()));
-    std::fs::write(&tmp, bytes).with_context(|| format!("could not write '{}'", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("could not write '{}'", path.display()))
 }
 
 /// Whether the checkpoint's tokenizer lower-cases (tokenizer_config.json's `do_lower_case`;
@@ -184,7 +175,7 @@ fn checkpoint_max_len(dir: &Path) -> Option<usize> {
 }
 
 /// The ONNX model of `model` (a classifier), and its node count.
-pub fn build(model: &BertTask, optimize: bool, metadata: &[(String, String)]) -> Result<(ModelProto, usize)> {
+pub fn build(model: &BertWithHead, optimize: bool, metadata: &[(String, String)]) -> Result<(ModelProto, usize)> {
     let Head::Classifier { classifier, .. } = &model.head else {
         bail!("only sequence-classification models are exported");
     };
@@ -294,7 +285,7 @@ fn layer_norm(g: &mut Graph, name: &str, ln: &LayerNorm, x: &str, eps: f64) -> R
 }
 
 /// Embeddings: word + position + token type, then LayerNorm.
-fn embeddings(g: &mut Graph, model: &BertTask) -> Result<String> {
+fn embeddings(g: &mut Graph, model: &BertWithHead) -> Result<String> {
     let e = &model.bert.embeddings;
     let word = weight(g, "bert.embeddings.word_embeddings.weight", &e.word_embeddings)?;
     let pos = weight(g, "bert.embeddings.position_embeddings.weight", &e.position_embeddings)?;
@@ -316,7 +307,7 @@ fn embeddings(g: &mut Graph, model: &BertTask) -> Result<String> {
 }
 
 /// Embeddings as one `EmbedLayerNormalization` (int32 ids).
-fn embeddings_fused(g: &mut Graph, model: &BertTask) -> Result<String> {
+fn embeddings_fused(g: &mut Graph, model: &BertWithHead) -> Result<String> {
     let e = &model.bert.embeddings;
     let to_i32 = vec![("to", Attr::Int(data_type::INT32 as i64))];
     let ids = g.op("Cast", "/embeddings/input_ids_int32", &["input_ids"], to_i32);

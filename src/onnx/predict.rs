@@ -12,14 +12,14 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use super::runtime::Model;
-use crate::config::Pipeline;
-use crate::document::Document;
+use crate::config::{Pipeline, PipelineStep};
+use crate::contract::document::Document;
+use crate::contract::Verdict;
 use crate::metrics::{argmax, softmax};
-use crate::pipeline::{PipelineStep, Verdict};
 
 /// One input text and where it came from.
 #[derive(Debug, Clone)]
-pub struct Input {
+pub struct Text {
     pub id: String,
     pub text: String,
 }
@@ -44,9 +44,9 @@ pub struct Prediction {
 
 /// Inputs from the command line (`text:1`, …) or a file: `.jsonl` (a `text` field, and `id`
 /// when present), else one text per line (`FILE:LINE`).
-pub fn read_inputs(texts: &[String], file: Option<&Path>) -> Result<Vec<Input>> {
-    let mut out: Vec<Input> =
-        texts.iter().enumerate().map(|(i, t)| Input { id: format!("text:{}", i + 1), text: t.clone() }).collect();
+pub fn read_inputs(texts: &[String], file: Option<&Path>) -> Result<Vec<Text>> {
+    let mut out: Vec<Text> =
+        texts.iter().enumerate().map(|(i, t)| Text { id: format!("text:{}", i + 1), text: t.clone() }).collect();
     if let Some(path) = file {
         let body = if path == Path::new("-") {
             std::io::read_to_string(std::io::stdin()).context("could not read standard input")?
@@ -68,9 +68,9 @@ pub fn read_inputs(texts: &[String], file: Option<&Path>) -> Result<Vec<Input>> 
                     serde_json::Value::Number(n) => n.to_string(),
                     _ => at.clone(),
                 };
-                out.push(Input { id, text: text.to_string() });
+                out.push(Text { id, text: text.to_string() });
             } else {
-                out.push(Input { id: at, text: line.to_string() });
+                out.push(Text { id: at, text: line.to_string() });
             }
         }
     }
@@ -102,7 +102,7 @@ pub fn prepare(pipeline: &Pipeline, model: &Model) -> Result<(Vec<PipelineStep>,
 }
 
 /// Runs the steps on one text: its model rows, or the rejection (`step: reason`).
-pub fn sequences(steps: &[PipelineStep], input: &Input) -> std::result::Result<Vec<Vec<u32>>, String> {
+pub fn sequences(steps: &[PipelineStep], input: &Text) -> std::result::Result<Vec<Vec<u32>>, String> {
     let mut doc = Document {
         id: input.id.clone(),
         split: "predict".into(),
@@ -126,7 +126,7 @@ pub fn predict(
     model: &mut Model,
     steps: &[PipelineStep],
     pad: u32,
-    inputs: &[Input],
+    inputs: &[Text],
     batch_size: usize,
 ) -> Result<Vec<Prediction>> {
     let names = model.label_names();

@@ -7,8 +7,8 @@ use anyhow::{bail, Result};
 use candle_core::{DType, Device};
 
 use super::runtime::Model;
-use crate::model::bert::{Inputs, Mode};
-use crate::model::BertTask;
+use crate::model::bert::{ForwardPass, Inputs};
+use crate::model::BertWithHead;
 use crate::rng::Rng;
 
 /// The largest difference allowed between ONNX Runtime's and candle's logits.
@@ -77,7 +77,7 @@ pub const SENTENCES: &[(&str, Option<&str>)] = &[
 ];
 
 /// Candle's logits for a case, `[batch × labels]`.
-pub fn candle_logits(model: &BertTask, case: &Case) -> Result<Vec<f32>> {
+pub fn candle_logits(model: &BertWithHead, case: &Case) -> Result<Vec<f32>> {
     let u = |v: &[i64]| v.iter().map(|&x| x as u32).collect::<Vec<u32>>();
     let inputs = Inputs::new(
         &u(&case.input_ids),
@@ -87,7 +87,7 @@ pub fn candle_logits(model: &BertTask, case: &Case) -> Result<Vec<f32>> {
         case.seq,
         &Device::Cpu,
     )?;
-    let out = model.forward(&inputs, None, &mut Mode::eval())?;
+    let out = model.forward(&inputs, None, &mut ForwardPass::eval())?;
     let logits = out.logits.expect("a classifier gives logits");
     Ok(logits.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
 }
@@ -102,7 +102,7 @@ pub struct Checked {
 }
 
 /// Runs every case in both and compares; fails past [`TOLERANCE`].
-pub fn compare(model: &BertTask, session: &mut Model, cases: &[Case]) -> Result<Vec<Checked>> {
+pub fn compare(model: &BertWithHead, session: &mut Model, cases: &[Case]) -> Result<Vec<Checked>> {
     let mut out = Vec::new();
     for case in cases {
         let want = candle_logits(model, case)?;
@@ -141,7 +141,7 @@ pub fn verify_export(rt: &super::runtime::Runtime, done: &super::export::Exporte
 
 /// The standard cases: random padded batches of several shapes (a single token, a full
 /// `max_len` row), and the [`SENTENCES`] tokenized with the model's vocabulary.
-pub fn standard_cases(model: &BertTask, vocab_file: &Path, lowercase: bool, max_len: usize) -> Result<Vec<Case>> {
+pub fn standard_cases(model: &BertWithHead, vocab_file: &Path, lowercase: bool, max_len: usize) -> Result<Vec<Case>> {
     let c = &model.config;
     let pad = c.pad_token_id.unwrap_or(0) as u32;
     let mut rng = Rng::for_key(0x5eed_0bb7, &[]);

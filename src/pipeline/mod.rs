@@ -1,31 +1,34 @@
 //! `pipeline run`: source → steps → ordered sink, with resume and a manifest written last.
+//! The run's phases, in [`run`]: find the output, prepare the steps (vocabulary, corpus-level
+//! first passes in [`corpus`]), make the output ready (fresh, overwritten or resumed), stream
+//! the documents into shards ([`parallel`] keeps input order), write the manifest.
 
+pub mod corpus;
 pub mod parallel;
-pub mod progress;
-pub mod step;
 pub mod tasks;
 
-pub use step::{PipelineStep, Step, Verdict};
-
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 
-use crate::config::Pipeline;
-use crate::document::Document;
+use crate::config::{Pipeline, PipelineStep};
+use crate::contract::document::Document;
+use crate::contract::manifest::{
+    self, Manifest, RejectsInfo, ShardInfo, SpecialIds, SplitStats, TokenizerInfo, REJECTS,
+};
+use crate::contract::partition::Partition;
+use crate::contract::progress::{self, Progress, Total};
 use crate::sequence::pretrain::{Masking, PretrainBuilder, PretrainSequences};
-use crate::sequence::Truncation;
-use crate::sink::manifest::{self, Journal, Manifest, RejectsInfo, SplitStats, REJECTS};
+use crate::sequence::{ClassifySequences, Truncation};
+use crate::sink::journal::{self, Journal};
+use crate::sink::remote::RemoteOut;
 use crate::sink::rows::{DocRows, PretrainRows, RejectRows, RowBuffer, RowLayout};
-use crate::sink::shard::{OnShard, ShardInfo, ShardWriter};
+use crate::sink::shard::{OnShard, ShardWriter};
 use crate::sink::{ParquetSink, Sink};
-use crate::source::Total;
-use crate::tokenize::TokenizerInfo;
-use parallel::{Input, Outcome};
-use progress::Progress;
+use parallel::{CorpusPart, Outcome};
 
 /// How to run a pipeline (the command-line flags).
 #[derive(Debug, Clone, Default)]
@@ -69,18 +72,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     let threads = threads_or_default(opts.threads);
     let config_json = pipeline.canonical_json();
     let config_sha256 = hex::encode(Sha256::digest(config_json.as_bytes()));
-    let remote = crate::storage::is_remote(&sink.path);
-    // The output as the user named it: a folder, or a bucket prefix.
-    let target = match opts.task {
-        Some(task) => {
-            tasks::prepare_root(&sink.path)?;
-            task.dir(&sink.path)
-        }
-        None => sink.path.clone(),
-    };
-    // In a bucket, shards are written to a local staging folder and uploaded one by one.
-    let remote_out = if remote { Some(crate::sink::remote::RemoteOut::new(&target)?) } else { None };
-    let out = remote_out.as_ref().map_or_else(|| target.clone(), |r| r.staging.clone());
+    let output = Output::locate(&sink.path, opts.task)?;
 
     // Load the vocabulary and run any first pass before the output folder is touched, so a
     // bad vocabulary or source leaves no half-made output behind. A task of an array takes
@@ -93,43 +85,170 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         Some(task) if task.count > 1 => {
             dedup = tasks::resolve_from_scans(&sink.path, &config_sha256, task, &mut steps)?;
         }
-        _ => resolve_noise_quantiles(&pipeline.source, pipeline.seed, &mut steps, threads, opts.quiet)?,
+        _ => corpus::resolve_noise_quantiles(&pipeline.source, pipeline.seed, &mut steps, threads, opts.quiet)?,
     }
-    let input = Input {
+    let input = CorpusPart {
         source: &pipeline.source,
         seed: pipeline.seed,
-        part: opts.task.map_or(tasks::Partition::WHOLE, |t| t.part()),
+        part: opts.task.map_or(Partition::WHOLE, |t| t.part()),
         dedup,
     };
 
-    let kept = match &remote_out {
-        Some(r) => r.prepare(opts.resume, opts.overwrite, &config_sha256)?,
-        None => prepare_output(&out, opts, &config_sha256)?,
-    };
+    let kept = output.prepare(opts, &config_sha256)?;
     let kept_shards = kept.values().map(Vec::len).sum();
-    let mut journal = if opts.resume { Journal::append(&out)? } else { Journal::create(&out, &config_sha256)? };
-
+    let journal =
+        if opts.resume { Journal::append(&output.out)? } else { Journal::create(&output.out, &config_sha256)? };
     let progress = Progress::new(opts.quiet, "run");
-    let sequencer = steps.iter().find_map(|s| match s {
-        PipelineStep::ClassifySequences(c) => Some(c.clone()),
-        _ => None,
-    });
-    let layout = RowLayout {
-        scored: steps.iter().any(|s| matches!(s, PipelineStep::NoiseScore(_))),
-        keep_text: sink.keep_text,
-        sequences: sequencer.is_some(),
-        windows: sequencer.as_ref().is_some_and(|c| c.truncation == Truncation::Window),
+    let plan = RowPlan::of(&steps, sink, tokenizer.as_ref());
+    // Pretraining rows are built within a task (NSP partners and packed rows never cross a
+    // task's boundary); later tasks draw their choices from their own stream, so task k's row
+    // n is not masked as task 0's row n is. Task 0 draws what a single run draws.
+    let seed = opts.task.map_or(pipeline.seed, |t| tasks::task_seed(pipeline.seed, t.index));
+    let written = write_rows(input, &steps, threads, &progress, &output, sink, journal, &kept, &plan, seed)?;
+    progress.finish();
+
+    let manifest = Manifest {
+        format: manifest::FORMAT.into(),
+        created_by: format!("bertpipe {}", env!("CARGO_PKG_VERSION")),
+        task: plan.shard_kind().into(),
+        name: pipeline.name.clone(),
+        config: serde_json::from_str(&config_json)?,
+        config_sha256,
+        tokenizer,
+        max_len: plan.max_len().map(|m| m as u32),
+        seed: pipeline.seed,
+        splits: written.splits,
+        rejects: written.rejects,
+        tasks: opts.task.map(|t| manifest::TasksInfo { index: Some(t.index), count: t.count }),
     };
-    let tokenized = tokenizer.is_some();
-    let pretrainer = steps.iter().find_map(|s| match s {
-        PipelineStep::PretrainSequences(p) => Some(p.clone()),
-        _ => None,
-    });
+    manifest.write(&output.out)?;
+    output.finish()?;
+    Ok(RunSummary {
+        manifest,
+        elapsed: progress.elapsed(),
+        text_bytes: written.text_bytes,
+        peak_rss: progress::peak_rss_bytes(),
+        kept_shards,
+        out: output.target,
+    })
+}
+
+/// Where a run writes: the folder or bucket prefix the user named (a task's own folder in a
+/// task array), and the local folder the shards are written in (in a bucket, a staging folder
+/// whose shards are uploaded one by one).
+struct Output {
+    target: PathBuf,
+    remote: Option<RemoteOut>,
+    out: PathBuf,
+}
+
+impl Output {
+    fn locate(sink_path: &Path, task: Option<tasks::TaskSpec>) -> Result<Output> {
+        let target = match task {
+            Some(task) => {
+                tasks::prepare_root(sink_path)?;
+                task.dir(sink_path)
+            }
+            None => sink_path.to_path_buf(),
+        };
+        let remote = if crate::storage::is_remote(sink_path) { Some(RemoteOut::new(&target)?) } else { None };
+        let out = remote.as_ref().map_or_else(|| target.clone(), |r| r.staging.clone());
+        Ok(Output { target, remote, out })
+    }
+
+    /// Makes the output ready; returns the shards of an interrupted run that `--resume` keeps.
+    fn prepare(&self, opts: &RunOptions, config_sha256: &str) -> Result<BTreeMap<String, Vec<ShardInfo>>> {
+        match &self.remote {
+            Some(r) => r.prepare(opts.resume, opts.overwrite, config_sha256),
+            None => prepare_output(&self.out, opts, config_sha256),
+        }
+    }
+
+    /// After the manifest: uploads it (a bucket), or drops the journal (a folder).
+    fn finish(&self) -> Result<()> {
+        match &self.remote {
+            Some(r) => r.finish(),
+            None => {
+                std::fs::remove_file(self.out.join(manifest::JOURNAL)).ok();
+                Ok(())
+            }
+        }
+    }
+}
+
+/// What the steps make of a kept document, and so which rows and columns the shards get.
+struct RowPlan {
+    layout: RowLayout,
+    sequencer: Option<ClassifySequences>,
+    pretrainer: Option<PretrainSequences>,
+    specials: Option<SpecialIds>,
+    tokenized: bool,
+}
+
+impl RowPlan {
+    fn of(steps: &[PipelineStep], sink: &ParquetSink, tokenizer: Option<&TokenizerInfo>) -> RowPlan {
+        let sequencer = steps.iter().find_map(PipelineStep::as_classify).cloned();
+        let layout = RowLayout {
+            scored: steps.iter().any(|s| matches!(s, PipelineStep::NoiseScore(_))),
+            keep_text: sink.keep_text,
+            sequences: sequencer.is_some(),
+            windows: sequencer.as_ref().is_some_and(|c| c.truncation == Truncation::Window),
+        };
+        RowPlan {
+            layout,
+            pretrainer: steps.iter().find_map(PipelineStep::as_pretrain).cloned(),
+            sequencer,
+            specials: tokenizer.map(|t| t.special_ids),
+            tokenized: tokenizer.is_some(),
+        }
+    }
+
+    /// The manifest's `task`: what the shards hold.
+    fn shard_kind(&self) -> &'static str {
+        if self.layout.sequences {
+            "classify"
+        } else if self.pretrainer.is_some() {
+            "pretrain"
+        } else if self.tokenized {
+            "tokenize"
+        } else {
+            "clean"
+        }
+    }
+
+    fn max_len(&self) -> Option<usize> {
+        self.sequencer.as_ref().map(|c| c.max_len).or(self.pretrainer.as_ref().map(|p| p.max_len))
+    }
+}
+
+/// What the writing phase produced.
+struct Written {
+    splits: BTreeMap<String, SplitStats>,
+    rejects: RejectsInfo,
+    /// Bytes of document text read.
+    text_bytes: u64,
+}
+
+/// The streaming phase: every document of `input` through the steps, in input order, into
+/// its split's shards or the rejects; each completed shard journaled (and uploaded).
+#[allow(clippy::too_many_arguments)]
+fn write_rows(
+    input: CorpusPart,
+    steps: &[PipelineStep],
+    threads: usize,
+    progress: &Progress,
+    output: &Output,
+    sink: &ParquetSink,
+    mut journal: Journal,
+    kept: &BTreeMap<String, Vec<ShardInfo>>,
+    plan: &RowPlan,
+    seed: u64,
+) -> Result<Written> {
     let crash_after: Option<usize> = std::env::var(CRASH_ENV).ok().and_then(|v| v.parse().ok());
     let mut shards_done = 0usize;
     let mut on_shard = |folder: &str, info: &ShardInfo| -> Result<()> {
         journal.record(folder, info)?;
-        if let Some(r) = &remote_out {
+        if let Some(r) = &output.remote {
             r.shard_done(info)?;
         }
         shards_done += 1;
@@ -138,44 +257,18 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         }
         Ok(())
     };
-
-    let setup = SplitSetup {
-        out: &out,
-        layout,
-        sink,
-        kept: &kept,
-        pretrain: pretrainer.as_ref(),
-        // Pretraining rows are built within a task (NSP partners and packed rows never cross a
-        // task's boundary); later tasks draw their choices from their own stream, so task k's
-        // row n is not masked as task 0's row n is. Task 0 draws what a single run draws.
-        seed: opts.task.map_or(pipeline.seed, |t| tasks::task_seed(pipeline.seed, t.index)),
-        specials: tokenizer.as_ref().map(|t| t.special_ids),
-    };
+    let setup = SplitSetup { out: &output.out, sink, kept, plan, seed };
     let mut splits: BTreeMap<String, SplitOutput> = BTreeMap::new();
     let mut rejects = RejectRows::default();
     let mut reject_writer =
-        ShardWriter::new(&out, REJECTS, rejects.schema(), sink, kept.get(REJECTS).cloned().unwrap_or_default());
+        ShardWriter::new(&output.out, REJECTS, rejects.schema(), sink, kept.get(REJECTS).cloned().unwrap_or_default());
     let set_total = |t: Total| progress.set_total(t);
-    let text_bytes = parallel::process(input, &steps, threads, &set_total, |outcome| {
+    let text_bytes = parallel::process(input, steps, threads, &set_total, |outcome| {
         progress.advance(outcome.input_bytes(), 1);
         match outcome {
             Outcome::Kept(doc) => {
                 let split = splits.entry(doc.split.clone()).or_insert_with(|| SplitOutput::new(&doc.split, &setup));
-                split.stats.docs_in += 1;
-                split.stats.docs_out += 1;
-                split.stats.utf8_replaced += doc.utf8_replaced as u64;
-                let rows = split.push(&doc, &mut on_shard)?;
-                if tokenized {
-                    let t = split.stats.tokenization.get_or_insert_with(Default::default);
-                    t.document_tokens += doc.tokens.len() as u64;
-                    t.unk_tokens += doc.unk_tokens as u64;
-                    t.tokens_dropped += doc.dropped_tokens as u64;
-                    t.rows_per_doc_max = t.rows_per_doc_max.max(rows);
-                    if let Some(c) = &sequencer {
-                        t.docs_over_max_len += (doc.tokens.len() > c.content_len()) as u64;
-                        split.row_tokens += doc.sequences.iter().map(|s| s.len() as u64).sum::<u64>();
-                    }
-                }
+                split.add(&doc, plan, &mut on_shard)?;
             }
             Outcome::Rejected(r) => {
                 let split = splits.entry(r.split.clone()).or_insert_with(|| SplitOutput::new(&r.split, &setup));
@@ -192,63 +285,13 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     }
     reject_writer.take(&mut rejects, true, &mut on_shard)?;
     reject_writer.finish(&mut on_shard)?;
-    progress.finish();
-
-    let mut split_stats = BTreeMap::new();
-    for (name, split) in splits {
-        let mut stats = split.stats;
-        stats.rows = split.writer.rows_written();
-        stats.shards = split.writer.shards;
-        stats.finish();
-        if layout.sequences {
-            stats.tokens = Some(split.row_tokens);
-        }
-        if let Some(p) = &stats.pretraining {
-            stats.tokens = Some(p.tokens);
-        }
-        debug_assert_eq!(stats.docs_in, stats.docs_out + stats.rejected_total());
-        split_stats.insert(name, stats);
-    }
-    let manifest = Manifest {
-        format: manifest::FORMAT.into(),
-        created_by: format!("bertpipe {}", env!("CARGO_PKG_VERSION")),
-        task: if layout.sequences {
-            "classify"
-        } else if pretrainer.is_some() {
-            "pretrain"
-        } else if tokenized {
-            "tokenize"
-        } else {
-            "clean"
-        }
-        .into(),
-        name: pipeline.name.clone(),
-        config: serde_json::from_str(&config_json)?,
-        config_sha256,
-        tokenizer: tokenizer.map(|t| serde_json::to_value(t).expect("tokenizer info serialises")),
-        max_len: sequencer.as_ref().map(|c| c.max_len).or(pretrainer.as_ref().map(|p| p.max_len)).map(|m| m as u32),
-        seed: pipeline.seed,
-        splits: split_stats,
+    let splits = splits.into_iter().map(|(name, split)| (name, split.into_stats(plan))).collect();
+    Ok(Written {
+        splits,
         rejects: RejectsInfo { rows: reject_writer.rows_written(), shards: reject_writer.shards },
-        tasks: opts.task.map(|t| manifest::TasksInfo { index: Some(t.index), count: t.count }),
-    };
-    manifest.write(&out)?;
-    match &remote_out {
-        Some(r) => r.finish()?,
-        None => {
-            std::fs::remove_file(out.join(manifest::JOURNAL)).ok();
-        }
-    }
-    Ok(RunSummary {
-        manifest,
-        elapsed: progress.elapsed(),
         text_bytes,
-        peak_rss: progress::peak_rss_bytes(),
-        kept_shards,
-        out: target,
     })
 }
-
 struct SplitOutput {
     rows: SplitRows,
     writer: ShardWriter,
@@ -269,25 +312,23 @@ enum SplitRows {
 /// What every split of a run shares when it starts writing.
 struct SplitSetup<'a> {
     out: &'a Path,
-    layout: RowLayout,
     sink: &'a ParquetSink,
     kept: &'a BTreeMap<String, Vec<ShardInfo>>,
-    pretrain: Option<&'a PretrainSequences>,
+    plan: &'a RowPlan,
     seed: u64,
-    specials: Option<crate::tokenize::SpecialIds>,
 }
 
 impl SplitOutput {
     fn new(split: &str, setup: &SplitSetup) -> Self {
-        let rows = match setup.pretrain {
+        let rows = match &setup.plan.pretrainer {
             Some(p) => {
-                let s = setup.specials.expect("pretraining has a tokenizer");
+                let s = setup.plan.specials.expect("pretraining has a tokenizer");
                 SplitRows::Pretrain(Box::new((
                     PretrainBuilder::new(p, setup.seed, s.cls, s.sep),
                     PretrainRows::new(p.nsp, p.masking == Masking::Static),
                 )))
             }
-            None => SplitRows::Docs(Box::new(DocRows::new(setup.layout))),
+            None => SplitRows::Docs(Box::new(DocRows::new(setup.plan.layout))),
         };
         let schema = match &rows {
             SplitRows::Docs(r) => r.schema(),
@@ -296,6 +337,42 @@ impl SplitOutput {
         let writer =
             ShardWriter::new(setup.out, split, schema, setup.sink, setup.kept.get(split).cloned().unwrap_or_default());
         SplitOutput { rows, writer, stats: SplitStats::default(), row_tokens: 0 }
+    }
+
+    /// Counts a kept document and writes its rows.
+    fn add(&mut self, doc: &Document, plan: &RowPlan, on_shard: &mut OnShard) -> Result<()> {
+        self.stats.docs_in += 1;
+        self.stats.docs_out += 1;
+        self.stats.utf8_replaced += doc.utf8_replaced as u64;
+        let rows = self.push(doc, on_shard)?;
+        if plan.tokenized {
+            let t = self.stats.tokenization.get_or_insert_with(Default::default);
+            t.document_tokens += doc.tokens.len() as u64;
+            t.unk_tokens += doc.unk_tokens as u64;
+            t.tokens_dropped += doc.dropped_tokens as u64;
+            t.rows_per_doc_max = t.rows_per_doc_max.max(rows);
+            if let Some(c) = &plan.sequencer {
+                t.docs_over_max_len += (doc.tokens.len() > c.content_len()) as u64;
+                self.row_tokens += doc.sequences.iter().map(|s| s.len() as u64).sum::<u64>();
+            }
+        }
+        Ok(())
+    }
+
+    /// The split's figures for the manifest, once its last shard is written.
+    fn into_stats(self, plan: &RowPlan) -> SplitStats {
+        let mut stats = self.stats;
+        stats.rows = self.writer.rows_written();
+        stats.shards = self.writer.shards;
+        stats.finish();
+        if plan.layout.sequences {
+            stats.tokens = Some(self.row_tokens);
+        }
+        if let Some(p) = &stats.pretraining {
+            stats.tokens = Some(p.tokens);
+        }
+        debug_assert_eq!(stats.docs_in, stats.docs_out + stats.rejected_total());
+        stats
     }
 
     /// Buffers the document's rows, handing full batches to the shard writer; returns how many
@@ -379,7 +456,7 @@ fn prepare_output(out: &Path, opts: &RunOptions, config_sha256: &str) -> Result<
             bail!("'{}' holds no interrupted run to resume; run without --resume", out.display());
         }
         let kept = Journal::verified_shards(out, config_sha256)?;
-        for stale in manifest::stale_files(out, &kept)? {
+        for stale in journal::stale_files(out, &kept)? {
             std::fs::remove_file(&stale).with_context(|| format!("could not remove '{}'", stale.display()))?;
         }
         return Ok(kept);
@@ -399,57 +476,6 @@ fn prepare_output(out: &Path, opts: &RunOptions, config_sha256: &str) -> Result<
     }
     std::fs::create_dir_all(out).with_context(|| format!("could not create '{}'", out.display()))?;
     Ok(BTreeMap::new())
-}
-
-/// Resolves each filter's `max_noise_quantile` to a score with a first pass over the corpus,
-/// through the steps before that filter.
-pub(crate) fn resolve_noise_quantiles(
-    source: &crate::source::Source,
-    seed: u64,
-    steps: &mut [PipelineStep],
-    threads: usize,
-    quiet: bool,
-) -> Result<()> {
-    for i in 0..steps.len() {
-        let PipelineStep::Filter(f) = &steps[i] else {
-            continue;
-        };
-        let Some(q) = f.max_noise_quantile else {
-            continue;
-        };
-        let scores = noise_scores(Input::whole(source, seed), &steps[..i], threads, quiet)?;
-        if let PipelineStep::Filter(f) = &mut steps[i] {
-            f.resolved_quantile_threshold = Some(quantile_threshold(scores, q));
-        }
-    }
-    Ok(())
-}
-
-/// The first pass of a `max_noise_quantile` filter: the noise score of every document the
-/// `steps` before it keep (0 for one that was not scored).
-pub(crate) fn noise_scores(input: Input, steps: &[PipelineStep], threads: usize, quiet: bool) -> Result<Vec<f32>> {
-    let progress = Progress::new(quiet, "noise quantile pass");
-    let mut scores: Vec<f32> = Vec::new();
-    let set_total = |t: Total| progress.set_total(t);
-    parallel::process(input, steps, threads, &set_total, |outcome| {
-        progress.advance(outcome.input_bytes(), 1);
-        if let Outcome::Kept(doc) = outcome {
-            scores.push(doc.noise.map_or(0.0, |n| n.score));
-        }
-        Ok(())
-    })?;
-    progress.finish();
-    Ok(scores)
-}
-
-/// The score at quantile `q` of `scores` (in any order); nothing is cut when there are none.
-pub(crate) fn quantile_threshold(mut scores: Vec<f32>, q: f64) -> f32 {
-    scores.sort_by(f32::total_cmp);
-    if scores.is_empty() {
-        f32::INFINITY
-    } else {
-        crate::clean::filter::quantile_linear(&scores, q)
-    }
 }
 
 /// The closing summary printed after a run.

@@ -8,10 +8,12 @@ use anyhow::{anyhow, Result};
 use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::clean::dedup::DedupIndex;
-use crate::document::{DedupKey, Document, Rejected, SourceItem};
-use crate::pipeline::tasks::Partition;
-use crate::pipeline::{PipelineStep, Verdict};
-use crate::source::{Emit, Source, Total};
+use crate::config::PipelineStep;
+use crate::contract::document::{DedupKey, Document, Rejected};
+use crate::contract::partition::Partition;
+use crate::contract::progress::Total;
+use crate::contract::Verdict;
+use crate::source::{Emit, Source, SourceItem};
 
 /// A batch closes at this many documents or this many bytes of text, whichever comes first.
 const BATCH_DOCS: usize = 256;
@@ -164,17 +166,17 @@ impl Emit for Batcher<'_> {
 /// What a run reads: the source, the pipeline's seed (it keys split fractions), the part of
 /// the input this process takes, and the dedup fingerprints already claimed before that part
 /// (by earlier tasks of an array; empty for a single run).
-pub struct Input<'a> {
+pub struct CorpusPart<'a> {
     pub source: &'a Source,
     pub seed: u64,
     pub part: Partition,
     pub dedup: DedupIndex,
 }
 
-impl<'a> Input<'a> {
+impl<'a> CorpusPart<'a> {
     /// All of `source`, as one process reads it.
     pub fn whole(source: &'a Source, seed: u64) -> Self {
-        Input { source, seed, part: Partition::WHOLE, dedup: DedupIndex::default() }
+        CorpusPart { source, seed, part: Partition::WHOLE, dedup: DedupIndex::default() }
     }
 }
 
@@ -182,7 +184,7 @@ impl<'a> Input<'a> {
 /// outcome in input order. Dedup decisions are made here, in order, so the first occurrence
 /// wins whatever the thread count. Returns the bytes of document text read.
 pub fn process(
-    input: Input,
+    input: CorpusPart,
     steps: &[PipelineStep],
     threads: usize,
     on_total: &(dyn Fn(Total) + Sync),
@@ -195,7 +197,7 @@ pub fn process(
 /// result comes with the outcome (`None` for rejects, dedup's included). Work that reads each
 /// kept document's text belongs here rather than on the ordered consumer thread.
 pub fn process_with<M: Send>(
-    input: Input,
+    input: CorpusPart,
     steps: &[PipelineStep],
     threads: usize,
     on_total: &(dyn Fn(Total) + Sync),
@@ -210,7 +212,7 @@ pub fn process_with<M: Send>(
     for _ in 0..slots_n {
         slot_tx.send(()).expect("fresh channel has room");
     }
-    let Input { source, seed, part, mut dedup } = input;
+    let CorpusPart { source, seed, part, mut dedup } = input;
     std::thread::scope(|scope| -> Result<u64> {
         let reader = scope.spawn(move || -> Result<u64> {
             let mut b = Batcher {

@@ -5,7 +5,6 @@
 //! so the merged rows are those of a single run, in the same order.
 
 use std::io::{BufRead, BufReader, Read};
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -14,17 +13,17 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::clean::dedup::DedupIndex;
-use crate::config::Pipeline;
-use crate::document::DedupKey;
-use crate::pipeline::parallel::{self, Input, Outcome};
-use crate::pipeline::progress::Progress;
-use crate::pipeline::{noise_scores, prepare_steps, quantile_threshold, threads_or_default, PipelineStep};
-use crate::sink::manifest::{self, Manifest, TasksInfo};
-use crate::source::Total;
+use crate::config::{Pipeline, PipelineStep};
+use crate::contract::document::DedupKey;
+use crate::contract::manifest::{self, Manifest, TasksInfo, TASKS_DIR};
+use crate::contract::partition::Partition;
+use crate::contract::progress::{Progress, Total};
+use crate::pipeline::corpus::{noise_scores, quantile_threshold};
+use crate::pipeline::parallel::{self, CorpusPart, Outcome};
+use crate::pipeline::{prepare_steps, threads_or_default};
 use crate::storage::Remote;
 
 /// Where a task's own output goes, under the pipeline's output folder.
-pub const TASKS_DIR: &str = "tasks";
 
 /// This process's place in a task array.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,14 +164,14 @@ impl Root {
     /// Writes `rel` whole or not at all (aside and renamed on disk; one PUT in a bucket).
     fn write(&self, rel: &str, bytes: Vec<u8>) -> Result<()> {
         match self {
-            Root::Local(p) => crate::sink::write_file_atomic(&p.join(rel), &bytes),
+            Root::Local(p) => crate::contract::write_file_atomic(&p.join(rel), &bytes),
             Root::Remote(r) => r.put(rel, bytes),
         }
     }
 
     fn sha256(&self, rel: &str) -> Result<String> {
         match self {
-            Root::Local(p) => crate::sink::shard::sha256_file(&p.join(rel)),
+            Root::Local(p) => crate::contract::checksum::sha256_file(&p.join(rel)),
             Root::Remote(r) => r.sha256(rel),
         }
     }
@@ -276,8 +275,12 @@ pub fn scan(pipeline: &Pipeline, task: TaskSpec, threads: usize, quiet: bool) ->
     prepare_steps(&mut steps)?;
     let (dedup, quantile) = global_steps(&steps)?;
     let threads = threads_or_default(threads);
-    let input =
-        || Input { source: &pipeline.source, seed: pipeline.seed, part: task.part(), dedup: DedupIndex::default() };
+    let input = || CorpusPart {
+        source: &pipeline.source,
+        seed: pipeline.seed,
+        part: task.part(),
+        dedup: DedupIndex::default(),
+    };
     let mut found = Scan::default();
     match (dedup, quantile) {
         (Some(d), _) => {
@@ -532,50 +535,9 @@ pub fn merge(out: &Path, quiet: bool) -> Result<Manifest> {
     Ok(merged)
 }
 
-/// Which part of the input a reader takes: task `index` of `count` gets the `index`-th of
-/// `count` contiguous, near-equal ranges of the source's units (files of a folder, entries of
-/// a tarball, row groups of Parquet files).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Partition {
-    pub index: u32,
-    pub count: u32,
-}
-
-impl Partition {
-    /// Everything: what a single process reads.
-    pub const WHOLE: Partition = Partition { index: 0, count: 1 };
-
-    pub fn is_whole(&self) -> bool {
-        self.count <= 1
-    }
-
-    /// This part's units out of `n`: `[⌊i·n/N⌋, ⌊(i+1)·n/N⌋)`.
-    pub fn range(&self, n: usize) -> Range<usize> {
-        let (i, c, n) = (self.index as u128, self.count.max(1) as u128, n as u128);
-        ((i * n / c) as usize)..(((i + 1) * n / c) as usize)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parts_tile_the_input_in_order() {
-        for n in [0usize, 1, 2, 5, 7, 100, 1001] {
-            for count in 1..=9u32 {
-                let mut next = 0;
-                for index in 0..count {
-                    let r = Partition { index, count }.range(n);
-                    assert_eq!(r.start, next, "n {n} count {count} index {index}");
-                    assert!(r.len() <= n / count as usize + 1);
-                    next = r.end;
-                }
-                assert_eq!(next, n);
-            }
-        }
-        assert_eq!(Partition::WHOLE.range(17), 0..17);
-    }
 
     #[test]
     fn task_from_flags_and_schedulers() {

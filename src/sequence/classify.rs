@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::document::Document;
-use crate::pipeline::{Step, Verdict};
-use crate::tokenize::SpecialIds;
+use crate::contract::document::Document;
+use crate::contract::manifest::SpecialIds;
+use crate::contract::{Step, Verdict};
 
 /// Build classifier inputs of at most `max_len` tokens from each document's ids.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

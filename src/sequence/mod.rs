@@ -3,6 +3,6 @@
 pub mod classify;
 pub mod mask;
 pub mod pretrain;
-pub mod sentences;
 
 pub use classify::{ClassifySequences, Truncation};
+pub use pretrain::PretrainSequences;

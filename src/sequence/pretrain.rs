@@ -11,8 +11,9 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::mask::{MaskSpec, Masked};
-use crate::document::Document;
-use crate::pipeline::{Step, Verdict};
+use crate::contract::document::{Document, PretrainSequence};
+use crate::contract::manifest::{PretrainStats, TokenizerInfo};
+use crate::contract::{Step, Verdict};
 use crate::rng::Rng;
 
 /// Build pretraining rows. With `nsp: true`, rows are `[CLS] A [SEP] B [SEP]` where B follows A
@@ -86,7 +87,7 @@ fn default_partner_buffer() -> usize {
 impl PretrainSequences {
     /// The masking this step does, for a tokenizer (`is_continuation[id]`: a `##` piece). The
     /// pipeline's static masking and the trainer's dynamic masking both build it here.
-    pub fn mask_spec(&self, tokenizer: &crate::tokenize::TokenizerInfo, is_continuation: Vec<bool>) -> MaskSpec {
+    pub fn mask_spec(&self, tokenizer: &TokenizerInfo, is_continuation: Vec<bool>) -> MaskSpec {
         let s = tokenizer.special_ids;
         MaskSpec {
             masked_lm_prob: self.masked_lm_prob,
@@ -132,69 +133,6 @@ impl PretrainSequences {
 impl Step for PretrainSequences {
     fn apply(&self, _doc: &mut Document) -> Verdict {
         Verdict::Keep
-    }
-}
-
-/// One pretraining row.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct PretrainRow {
-    /// The document the row starts in.
-    pub doc_id: String,
-    /// Masked ids with static masking, plain ids otherwise.
-    pub input_ids: Vec<u32>,
-    pub token_type_ids: Vec<u8>,
-    /// HF convention: 0 = B follows A, 1 = B is random. `None` when packing.
-    pub next_sentence_label: Option<i8>,
-    /// Static masking: positions and original ids.
-    pub masked: Option<(Vec<u32>, Vec<u32>)>,
-    /// Packing: index in `input_ids` where each document (or its continuation) starts.
-    pub doc_boundaries: Option<Vec<u32>>,
-}
-
-/// Figures for the manifest.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct PretrainStats {
-    pub rows: u64,
-    /// Tokens in rows, specials included.
-    pub tokens: u64,
-    /// Row positions available: rows × max_len.
-    pub positions: u64,
-    /// `tokens / positions`.
-    pub packing_efficiency: f64,
-    pub nsp_random: u64,
-    pub nsp_follows: u64,
-    /// Share of NSP rows whose B is random.
-    pub nsp_random_share: f64,
-    /// Tokens of single-sentence chunks that found no partner document (only at a split's start).
-    pub tokens_unused: u64,
-    pub maskable_tokens: u64,
-    pub masked_tokens: u64,
-    pub masked_fraction: f64,
-    pub replaced_mask: u64,
-    pub replaced_random: u64,
-    pub kept: u64,
-}
-
-impl PretrainStats {
-    /// Adds another part's counts (the shares are recomputed by [`PretrainStats::finish`]).
-    pub fn add(&mut self, p: &PretrainStats) {
-        self.rows += p.rows;
-        self.tokens += p.tokens;
-        self.positions += p.positions;
-        self.nsp_random += p.nsp_random;
-        self.nsp_follows += p.nsp_follows;
-        self.tokens_unused += p.tokens_unused;
-        self.maskable_tokens += p.maskable_tokens;
-        self.masked_tokens += p.masked_tokens;
-        self.replaced_mask += p.replaced_mask;
-        self.replaced_random += p.replaced_random;
-        self.kept += p.kept;
-    }
-
-    pub fn finish(&mut self) {
-        self.packing_efficiency = self.tokens as f64 / self.positions.max(1) as f64;
-        self.nsp_random_share = self.nsp_random as f64 / (self.nsp_random + self.nsp_follows).max(1) as f64;
-        self.masked_fraction = self.masked_tokens as f64 / self.maskable_tokens.max(1) as f64;
     }
 }
 
@@ -256,7 +194,7 @@ impl PretrainBuilder {
     }
 
     /// Rows completed by this document.
-    pub fn add(&mut self, doc: &Document) -> Vec<PretrainRow> {
+    pub fn add(&mut self, doc: &Document) -> Vec<PretrainSequence> {
         let sentences = Self::sentences(doc);
         let index = self.doc_index;
         self.doc_index += 1;
@@ -278,7 +216,7 @@ impl PretrainBuilder {
     }
 
     /// Rows still open at the end of the split.
-    pub fn finish(&mut self) -> Vec<PretrainRow> {
+    pub fn finish(&mut self) -> Vec<PretrainSequence> {
         let mut rows = Vec::new();
         if !self.pack.content.is_empty() {
             self.emit_packed(&mut rows);
@@ -289,7 +227,7 @@ impl PretrainBuilder {
 
     /// Google's `create_instances_from_document`, with partners from other documents only and a
     /// one-sentence chunk paired with its next sentence when the coin says "follows".
-    fn pairs(&mut self, doc_id: &str, doc: &[Vec<u32>], rng: &mut Rng, rows: &mut Vec<PretrainRow>) {
+    fn pairs(&mut self, doc_id: &str, doc: &[Vec<u32>], rng: &mut Rng, rows: &mut Vec<PretrainSequence>) {
         let max_tokens = self.step.max_len - 3;
         let mut target = max_tokens;
         if rng.f64() < self.step.short_seq_prob {
@@ -380,7 +318,7 @@ impl PretrainBuilder {
                     } else {
                         self.stats.nsp_follows += 1;
                     }
-                    let row = PretrainRow {
+                    let row = PretrainSequence {
                         doc_id: doc_id.to_string(),
                         input_ids: ids,
                         token_type_ids: types,
@@ -399,7 +337,7 @@ impl PretrainBuilder {
 
     /// RoBERTa full-sentences: fill rows with whole sentences, documents separated by [SEP];
     /// a sentence longer than a row is cut at the row's end and continues in the next.
-    fn pack_document(&mut self, doc_id: &str, doc: &[Vec<u32>], rows: &mut Vec<PretrainRow>) {
+    fn pack_document(&mut self, doc_id: &str, doc: &[Vec<u32>], rows: &mut Vec<PretrainSequence>) {
         let cap = self.step.max_len - 2;
         if doc.is_empty() {
             return;
@@ -441,13 +379,13 @@ impl PretrainBuilder {
         self.pack.boundaries.last().is_some_and(|&b| b as usize == 1 + self.pack.content.len())
     }
 
-    fn emit_packed(&mut self, rows: &mut Vec<PretrainRow>) {
+    fn emit_packed(&mut self, rows: &mut Vec<PretrainSequence>) {
         let pack = std::mem::take(&mut self.pack);
         let mut ids = Vec::with_capacity(pack.content.len() + 2);
         ids.push(self.cls);
         ids.extend_from_slice(&pack.content);
         ids.push(self.sep);
-        let row = PretrainRow {
+        let row = PretrainSequence {
             doc_id: pack.doc_id,
             token_type_ids: vec![0; ids.len()],
             input_ids: ids,
@@ -459,7 +397,7 @@ impl PretrainBuilder {
     }
 
     /// Counts the row and applies static masking.
-    fn finish_row(&mut self, mut row: PretrainRow) -> PretrainRow {
+    fn finish_row(&mut self, mut row: PretrainSequence) -> PretrainSequence {
         let index = self.row_index;
         self.row_index += 1;
         self.stats.rows += 1;
@@ -548,9 +486,9 @@ mod tests {
         ((t - 1000) / 100) as usize
     }
 
-    fn build(step: &PretrainSequences, docs: &[Document]) -> (Vec<PretrainRow>, PretrainStats) {
+    fn build(step: &PretrainSequences, docs: &[Document]) -> (Vec<PretrainSequence>, PretrainStats) {
         let mut b = PretrainBuilder::new(step, 42, CLS, SEP);
-        let mut rows: Vec<PretrainRow> = docs.iter().flat_map(|d| b.add(d)).collect();
+        let mut rows: Vec<PretrainSequence> = docs.iter().flat_map(|d| b.add(d)).collect();
         rows.extend(b.finish());
         (rows, b.stats)
     }

@@ -1,24 +1,14 @@
 //! Sinks: Parquet shards per split, the rejects, and the manifest written last.
 
-pub mod manifest;
+pub mod journal;
 pub mod remote;
 pub mod rows;
 pub mod shard;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
-
-/// Writes `path` whole or not at all: the bytes go to `.<name>.tmp` beside it, which is then
-/// renamed over it (the folder is created if needed).
-pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
-    let tmp = dir.join(format!(".{}.tmp", path.file_name().unwrap_or_default().to_string_lossy()));
-    std::fs::write(&tmp, bytes).with_context(|| format!("could not write '{}'", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("could not write '{}'", path.display()))
-}
 
 tagged_enum! {
     /// Where the rows go (`sink:` in the pipeline YAML).

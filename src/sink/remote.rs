@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use super::manifest::{Journal, JOURNAL, MANIFEST};
-use super::shard::ShardInfo;
+use super::journal::Journal;
+use crate::contract::checksum::sha256_file;
+use crate::contract::manifest::{Manifest, ShardInfo, JOURNAL, MANIFEST};
+use crate::contract::progress::{Progress, Total};
 use crate::storage::Remote;
 
 pub struct RemoteOut {
@@ -23,7 +25,7 @@ pub struct RemoteOut {
 impl RemoteOut {
     pub fn new(url: &Path) -> Result<RemoteOut> {
         let remote = Remote::open(url)?;
-        let staging = crate::storage::cache_dir(remote.url()).join("staging");
+        let staging = crate::storage::local_folder(remote.url()).join("staging");
         Ok(RemoteOut { remote, staging })
     }
 
@@ -110,7 +112,7 @@ impl RemoteOut {
 /// not fetched again), then read from disk. Returns the local folder.
 pub fn fetch_shards(url: &Path) -> Result<PathBuf> {
     let remote = Remote::open(url)?;
-    let local = crate::storage::cache_dir(remote.url()).join("shards");
+    let local = crate::storage::local_folder(remote.url()).join("shards");
     std::fs::create_dir_all(&local).with_context(|| format!("could not create '{}'", local.display()))?;
     if remote.size(MANIFEST)?.is_none() {
         let unfinished = remote.size(JOURNAL)?.is_some();
@@ -121,15 +123,15 @@ pub fn fetch_shards(url: &Path) -> Result<PathBuf> {
         );
     }
     let manifest_bytes = remote.get(MANIFEST)?;
-    let manifest = super::manifest::Manifest::from_json(&manifest_bytes, &remote.url_of(MANIFEST))?;
+    let manifest = Manifest::from_json(&manifest_bytes, &remote.url_of(MANIFEST))?;
     let shards: Vec<&ShardInfo> =
         manifest.splits.values().flat_map(|s| &s.shards).chain(&manifest.rejects.shards).collect();
-    let progress = crate::pipeline::progress::Progress::new(false, "fetch");
-    progress.set_total(crate::source::Total::Bytes(shards.iter().map(|s| s.bytes).sum()));
+    let progress = Progress::new(false, "fetch");
+    progress.set_total(Total::Bytes(shards.iter().map(|s| s.bytes).sum()));
     for shard in shards {
         let to = local.join(&shard.file);
         let intact = std::fs::metadata(&to).is_ok_and(|m| m.is_file() && m.len() == shard.bytes)
-            && super::shard::sha256_file(&to).ok().as_deref() == Some(shard.sha256.as_str());
+            && sha256_file(&to).ok().as_deref() == Some(shard.sha256.as_str());
         if !intact {
             let got = remote.download(&shard.file, &to)?;
             if got != shard.sha256 {

@@ -9,8 +9,7 @@ use arrow_array::builder::{
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
-use crate::clean::noise::NoiseComponents;
-use crate::document::{Document, Rejected};
+use crate::contract::document::{Document, NoiseComponents, PretrainSequence, Rejected};
 
 /// Rows are handed to the shard writer in batches of this many.
 pub const BATCH_ROWS: usize = 1024;
@@ -242,7 +241,7 @@ impl PretrainRows {
         }
     }
 
-    pub fn push(&mut self, row: &crate::sequence::pretrain::PretrainRow) {
+    pub fn push(&mut self, row: &PretrainSequence) {
         self.doc_id.append_value(&row.doc_id);
         push_ids(&mut self.input_ids, &row.input_ids);
         self.token_type_ids.values().extend(row.token_type_ids.iter().map(|&t| Some(t as i8)));

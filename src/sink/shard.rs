@@ -11,34 +11,11 @@ use arrow_schema::SchemaRef;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression as PqCompression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::rows::{RowBuffer, BATCH_ROWS};
 use super::{Compression, ParquetSink};
-
-/// A finished shard, as the manifest and the journal record it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ShardInfo {
-    /// Path relative to the output folder, e.g. `train/part-00000.parquet`.
-    pub file: String,
-    pub rows: u64,
-    pub bytes: u64,
-    pub sha256: String,
-}
-
-impl ShardInfo {
-    /// The same shard, its path relative to a folder `prefix` above its own output (a task
-    /// array's merged output lists `tasks/NNNNN/train/part-….parquet`).
-    pub fn under(mut self, prefix: &str) -> ShardInfo {
-        self.file = format!("{prefix}{}", self.file);
-        self
-    }
-}
-
-pub fn shard_name(index: usize) -> String {
-    format!("part-{index:05}.parquet")
-}
+use crate::contract::manifest::{shard_name, ShardInfo};
 
 /// Hashes and counts bytes on their way to disk, so a shard's checksum costs no second read.
 struct HashingWriter {
@@ -213,27 +190,5 @@ impl ShardWriter {
         on_shard(&self.folder, &info)?;
         self.shards.push(info);
         Ok(())
-    }
-}
-
-/// SHA-256 of a file, hex-encoded.
-pub fn sha256_file(path: &Path) -> Result<String> {
-    let f = File::open(path).with_context(|| format!("could not open '{}'", path.display()))?;
-    sha256_reader(f, std::io::sink()).with_context(|| format!("could not read '{}'", path.display()))
-}
-
-/// SHA-256 of everything `from` yields, hex-encoded, copying it to `to` on the way (a
-/// download is hashed as it is written; `std::io::sink()` to only hash).
-pub fn sha256_reader(mut from: impl std::io::Read, mut to: impl std::io::Write) -> std::io::Result<String> {
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = from.read(&mut buf)?;
-        if n == 0 {
-            to.flush()?;
-            return Ok(hex::encode(h.finalize()));
-        }
-        h.update(&buf[..n]);
-        to.write_all(&buf[..n])?;
     }
 }

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{Emit, InvalidUtf8, PendingFile, RecordMeta, Split, Total};
-use crate::document::SourceItem;
-use crate::pipeline::tasks::Partition;
+use super::{Emit, InvalidUtf8, PendingFile, RecordMeta, SourceItem, Split};
+use crate::contract::partition::Partition;
+use crate::contract::progress::Total;
 
 /// Read aclImdb: `{train,test}/{neg,pos,unsup}/<id>_<rating>.txt`. Files in a label folder
 /// whose name does not have that shape go to the rejects (`bad_file_name`); the dataset's other

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{input_files_of, parse_label, Emit, InvalidUtf8, RecordMeta, Split, Total};
-use crate::pipeline::tasks::Partition;
+use super::{input_files_of, parse_label, Emit, InvalidUtf8, RecordMeta, Split};
+use crate::contract::partition::Partition;
+use crate::contract::progress::Total;
 
 /// Read CSV (or TSV) with a header row. Quoted fields may contain delimiters and newlines.
 /// A record with the wrong number of fields goes to the rejects with its line number.

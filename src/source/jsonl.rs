@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{input_files_of, parse_label, Emit, InvalidUtf8, RecordMeta, Split, Total};
-use crate::pipeline::tasks::Partition;
+use super::{input_files_of, parse_label, Emit, InvalidUtf8, RecordMeta, Split};
+use crate::contract::partition::Partition;
+use crate::contract::progress::Total;
 
 /// Read JSON Lines: one object per line. A line that is not valid JSON, or lacks the text
 /// field, goes to the rejects with its line number. Blank lines are skipped.
@@ -77,7 +78,7 @@ impl Jsonl {
         Ok(())
     }
 
-    fn record(&self, mut meta: RecordMeta, line: Vec<u8>) -> crate::document::SourceItem {
+    fn record(&self, mut meta: RecordMeta, line: Vec<u8>) -> crate::source::SourceItem {
         use serde_json::Value;
         let (line, line_replaced) = match super::decode_text(line, self.on_invalid_utf8) {
             Ok(decoded) => decoded,
@@ -105,7 +106,7 @@ impl Jsonl {
         match obj.remove(&self.text_field) {
             Some(Value::String(text)) => {
                 let mut item = meta.into_item(text.into_bytes(), self.on_invalid_utf8);
-                if let crate::document::SourceItem::Doc(d) = &mut item {
+                if let crate::source::SourceItem::Doc(d) = &mut item {
                     // Invalid bytes were replaced when the line was decoded, before the JSON parse.
                     d.utf8_replaced = line_replaced;
                 }

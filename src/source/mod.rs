@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::document::{Document, Rejected, SourceItem};
-use crate::pipeline::tasks::Partition;
+use crate::contract::document::{Document, Rejected};
+use crate::contract::partition::Partition;
+use crate::contract::progress::Total;
 
 pub use self::csv::Csv;
 pub use self::parquet::ParquetSource;
@@ -31,16 +32,6 @@ tagged_enum! {
         "parquet" => Parquet(ParquetSource),
         "text" => Text(TextSource),
     }
-}
-
-/// How much input there is, when a source knows it up front (drives progress and ETA).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Total {
-    /// Bytes of input files (compressed, for a tarball).
-    Bytes(u64),
-    /// Files of a folder, one document each: counted from the listing, which needs no
-    /// `stat` per file (that pass cost 5% of a whole IMDb run, on the reader thread).
-    Files(u64),
 }
 
 /// Receives what a source reads; the executor batches items onto worker threads.
@@ -570,5 +561,33 @@ mod tests {
         assert!(e.contains("fraction of `train`") && e.contains("{train: 0.9"), "{e}");
         let e = serde_json::from_str::<Split>("[1, 2]").unwrap_err().to_string();
         assert!(e.contains("a split name (`train`)"), "{e}");
+    }
+}
+
+/// What a source yields: a document, or a record it could not turn into one.
+#[derive(Debug)]
+pub enum SourceItem {
+    Doc(Document),
+    Reject(Rejected),
+    /// A file to be read into a document by the worker that processes it, so a folder of
+    /// many small files is opened and read on every core instead of on the reader thread.
+    File(PendingFile),
+}
+
+impl SourceItem {
+    pub fn id(&self) -> &str {
+        match self {
+            SourceItem::Doc(d) => &d.id,
+            SourceItem::Reject(r) => &r.id,
+            SourceItem::File(f) => &f.meta.id,
+        }
+    }
+
+    pub fn set_split(&mut self, split: String) {
+        match self {
+            SourceItem::Doc(d) => d.split = split,
+            SourceItem::Reject(r) => r.split = split,
+            SourceItem::File(f) => f.meta.split = split,
+        }
     }
 }

@@ -10,17 +10,18 @@ use arrow_schema::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::{file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta, Split, Total};
-use crate::pipeline::tasks::Partition;
+use super::{file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta, Split};
+use crate::contract::partition::Partition;
+use crate::contract::progress::Total;
 
 /// The shards of a bertpipe output folder (one with a `manifest.json`, a single run's or a
 /// merged task array's), every split's in manifest order: such a folder keeps its shards in
 /// split folders (and a task array's under `tasks/`), not directly inside it.
 fn shard_files(path: &std::path::Path) -> Result<Option<Vec<PathBuf>>> {
-    if !path.join(crate::sink::manifest::MANIFEST).is_file() {
+    if !path.join(crate::contract::manifest::MANIFEST).is_file() {
         return Ok(None);
     }
-    let m = crate::sink::manifest::Manifest::read(path)?;
+    let m = crate::contract::manifest::Manifest::read(path)?;
     Ok(Some(m.splits.values().flat_map(|s| &s.shards).map(|s| path.join(&s.file)).collect()))
 }
 

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{input_files_of, Emit, InvalidUtf8, RecordMeta, Split, Total};
-use crate::pipeline::tasks::Partition;
+use super::{input_files_of, Emit, InvalidUtf8, RecordMeta, Split};
+use crate::contract::partition::Partition;
+use crate::contract::progress::Total;
 
 /// Read plain text files. Ids are `<file>:<first line>`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

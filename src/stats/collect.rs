@@ -14,15 +14,15 @@ use serde::Serialize;
 
 use super::table::{Columns, DocTable, Record, TextMeasure};
 use super::StatsOptions;
-use crate::clean::noise::{NoiseComponents, NoiseScore};
-use crate::config::{ConfigErrors, Pipeline};
+use crate::clean::noise::NoiseScore;
+use crate::config::{ConfigErrors, Pipeline, PipelineStep};
+use crate::contract::document::NoiseComponents;
+use crate::contract::manifest::TokenStats;
+use crate::contract::progress::{Progress, Total};
+use crate::pipeline::corpus::resolve_noise_quantiles;
 use crate::pipeline::parallel::{self, Outcome};
-use crate::pipeline::progress::Progress;
-use crate::pipeline::PipelineStep;
-use crate::pipeline::{prepare_steps, resolve_noise_quantiles, threads_or_default};
+use crate::pipeline::{prepare_steps, threads_or_default};
 use crate::shards::ShardSet;
-use crate::sink::manifest::TokenStats;
-use crate::source::Total;
 use crate::tokenize::Tokenize;
 
 /// What was read, as the report names it.
@@ -155,10 +155,12 @@ pub fn detect(path: &Path) -> Result<InputKind> {
     }
     // A task array's output is a shard folder too; reading it before `shards merge` is refused
     // by `Manifest::read`, which says so.
-    if path.join(crate::sink::manifest::MANIFEST).is_file() || path.join(crate::pipeline::tasks::TASKS_DIR).is_dir() {
+    if path.join(crate::contract::manifest::MANIFEST).is_file()
+        || path.join(crate::contract::manifest::TASKS_DIR).is_dir()
+    {
         return Ok(InputKind::Shards);
     }
-    if path.join(crate::sink::manifest::JOURNAL).is_file() {
+    if path.join(crate::contract::manifest::JOURNAL).is_file() {
         bail!(
             "'{}' holds an unfinished pipeline run (a journal, no manifest.json); finish it with `bertpipe pipeline run PIPELINE.yaml --resume`",
             path.display()
@@ -269,11 +271,7 @@ fn has_label_field(path: &Path, kind: &str) -> bool {
 pub fn from_pipeline(pipeline: &Pipeline, is_pipeline: bool, path: &Path, opts: &StatsOptions) -> Result<Collected> {
     let started = Instant::now();
     let threads = threads_or_default(opts.threads);
-    let max_len = pipeline.steps.iter().find_map(|s| match s {
-        PipelineStep::ClassifySequences(c) => Some(c.max_len as u32),
-        PipelineStep::PretrainSequences(p) => Some(p.max_len as u32),
-        _ => None,
-    });
+    let max_len = pipeline.steps.iter().find_map(PipelineStep::max_len).map(|n| n as u32);
     let mut steps: Vec<PipelineStep> = pipeline
         .steps
         .iter()
@@ -308,9 +306,9 @@ pub fn from_pipeline(pipeline: &Pipeline, is_pipeline: bool, path: &Path, opts: 
     let mut reject_examples = BTreeMap::new();
     let progress = Progress::new(opts.quiet, "stats");
     let set_total = |t: Total| progress.set_total(t);
-    let measure = |doc: &crate::document::Document| TextMeasure::of(&doc.text);
+    let measure = |doc: &crate::contract::document::Document| TextMeasure::of(&doc.text);
     let text_bytes = parallel::process_with(
-        parallel::Input::whole(&pipeline.source, pipeline.seed),
+        parallel::CorpusPart::whole(&pipeline.source, pipeline.seed),
         &steps,
         threads,
         &set_total,
@@ -375,7 +373,7 @@ pub fn from_shards(root: &Path, opts: &StatsOptions) -> Result<Collected> {
         .as_array()
         .map(|a| a.iter().filter_map(|s| s.as_str()).collect())
         .unwrap_or_default();
-    let mut splits: Vec<(&String, &crate::sink::manifest::SplitStats)> = m.splits.iter().collect();
+    let mut splits: Vec<(&String, &crate::contract::manifest::SplitStats)> = m.splits.iter().collect();
     splits.sort_by_key(|(name, _)| source_order.iter().position(|s| s == name).unwrap_or(usize::MAX));
     let files: Vec<(String, PathBuf, u64)> = splits
         .iter()

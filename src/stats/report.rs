@@ -14,8 +14,8 @@ use serde::Serialize;
 
 use super::collect::{Collected, InputInfo, LabelNames};
 use super::table::NoisyDoc;
-use crate::clean::noise::NoiseComponents;
-use crate::sink::manifest::TokenStats;
+use crate::contract::document::NoiseComponents;
+use crate::contract::manifest::TokenStats;
 
 pub const FORMAT: &str = "bertpipe-stats/1";
 
@@ -96,7 +96,7 @@ pub struct Bucket {
 /// What truncation to `max_len` does: documents longer than `limit = max_len − 2` (room for
 /// [CLS] and [SEP]) and the tokens cut from them.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Truncation {
+pub struct TruncationFigures {
     pub max_len: u32,
     pub limit: u32,
     pub documents_over: u64,
@@ -144,7 +144,7 @@ pub struct GroupStats {
     pub words: Option<Summary>,
     pub word_buckets: Option<Vec<Bucket>>,
     pub tokens: Option<Summary>,
-    pub truncation: Option<Truncation>,
+    pub truncation: Option<TruncationFigures>,
     pub noise: Option<NoiseStats>,
     pub unk_rate: Option<f64>,
     /// Documents whose text equals an earlier document's (first occurrence not counted).
@@ -414,7 +414,7 @@ fn read_group(
             let sum = get("tokens|sum")?;
             let over = get("trunc|over")? as u64;
             let dropped = get("trunc|dropped")? as u64;
-            g.truncation = Some(Truncation {
+            g.truncation = Some(TruncationFigures {
                 max_len,
                 limit,
                 documents_over: over,
@@ -443,7 +443,7 @@ fn read_group(
     Ok(g)
 }
 
-/// Truncation and [UNK] figures from a manifest, summed over `splits`.
+/// TruncationFigures and [UNK] figures from a manifest, summed over `splits`.
 fn manifest_figures(c: &Collected, splits: &[&str], max_len: u32, g: &mut GroupStats) {
     let entries: Vec<&(u64, TokenStats)> = splits.iter().filter_map(|s| c.manifest_tokens.get(*s)).collect();
     if entries.is_empty() {
@@ -461,7 +461,7 @@ fn manifest_figures(c: &Collected, splits: &[&str], max_len: u32, g: &mut GroupS
     }
     // The rows were cut at the manifest's max_len, whatever --max-len says.
     let max_len = c.max_len.unwrap_or(max_len);
-    g.truncation = Some(Truncation {
+    g.truncation = Some(TruncationFigures {
         max_len,
         limit: max_len.saturating_sub(2),
         documents_over: over,

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::clean::dedup::fingerprint;
 use crate::clean::filter::{count_chars, count_words};
-use crate::document::DedupKey;
+use crate::contract::document::DedupKey;
 
 /// Which columns an input can provide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -238,7 +238,7 @@ impl DocTable {
             cols.push(take_u32("unk", &mut self.unk));
         }
         if self.columns.noise {
-            for (name, values) in crate::clean::noise::NoiseComponents::COLUMNS.iter().zip(&mut self.noise) {
+            for (name, values) in crate::contract::document::NoiseComponents::COLUMNS.iter().zip(&mut self.noise) {
                 cols.push(Column::new((*name).into(), std::mem::take(values)));
             }
         }

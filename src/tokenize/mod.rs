@@ -1,6 +1,6 @@
 //! `tokenize`: WordPiece ids for each document, from a `vocab.txt` or an HF `tokenizer.json`.
 
-pub mod train;
+pub mod sentences;
 pub mod wordpiece;
 
 use std::path::PathBuf;
@@ -10,9 +10,10 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::document::Document;
-use crate::pipeline::{Step, Verdict};
-pub use wordpiece::{SpecialIds, WordPiece};
+use crate::contract::document::Document;
+use crate::contract::manifest::{SpecialIds, TokenizerInfo};
+use crate::contract::{Step, Verdict};
+pub use wordpiece::WordPiece;
 
 /// Split text into WordPiece ids. Ids are identical to HF's `BertTokenizerFast` with the same
 /// vocabulary and options. A document with no tokens at all is rejected (`no_tokens`).
@@ -56,17 +57,6 @@ impl PartialEq for Tokenize {
         (&self.vocab, &self.tokenizer, self.lowercase, self.strip_accents, self.max_word_chars)
             == (&other.vocab, &other.tokenizer, other.lowercase, other.strip_accents, other.max_word_chars)
     }
-}
-
-/// What downstream steps and the manifest need to know about the tokenizer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TokenizerInfo {
-    pub vocab_sha256: String,
-    pub vocab_size: usize,
-    pub lowercase: bool,
-    pub special_ids: SpecialIds,
-    /// `wordpiece` (the fast path) or `tokenizers` (the HF crate).
-    pub encoder: String,
 }
 
 /// A loaded tokenizer.
@@ -176,7 +166,7 @@ impl Step for Tokenize {
         if self.sentences {
             // Sentence ends fall between words, so encoding sentence by sentence gives the
             // same ids as encoding the whole text.
-            for (start, end) in crate::sequence::sentences::sentence_spans(&doc.text) {
+            for (start, end) in sentences::sentence_spans(&doc.text) {
                 encoder.encode(&doc.text[start..end], &mut doc.tokens);
                 if doc.sentence_ends.last() != Some(&(doc.tokens.len() as u32)) {
                     doc.sentence_ends.push(doc.tokens.len() as u32);

@@ -15,17 +15,10 @@ use sha2::{Digest, Sha256};
 use unicode_categories::UnicodeCategories;
 use unicode_normalization::UnicodeNormalization;
 
+use crate::contract::manifest::SpecialIds;
+
 /// The special tokens, in BERT's vocabulary order of importance.
 pub const SPECIALS: [&str; 5] = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SpecialIds {
-    pub pad: u32,
-    pub unk: u32,
-    pub cls: u32,
-    pub sep: u32,
-    pub mask: u32,
-}
 
 pub struct WordPiece {
     vocab: FxHashMap<Box<str>, u32>,

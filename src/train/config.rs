@@ -13,7 +13,7 @@ use crate::config::{ConfigErrors, YamlFile};
 pub struct TrainConfig {
     /// `classify` (sequence classification on classification shards) or `pretrain` (MLM + NSP,
     /// or MLM only on packed rows, on pretraining shards).
-    pub task: Task,
+    pub task: Objective,
     /// A shard folder written by `bertpipe pipeline run`.
     pub data: PathBuf,
     /// The split trained on.
@@ -142,9 +142,12 @@ pub struct ModelSpec {
     pub classifier_dropout: Option<f64>,
 }
 
+/// What a run trains for (`task:` in the YAML, the word HF examples use): a classifier on
+/// labelled rows, or MLM (+ NSP) pretraining. In code it is the objective, so that "task"
+/// keeps one meaning there, a task of an array.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
-pub enum Task {
+pub enum Objective {
     Classify,
     Pretrain,
 }
@@ -252,7 +255,7 @@ impl TrainConfig {
     }
 
     fn check(&self, y: &mut YamlFile) {
-        if !crate::storage::is_remote(&self.data) && !self.data.join(crate::sink::manifest::MANIFEST).exists() {
+        if !crate::storage::is_remote(&self.data) && !self.data.join(crate::contract::manifest::MANIFEST).exists() {
             y.error(
                 "data",
                 format!(
@@ -336,13 +339,13 @@ impl TrainConfig {
                 y.error(key, "must be at least 1".into());
             }
         }
-        if let Err(e) = crate::train::device::parse(&self.device) {
+        if let Err(e) = crate::device::DeviceSpec::parse(&self.device) {
             y.error("device", e.to_string());
         }
         if let Some(name) = &self.metric_for_best_model {
             let valid = match self.task {
-                Task::Classify => crate::metrics::CLASSIFY_METRICS,
-                Task::Pretrain => crate::metrics::PRETRAIN_METRICS,
+                Objective::Classify => crate::metrics::CLASSIFY_METRICS,
+                Objective::Pretrain => crate::metrics::PRETRAIN_METRICS,
             };
             let bare = name.strip_prefix("eval_").unwrap_or(name);
             if !valid.contains(&bare) {
@@ -360,8 +363,8 @@ impl TrainConfig {
     pub fn best_metric(&self) -> (String, bool) {
         let name = self.metric_for_best_model.clone().unwrap_or_else(|| {
             match self.task {
-                Task::Classify => "accuracy",
-                Task::Pretrain => "loss",
+                Objective::Classify => "accuracy",
+                Objective::Pretrain => "loss",
             }
             .to_string()
         });

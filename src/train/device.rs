@@ -1,29 +1,13 @@
-//! `cpu`, `cuda`, `cuda:N` → a candle device. CUDA is behind the `cuda` cargo feature; asking
-//! for it in a CPU-only build is an error that says how to get it, never a silent CPU run.
+//! A device name → a candle device. CUDA is behind the `cuda` cargo feature; asking for it in
+//! a CPU-only build is an error that says how to get it, never a silent CPU run.
 
 use anyhow::{bail, Result};
 use candle_core::Device;
 
-/// Which device a string names (checked without touching the hardware).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeviceSpec {
-    Cpu,
-    Cuda(usize),
-}
-
-pub fn parse(s: &str) -> Result<DeviceSpec> {
-    match s {
-        "cpu" => Ok(DeviceSpec::Cpu),
-        "cuda" | "gpu" => Ok(DeviceSpec::Cuda(0)),
-        _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
-            Some(Ok(n)) => Ok(DeviceSpec::Cuda(n)),
-            _ => bail!("unknown device `{s}` (valid: cpu, cuda, cuda:N)"),
-        },
-    }
-}
+use crate::device::DeviceSpec;
 
 pub fn open(s: &str) -> Result<Device> {
-    match parse(s)? {
+    match DeviceSpec::parse(s)? {
         DeviceSpec::Cpu => Ok(Device::Cpu),
         DeviceSpec::Cuda(n) => cuda(n),
     }

@@ -1,9 +1,11 @@
 //! `bertpipe train`: BERT fine-tuning and pretraining on our shards with candle.
 //!
-//! The loop (see [`Trainer::run`]) reads like nanoGPT's: get a batch, forward, backward,
-//! clip, step, log, evaluate, checkpoint. Everything else lives in the modules: [`config`]
-//! (the YAML), [`data`] (shards → batches), [`optim`] (AdamW and schedules),
-//! [`checkpoint`] (HF folders + resume state), [`crate::metrics`] (shared with `eval`).
+//! This file holds the loop (`Trainer::run`, which reads like nanoGPT's: get a batch,
+//! forward, backward, clip, step, log, evaluate, checkpoint) and what it calls each step:
+//! the loss, evaluation on the eval split, the metrics log, checkpoints and the loss curves.
+//! Preparing a run is [`setup`]'s; the rest lives in its own module: [`config`] (the YAML),
+//! [`data`] (shards → batches), [`optim`] (AdamW and schedules), [`checkpoint`] (HF folders
+//! and resume state), [`device`], and [`crate::metrics`] (shared with `eval`).
 
 pub mod checkpoint;
 pub mod config;
@@ -20,14 +22,14 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 use serde_json::{json, Value};
 
 use crate::metrics::{ClassificationMetrics, Predictions, PretrainTally};
-use crate::model::bert::{Inputs, Mode};
-use crate::model::{BertTask, Outputs};
+use crate::model::bert::{ForwardPass, Inputs};
+use crate::model::{BertWithHead, Outputs};
 use checkpoint::TrainerState;
-use config::{AttentionKind, ComputeDtype, Task, TrainConfig};
+use config::{AttentionKind, ComputeDtype, Objective, TrainConfig};
 use data::{Batch, LoaderSpec};
 
 /// Command-line options beside the YAML.
@@ -99,7 +101,7 @@ pub struct Trainer {
     cfg: TrainConfig,
     opts: TrainOptions,
     device: Device,
-    model: BertTask,
+    model: BertWithHead,
     optimizer: optim::AdamW,
     train: LoaderSpec,
     eval: Option<LoaderSpec>,
@@ -115,87 +117,39 @@ pub struct Trainer {
 }
 
 impl Trainer {
+    /// The loop: get a batch, forward + backward, and every `gradient_accumulation_steps`
+    /// micro-batches (or at an epoch's end) an optimiser step, then log, evaluate, checkpoint.
     fn run(&mut self) -> Result<TrainSummary> {
         let started = Instant::now();
         let bar = self.progress_bar();
         let accum = self.cfg.gradient_accumulation_steps as u64;
-        let (mut samples, mut tokens) = (0u64, 0u64);
-        let mut window = LogWindow::default();
-        let mut last_eval: Option<Value> = None;
-        let mut interrupted = false;
+        let mut tally = RunTally::default();
         'epochs: while self.state.global_step < self.total_steps {
             let epoch = self.state.epoch_index;
-            let batches = self.train.spawn(epoch, self.state.batch_in_epoch);
-            // Gradients summed over the micro-batches of one optimiser step.
-            let mut summed: Option<Vec<Tensor>> = None;
-            let mut pending = 0u64;
-            let mut consumed = self.state.batch_in_epoch;
-            for batch in batches {
+            let mut summed: Option<Vec<Tensor>> = None; // over one optimiser step's micro-batches
+            let (mut pending, mut consumed) = (0u64, self.state.batch_in_epoch);
+            for batch in self.train.spawn(epoch, self.state.batch_in_epoch) {
                 let batch = batch?;
                 consumed += 1;
-                // Forward + backward of one micro-batch; gradients summed over `accum`.
-                let step_mode = Mode::train(self.cfg.seed, self.state.global_step * accum + pending)
-                    .with_compute(self.cfg.dtype.dtype());
-                let loss = self.loss(&batch, step_mode)?;
-                let value = self.check_finite(&loss)?;
-                let grads = (loss / accum as f64)?.backward()?;
-                let grads = self.model.gradients(&grads)?;
+                let (loss, grads) = self.forward_backward(&batch, pending)?;
                 summed = Some(match summed.take() {
                     None => grads,
                     Some(sum) => sum.iter().zip(&grads).map(|(a, b)| a + b).collect::<candle_core::Result<_>>()?,
                 });
                 pending += 1;
-                window.add(value, batch.rows, batch.tokens);
-                (samples, tokens) = (samples + batch.rows as u64, tokens + batch.tokens as u64);
+                tally.add(loss, &batch);
                 let epoch_done = consumed == self.batches_per_epoch;
                 if pending < accum && !epoch_done {
                     continue;
                 }
-                // Optimiser step: clip, AdamW at the scheduled rate.
-                let lr = optim::learning_rate(
-                    self.cfg.lr_scheduler_type,
-                    self.cfg.learning_rate,
-                    self.state.global_step,
-                    self.warmup_steps,
-                    self.total_steps,
-                );
-                let grads = summed.take().expect("one micro-batch at least");
-                let (grad_norm, coef) = optim::clip_coefficient(&grads, self.cfg.max_grad_norm)?;
-                self.optimizer.step(&self.model.params, &grads, lr, coef)?;
+                let lr = self.optimizer_step(&summed.take().expect("one micro-batch at least"), &mut tally)?;
                 pending = 0;
-                self.state.global_step += 1;
                 self.state.batch_in_epoch = consumed;
                 if epoch_done {
                     self.state.epoch_index += 1;
                     self.state.batch_in_epoch = 0;
                 }
-                let step = self.state.global_step;
-                window.grad_norm = grad_norm;
-                bar.set_position(step);
-                bar.set_message(window.status(lr));
-                if step % self.cfg.logging_steps == 0 || step == self.total_steps {
-                    let line = window.take(step, self.epoch_progress(), lr);
-                    self.log(line)?;
-                }
-                let eval_now =
-                    self.cfg.eval_steps.is_some_and(|n| step % n == 0) || epoch_done || step == self.total_steps;
-                if eval_now && self.eval.is_some() {
-                    let metrics = self.evaluate(&bar)?;
-                    self.log(metrics.clone())?;
-                    self.track_best(&metrics)?;
-                    last_eval = Some(metrics);
-                }
-                let save_now =
-                    self.cfg.save_steps.is_some_and(|n| step % n == 0) || epoch_done || step == self.total_steps;
-                let stop = STOP.load(Ordering::SeqCst) || stop_at_step() == Some(step);
-                if save_now || stop {
-                    self.save_checkpoint()?;
-                }
-                if stop {
-                    interrupted = true;
-                    break 'epochs;
-                }
-                if step >= self.total_steps {
+                if self.after_step(epoch_done, lr, &bar, &mut tally)? == Flow::Stop {
                     break 'epochs;
                 }
             }
@@ -207,7 +161,67 @@ impl Trainer {
             }
         }
         bar.finish_and_clear();
-        let final_dir = if interrupted {
+        self.finish(started, tally)
+    }
+
+    /// Forward and backward of one micro-batch (`pending`: its place in the optimiser step):
+    /// its loss, and the gradients of loss / accumulation steps.
+    fn forward_backward(&self, batch: &Batch, pending: u64) -> Result<(f64, Vec<Tensor>)> {
+        let accum = self.cfg.gradient_accumulation_steps as u64;
+        let pass = ForwardPass::train(self.cfg.seed, self.state.global_step * accum + pending)
+            .with_compute(self.cfg.dtype.dtype());
+        let loss = self.loss(batch, pass)?;
+        let value = self.check_finite(&loss)?;
+        let grads = (loss / accum as f64)?.backward()?;
+        Ok((value, self.model.gradients(&grads)?))
+    }
+
+    /// Clips the summed gradients and steps AdamW at the scheduled rate; returns the rate.
+    fn optimizer_step(&mut self, grads: &[Tensor], tally: &mut RunTally) -> Result<f64> {
+        let lr = optim::learning_rate(
+            self.cfg.lr_scheduler_type,
+            self.cfg.learning_rate,
+            self.state.global_step,
+            self.warmup_steps,
+            self.total_steps,
+        );
+        let (grad_norm, coef) = optim::clip_coefficient(grads, self.cfg.max_grad_norm)?;
+        self.optimizer.step(&self.model.params, grads, lr, coef)?;
+        self.state.global_step += 1;
+        tally.window.grad_norm = grad_norm;
+        Ok(lr)
+    }
+
+    /// What follows an optimiser step: progress, the log line, evaluation and checkpoints when
+    /// due, and whether to stop (the last step, or Ctrl-C).
+    fn after_step(&mut self, epoch_done: bool, lr: f64, bar: &ProgressBar, tally: &mut RunTally) -> Result<Flow> {
+        let step = self.state.global_step;
+        let last = step == self.total_steps;
+        bar.set_position(step);
+        bar.set_message(tally.window.status(lr));
+        if step % self.cfg.logging_steps == 0 || last {
+            let line = tally.window.take(step, self.epoch_progress(), lr);
+            self.log(line)?;
+        }
+        let eval_now = self.cfg.eval_steps.is_some_and(|n| step % n == 0) || epoch_done || last;
+        if eval_now && self.eval.is_some() {
+            let metrics = self.evaluate(bar)?;
+            self.log(metrics.clone())?;
+            self.track_best(&metrics)?;
+            tally.last_eval = Some(metrics);
+        }
+        let save_now = self.cfg.save_steps.is_some_and(|n| step % n == 0) || epoch_done || last;
+        let stop = STOP.load(Ordering::SeqCst) || stop_at_step() == Some(step);
+        if save_now || stop {
+            self.save_checkpoint()?;
+        }
+        tally.interrupted = stop;
+        Ok(if stop || step >= self.total_steps { Flow::Stop } else { Flow::Go })
+    }
+
+    /// After the loop: the final model (unless interrupted), the curves, the summary.
+    fn finish(&mut self, started: Instant, tally: RunTally) -> Result<TrainSummary> {
+        let final_dir = if tally.interrupted {
             None
         } else {
             let dir = self.cfg.output_dir.join("final");
@@ -219,12 +233,12 @@ impl Trainer {
             steps: self.state.global_step,
             epochs: self.epoch_progress(),
             seconds: started.elapsed().as_secs_f64(),
-            samples,
-            tokens,
+            samples: tally.samples,
+            tokens: tally.tokens,
             final_dir,
             best: self.state.best.as_ref().map(|b| (b.metric.clone(), b.value, self.cfg.output_dir.join("best"))),
-            last_eval,
-            interrupted,
+            last_eval: tally.last_eval,
+            interrupted: tally.interrupted,
             device: match self.cfg.dtype {
                 ComputeDtype::F32 => device::describe(&self.device),
                 ComputeDtype::Bf16 => format!("{}, bf16 matrix products", device::describe(&self.device)),
@@ -234,7 +248,7 @@ impl Trainer {
     }
 
     /// The training loss of one batch.
-    fn loss(&self, batch: &Batch, mut mode: Mode) -> Result<Tensor> {
+    fn loss(&self, batch: &Batch, mut mode: ForwardPass) -> Result<Tensor> {
         let out = self.runner().forward(batch, &mut mode)?;
         self.batch_loss(batch, &out)
     }
@@ -256,8 +270,8 @@ impl Trainer {
             Ok(candle_nn::loss::cross_entropy(&logits.to_dtype(DType::F32)?, &target)?)
         };
         match self.cfg.task {
-            Task::Classify => ce(out.logits.as_ref().context("classifier logits")?, &batch.labels),
-            Task::Pretrain => {
+            Objective::Classify => ce(out.logits.as_ref().context("classifier logits")?, &batch.labels),
+            Objective::Pretrain => {
                 let mut loss = ce(out.mlm_logits.as_ref().context("MLM logits")?, &batch.mlm_labels)?;
                 if let Some(nsp) = &out.logits {
                     if batch.nsp_labels.len() == batch.rows {
@@ -295,14 +309,14 @@ impl Trainer {
             json!({"step": self.state.global_step, "epoch": round4(self.epoch_progress()), "split": spec.split});
         let ctx = self.runner();
         match self.cfg.task {
-            Task::Classify => {
+            Objective::Classify => {
                 let (rows, docs) = evaluate_classify(&ctx, spec, &self.label_names)?;
                 put_metrics(&mut record, "eval_", &serde_json::to_value(&rows)?);
                 if let Some(d) = docs {
                     put_metrics(&mut record, "eval_doc_", &serde_json::to_value(&d)?);
                 }
             }
-            Task::Pretrain => {
+            Objective::Pretrain => {
                 put_metrics(&mut record, "eval_", &serde_json::to_value(evaluate_pretrain(&ctx, spec)?)?);
             }
         }
@@ -359,14 +373,11 @@ impl Trainer {
     }
 
     fn progress_bar(&self) -> ProgressBar {
-        let target = if self.opts.quiet { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr_with_hz(4) };
-        let bar = ProgressBar::with_draw_target(Some(self.total_steps), target);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "train [{elapsed_precise}] {wide_bar:.cyan/blue} {pos}/{len} steps ETA {eta} {msg}",
-            )
-            .expect("valid template")
-            .progress_chars("=> "),
+        let bar = crate::contract::progress::bar(
+            self.opts.quiet,
+            Some(self.total_steps),
+            4,
+            "train [{elapsed_precise}] {wide_bar:.cyan/blue} {pos}/{len} steps ETA {eta} {msg}",
         );
         bar.set_position(self.state.global_step);
         bar
@@ -385,10 +396,10 @@ impl Trainer {
         let losses = vec![("train loss".to_string(), series("loss")), ("eval loss".to_string(), series("eval_loss"))];
         crate::stats::plot::line_chart(&dir, "loss", "Loss", "loss", &losses)?;
         let metrics: Vec<(String, Vec<(f64, f64)>)> = match self.cfg.task {
-            Task::Classify => {
+            Objective::Classify => {
                 ["accuracy", "f1", "roc_auc"].iter().map(|m| (m.to_string(), series(&format!("eval_{m}")))).collect()
             }
-            Task::Pretrain => {
+            Objective::Pretrain => {
                 ["mlm_accuracy", "nsp_accuracy"].iter().map(|m| (m.to_string(), series(&format!("eval_{m}")))).collect()
             }
         };
@@ -401,7 +412,7 @@ impl Trainer {
 
 /// A model on a device, ready to run batches.
 pub struct Runner<'a> {
-    pub model: &'a BertTask,
+    pub model: &'a BertWithHead,
     pub device: &'a Device,
     pub attention: AttentionKind,
     /// The dtype of the matrix products (f32, or bf16 with f32 master weights).
@@ -410,11 +421,11 @@ pub struct Runner<'a> {
 
 impl Runner<'_> {
     /// An evaluation-mode forward pass in the runner's compute dtype.
-    pub fn eval_mode(&self) -> Mode {
-        Mode::eval().with_compute(self.compute)
+    pub fn eval_mode(&self) -> ForwardPass {
+        ForwardPass::eval().with_compute(self.compute)
     }
 
-    pub fn forward(&self, batch: &Batch, mode: &mut Mode) -> Result<Outputs> {
+    pub fn forward(&self, batch: &Batch, mode: &mut ForwardPass) -> Result<Outputs> {
         let d = self.device;
         let mut inputs =
             Inputs::new(&batch.input_ids, &batch.token_type_ids, &batch.attention_mask, batch.rows, batch.seq, d)?;
@@ -486,6 +497,31 @@ fn put_metrics(record: &mut Value, prefix: &str, metrics: &Value) {
 
 fn round4(x: f64) -> f64 {
     (x * 1e4).round() / 1e4
+}
+
+/// Whether the loop goes on after an optimiser step.
+#[derive(Debug, PartialEq, Eq)]
+enum Flow {
+    Go,
+    Stop,
+}
+
+/// What the loop adds up for the summary.
+#[derive(Default)]
+struct RunTally {
+    samples: u64,
+    tokens: u64,
+    window: LogWindow,
+    last_eval: Option<Value>,
+    interrupted: bool,
+}
+
+impl RunTally {
+    fn add(&mut self, loss: f64, batch: &Batch) {
+        self.window.add(loss, batch.rows, batch.tokens);
+        self.samples += batch.rows as u64;
+        self.tokens += batch.tokens as u64;
+    }
 }
 
 /// Training figures between two log lines.
@@ -589,9 +625,9 @@ pub fn evaluate_checkpoint(
 ) -> Result<(ClassificationMetrics, Option<ClassificationMetrics>)> {
     let device = Device::Cpu;
     let model =
-        BertTask::from_checkpoint(crate::model::ModelKind::SequenceClassification, checkpoint, None, &device, 0)?;
+        BertWithHead::from_checkpoint(crate::model::ModelKind::SequenceClassification, checkpoint, None, &device, 0)?;
     let shards = crate::shards::ShardSet::open(data)?;
-    let pad_id = shards.manifest.tokenizer.as_ref().and_then(|t| t["special_ids"]["pad"].as_u64()).unwrap_or(0) as u32;
+    let pad_id = shards.tokenizer()?.special_ids.pad;
     let spec = LoaderSpec {
         shards: Arc::new(shards),
         split: split.to_string(),

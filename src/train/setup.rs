@@ -5,28 +5,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use candle_core::Device;
 use sha2::{Digest, Sha256};
 
 use super::checkpoint::{self, TrainerState};
-use super::config::{Task, TrainConfig};
+use super::config::{Objective, TrainConfig};
 use super::data::{LoaderSpec, RowKind};
 use super::{device, optim, TrainOptions, Trainer};
 use crate::config::Pipeline;
+use crate::config::PipelineStep;
+use crate::contract::manifest::Manifest;
 use crate::model::config::BertConfig;
-use crate::model::{BertTask, ModelKind};
-use crate::pipeline::PipelineStep;
+use crate::model::{BertWithHead, ModelKind};
 use crate::sequence::pretrain::Masking;
 use crate::shards::ShardSet;
-use crate::sink::manifest::Manifest;
-
-/// The tokenizer file (vocab.txt or tokenizer.json) the shards were made with, from the
-/// manifest's resolved pipeline.
-fn vocab_of_shards(manifest: &Manifest) -> Option<PathBuf> {
-    let steps = manifest.config.get("steps")?.as_array()?;
-    let t = steps.iter().find(|s| s.get("type").and_then(|t| t.as_str()) == Some("tokenize"))?;
-    let path = t.get("vocab").or_else(|| t.get("tokenizer")).and_then(|p| p.as_str())?;
-    Some(PathBuf::from(path))
-}
 
 fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
@@ -57,223 +49,27 @@ fn label_names(manifest: &Manifest, max_label: usize) -> Vec<String> {
 }
 
 impl Trainer {
+    /// Prepares a run: the shards (verified, of the right kind), the files every checkpoint
+    /// carries, the loaders, the model and optimiser (fresh, from a checkpoint, or resumed),
+    /// the schedule and the metrics log.
     pub fn new(cfg: &TrainConfig, opts: &TrainOptions) -> Result<Trainer> {
         if cfg.threads > 0 {
             std::env::set_var("RAYON_NUM_THREADS", cfg.threads.to_string());
         }
         let dev = device::open(opts.device.as_deref().unwrap_or(&cfg.device))?;
-        let shards = Arc::new(ShardSet::open(&cfg.data)?);
-        shards.verify()?;
-        let m = &shards.manifest;
-        let want = match cfg.task {
-            Task::Classify => "classify",
-            Task::Pretrain => "pretrain",
-        };
-        if m.task != want {
-            bail!(
-                "task `{want}` needs {want} shards, but '{}' holds `{}` shards (pipeline `{}`); point `data` at the output of a pipeline with a {} step",
-                cfg.data.display(),
-                m.task,
-                m.name,
-                if want == "classify" { "classify_sequences" } else { "pretrain_sequences" }
-            );
-        }
-        let tok = m.tokenizer.as_ref().context("the shards record no tokenizer")?;
-        let shard_sha = tok["vocab_sha256"].as_str().unwrap_or_default().to_string();
-        let vocab_size = tok["vocab_size"].as_u64().unwrap_or(0) as usize;
-        let pad_id = tok["special_ids"]["pad"].as_u64().unwrap_or(0) as u32;
-        let pipeline = pipeline_of(m);
-
-        // The vocabulary: the checkpoint's must be the shards'; every checkpoint carries it.
-        let mut extra_files = Vec::new();
-        let shard_vocab = vocab_of_shards(m);
-        let init_vocab = cfg.model.init_from.as_ref().map(|d| d.join("vocab.txt")).filter(|p| p.exists());
-        if let Some(v) = &init_vocab {
-            let bytes = std::fs::read(v)?;
-            let sha = sha256_hex(&bytes);
-            if sha != shard_sha {
-                let shard_file =
-                    shard_vocab.as_ref().map(|p| format!("'{}'", p.display())).unwrap_or("their vocabulary".into());
-                bail!(
-                    "vocab mismatch: the shards in '{}' were tokenized with {shard_file} (sha256 {shard_sha}), but the checkpoint's '{}' has sha256 {sha}; run the pipeline with `vocab: {}`",
-                    cfg.data.display(),
-                    v.display(),
-                    v.display()
-                );
-            }
-            extra_files.push(("vocab.txt".to_string(), bytes));
-        } else if let Some(v) = &shard_vocab {
-            let bytes =
-                std::fs::read(v).with_context(|| format!("could not read the shards' vocabulary '{}'", v.display()))?;
-            if sha256_hex(&bytes) != shard_sha {
-                bail!(
-                    "'{}' changed since the shards were written (sha256 differs from the manifest's {shard_sha})",
-                    v.display()
-                );
-            }
-            // A tokenizer.json travels as such: AutoTokenizer reads it in place of vocab.txt.
-            let name = if v.extension().is_some_and(|e| e == "json") { "tokenizer.json" } else { "vocab.txt" };
-            extra_files.push((name.to_string(), bytes));
-        }
-        let lowercase = tok["lowercase"].as_bool().unwrap_or(true);
-        let tokenizer_config = serde_json::json!({
-            "tokenizer_class": "BertTokenizer",
-            "do_lower_case": lowercase,
-            "model_max_length": m.max_len.unwrap_or(512),
-        });
-        extra_files.push((
-            "tokenizer_config.json".to_string(),
-            (serde_json::to_string_pretty(&tokenizer_config)? + "\n").into_bytes(),
-        ));
-
-        // Rows → examples.
-        let steps = pipeline.as_ref().map(|p| p.steps.clone()).unwrap_or_default();
-        let pretrain_step = steps.iter().find_map(|s| match s {
-            PipelineStep::PretrainSequences(p) => Some(p.clone()),
-            _ => None,
-        });
-        // Usable rows and class names from one pass over the label column (classify), or the
-        // manifest's row counts (pretrain).
-        let (usable_rows, max_label) = match cfg.task {
-            Task::Classify => {
-                let labels = shards.labels(&cfg.train_split)?;
-                let known: Vec<i64> = labels.into_iter().flatten().collect();
-                (known.len() as u64, known.iter().copied().max().unwrap_or(0).max(0) as usize)
-            }
-            Task::Pretrain => (shards.shard_rows(&cfg.train_split)?.iter().sum(), 0),
-        };
-        if usable_rows == 0 {
-            bail!("split `{}` of '{}' has no labelled rows to train on", cfg.train_split, cfg.data.display());
-        }
-        let label_names = label_names(m, max_label);
-        let kind = match cfg.task {
-            Task::Classify => RowKind::Classify { num_labels: label_names.len() },
-            Task::Pretrain => {
-                let step = pretrain_step.as_ref().context("the shards' pipeline has no pretrain_sequences step")?;
-                let mask = if step.masking == Masking::Dynamic {
-                    let t = steps.iter().find_map(|s| match s {
-                        PipelineStep::Tokenize(t) => Some(t.clone()),
-                        _ => None,
-                    });
-                    let encoder = t.context("the shards' pipeline has no tokenize step")?.load()?;
-                    Some(Arc::new(step.mask_spec(&encoder.info(), encoder.continuation_table())))
-                } else {
-                    None
-                };
-                RowKind::Pretrain { mask }
-            }
-        };
-        let train = LoaderSpec {
-            shards: shards.clone(),
-            split: cfg.train_split.clone(),
-            kind: kind.clone(),
-            batch_size: cfg.per_device_train_batch_size,
-            shuffle: true,
-            shuffle_buffer: cfg.shuffle_buffer,
-            group_by_length: cfg.group_by_length,
-            pad_to: cfg.pad_to_max_length.then(|| m.max_len.unwrap_or(512) as usize),
-            pad_id,
-            seed: cfg.seed,
-        };
+        let shards = open_shards(cfg)?;
+        let extra_files = checkpoint_files(cfg, &shards)?;
         let mut notes = Vec::new();
+        let data = Loaders::new(cfg, &shards)?;
         if cfg.dtype == super::config::ComputeDtype::Bf16 && dev.is_cpu() {
             notes.push(
                 "dtype bf16 on the CPU: the matrix products are rounded as on CUDA, but run slower than f32 (candle widens bf16 to f32 to multiply); bf16 is meant for CUDA".into(),
             );
         }
-        let eval_split = match cfg.eval_split.as_deref() {
-            Some("none") => None,
-            Some(s) => Some(s.to_string()),
-            None if m.splits.contains_key("test") && cfg.train_split != "test" => Some("test".to_string()),
-            None => {
-                notes.push("no `test` split and no eval_split: nothing is evaluated during training".into());
-                None
-            }
-        };
-        for split in std::iter::once(&cfg.train_split).chain(eval_split.as_ref()) {
-            if !m.splits.contains_key(split) {
-                bail!(
-                    "no split `{split}` in '{}'; it has: {}",
-                    cfg.data.display(),
-                    m.splits.keys().cloned().collect::<Vec<_>>().join(", ")
-                );
-            }
-        }
-        let eval = eval_split.map(|split| LoaderSpec {
-            split,
-            shuffle: false,
-            batch_size: cfg.per_device_eval_batch_size,
-            ..train.clone()
-        });
-        let batches_per_epoch = train.batches_per_epoch(usable_rows);
+        let eval = eval_loader(cfg, &shards.manifest, &data.train, &mut notes)?;
+        let batches_per_epoch = data.train.batches_per_epoch(data.usable_rows);
 
-        // The model: from the newest checkpoint (resume), a checkpoint, a config or a preset.
-        let model_kind = match cfg.task {
-            Task::Classify => ModelKind::SequenceClassification,
-            Task::Pretrain if pretrain_step.as_ref().is_some_and(|p| p.nsp) => ModelKind::PreTraining,
-            Task::Pretrain => ModelKind::MaskedLm,
-        };
-        let config_sha = sha256_hex(serde_json::to_string(cfg)?.as_bytes());
-        let out = &cfg.output_dir;
-        let resume_from = if opts.resume {
-            let Some((_, dir)) = checkpoint::newest(out) else {
-                bail!("--resume: '{}' holds no complete checkpoint to continue from", out.display());
-            };
-            Some(dir)
-        } else {
-            prepare_output(out, opts.overwrite)?;
-            None
-        };
-        let (model, state) = match &resume_from {
-            Some(dir) => {
-                let state = TrainerState::read(dir)?;
-                if state.config_sha256 != config_sha {
-                    bail!(
-                        "--resume: the training config differs from the one that wrote '{}'; resume with the same config (and --set values), or start a new output_dir",
-                        dir.display()
-                    );
-                }
-                (BertTask::from_checkpoint(model_kind, dir, None, &dev, cfg.seed)?, state)
-            }
-            None => {
-                let mut c = model_config(cfg, vocab_size)?;
-                if c.vocab_size < vocab_size {
-                    bail!(
-                        "the model's vocab_size {} is smaller than the shards' vocabulary ({vocab_size} tokens)",
-                        c.vocab_size
-                    );
-                }
-                let max_len = m.max_len.unwrap_or(0) as usize;
-                if c.max_position_embeddings < max_len {
-                    bail!(
-                        "the model has {} positions but the shards' rows are up to {max_len} tokens; rebuild the shards with max_len ≤ {}",
-                        c.max_position_embeddings,
-                        c.max_position_embeddings
-                    );
-                }
-                if cfg.task == Task::Classify {
-                    c.set_labels(&label_names);
-                }
-                let model = match &cfg.model.init_from {
-                    Some(dir) => BertTask::from_checkpoint(model_kind, dir, Some(&c), &dev, cfg.seed)?,
-                    None => BertTask::fresh(model_kind, &c, &dev, cfg.seed)?,
-                };
-                let state = TrainerState {
-                    format: checkpoint::STATE_FORMAT.into(),
-                    config_sha256: config_sha.clone(),
-                    ..Default::default()
-                };
-                (model, state)
-            }
-        };
-        if cfg.model.init_from.is_some() && resume_from.is_none() {
-            if !model.initialised.is_empty() {
-                notes.push(format!("initialised (not in the checkpoint): {}", model.initialised.join(", ")));
-            }
-            if !model.unexpected.is_empty() {
-                notes.push(format!("not used from the checkpoint: {}", model.unexpected.join(", ")));
-            }
-        }
+        let (model, mut state, resume_from) = model_and_state(cfg, opts, &shards, &data, &dev, &mut notes)?;
         let mut optimizer =
             optim::AdamW::new(&model.params, cfg.adam_beta1, cfg.adam_beta2, cfg.adam_epsilon, cfg.weight_decay)?;
         if let Some(dir) = &resume_from {
@@ -286,19 +82,7 @@ impl Trainer {
         let total_steps =
             cfg.max_steps.unwrap_or_else(|| (cfg.num_train_epochs * steps_per_epoch as f64).ceil() as u64).max(1);
         let warmup_steps = cfg.warmup_steps.unwrap_or_else(|| (cfg.warmup_ratio * total_steps as f64).ceil() as u64);
-        std::fs::create_dir_all(out).with_context(|| format!("could not create '{}'", out.display()))?;
-        let metrics_path = out.join("metrics.jsonl");
-        if resume_from.is_some() {
-            // Drop log lines written after the checkpoint: the resumed run writes them again.
-            let kept: String = state.log_history.iter().map(|r| format!("{r}\n")).collect();
-            std::fs::write(&metrics_path, kept)?;
-        }
-        let metrics_log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&metrics_path)
-            .with_context(|| format!("could not open '{}'", metrics_path.display()))?;
-        let mut state = state;
+        let metrics_log = open_metrics_log(&cfg.output_dir, resume_from.is_some().then_some(&state))?;
         state.total_steps = total_steps;
         Ok(Trainer {
             cfg: cfg.clone(),
@@ -306,9 +90,9 @@ impl Trainer {
             device: dev,
             model,
             optimizer,
-            train,
+            train: data.train,
             eval,
-            label_names,
+            label_names: data.label_names,
             extra_files,
             state,
             batches_per_epoch,
@@ -318,6 +102,250 @@ impl Trainer {
             notes,
         })
     }
+}
+
+/// The shards, verified against their manifest and of the kind the objective trains on.
+fn open_shards(cfg: &TrainConfig) -> Result<Arc<ShardSet>> {
+    let shards = Arc::new(ShardSet::open(&cfg.data)?);
+    shards.verify()?;
+    let m = &shards.manifest;
+    let want = match cfg.task {
+        Objective::Classify => "classify",
+        Objective::Pretrain => "pretrain",
+    };
+    if m.task != want {
+        bail!(
+            "task `{want}` needs {want} shards, but '{}' holds `{}` shards (pipeline `{}`); point `data` at the output of a pipeline with a {} step",
+            cfg.data.display(),
+            m.task,
+            m.name,
+            if want == "classify" { "classify_sequences" } else { "pretrain_sequences" }
+        );
+    }
+    Ok(shards)
+}
+
+/// The tokenizer files copied into every checkpoint: the vocabulary (the checkpoint's, which
+/// must be the shards', else the shards' own file, unchanged since) and tokenizer_config.json.
+fn checkpoint_files(cfg: &TrainConfig, shards: &ShardSet) -> Result<Vec<(String, Vec<u8>)>> {
+    let m = &shards.manifest;
+    let tok = shards.tokenizer()?;
+    let mut files = Vec::new();
+    let init_vocab = cfg.model.init_from.as_ref().map(|d| d.join("vocab.txt")).filter(|p| p.exists());
+    if let Some(v) = &init_vocab {
+        let bytes = std::fs::read(v).with_context(|| format!("could not read '{}'", v.display()))?;
+        shards.expect_vocab(&sha256_hex(&bytes), &format!("the checkpoint's '{}'", v.display()))?;
+        files.push(("vocab.txt".to_string(), bytes));
+    } else if let Some(v) = &m.vocab_file() {
+        let bytes =
+            std::fs::read(v).with_context(|| format!("could not read the shards' vocabulary '{}'", v.display()))?;
+        if sha256_hex(&bytes) != tok.vocab_sha256 {
+            bail!(
+                "'{}' changed since the shards were written (sha256 differs from the manifest's {})",
+                v.display(),
+                tok.vocab_sha256
+            );
+        }
+        // A tokenizer.json travels as such: AutoTokenizer reads it in place of vocab.txt.
+        let name = if v.extension().is_some_and(|e| e == "json") { "tokenizer.json" } else { "vocab.txt" };
+        files.push((name.to_string(), bytes));
+    }
+    let tokenizer_config = serde_json::json!({
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": tok.lowercase,
+        "model_max_length": m.longest_row(),
+    });
+    files.push((
+        "tokenizer_config.json".to_string(),
+        (serde_json::to_string_pretty(&tokenizer_config)? + "\n").into_bytes(),
+    ));
+    Ok(files)
+}
+
+/// How the shards' rows become training examples.
+struct Loaders {
+    train: LoaderSpec,
+    usable_rows: u64,
+    label_names: Vec<String>,
+    model_kind: ModelKind,
+}
+
+impl Loaders {
+    fn new(cfg: &TrainConfig, shards: &Arc<ShardSet>) -> Result<Loaders> {
+        let m = &shards.manifest;
+        let steps = pipeline_of(m).map(|p| p.steps).unwrap_or_default();
+        let pretrain_step = steps.iter().find_map(PipelineStep::as_pretrain);
+        // Usable rows and class names from one pass over the label column (classify), or the
+        // manifest's row counts (pretrain).
+        let (usable_rows, max_label) = match cfg.task {
+            Objective::Classify => {
+                let labels = shards.labels(&cfg.train_split)?;
+                let known: Vec<i64> = labels.into_iter().flatten().collect();
+                (known.len() as u64, known.iter().copied().max().unwrap_or(0).max(0) as usize)
+            }
+            Objective::Pretrain => (shards.shard_rows(&cfg.train_split)?.iter().sum(), 0),
+        };
+        if usable_rows == 0 {
+            bail!("split `{}` of '{}' has no labelled rows to train on", cfg.train_split, cfg.data.display());
+        }
+        let label_names = label_names(m, max_label);
+        let kind = match cfg.task {
+            Objective::Classify => RowKind::Classify { num_labels: label_names.len() },
+            Objective::Pretrain => {
+                let step = pretrain_step.context("the shards' pipeline has no pretrain_sequences step")?;
+                let mask = if step.masking == Masking::Dynamic {
+                    let t = steps.iter().find_map(PipelineStep::as_tokenize);
+                    let encoder = t.context("the shards' pipeline has no tokenize step")?.load()?;
+                    Some(Arc::new(step.mask_spec(&encoder.info(), encoder.continuation_table())))
+                } else {
+                    None
+                };
+                RowKind::Pretrain { mask }
+            }
+        };
+        let train = LoaderSpec {
+            shards: shards.clone(),
+            split: cfg.train_split.clone(),
+            kind,
+            batch_size: cfg.per_device_train_batch_size,
+            shuffle: true,
+            shuffle_buffer: cfg.shuffle_buffer,
+            group_by_length: cfg.group_by_length,
+            pad_to: cfg.pad_to_max_length.then(|| m.longest_row()),
+            pad_id: shards.tokenizer()?.special_ids.pad,
+            seed: cfg.seed,
+        };
+        let model_kind = match cfg.task {
+            Objective::Classify => ModelKind::SequenceClassification,
+            Objective::Pretrain if pretrain_step.is_some_and(|p| p.nsp) => ModelKind::PreTraining,
+            Objective::Pretrain => ModelKind::MaskedLm,
+        };
+        Ok(Loaders { train, usable_rows, label_names, model_kind })
+    }
+}
+
+/// The evaluation split's loader: `eval_split`, else `test` when the shards have one.
+fn eval_loader(
+    cfg: &TrainConfig,
+    m: &Manifest,
+    train: &LoaderSpec,
+    notes: &mut Vec<String>,
+) -> Result<Option<LoaderSpec>> {
+    let eval_split = match cfg.eval_split.as_deref() {
+        Some("none") => None,
+        Some(s) => Some(s.to_string()),
+        None if m.splits.contains_key("test") && cfg.train_split != "test" => Some("test".to_string()),
+        None => {
+            notes.push("no `test` split and no eval_split: nothing is evaluated during training".into());
+            None
+        }
+    };
+    for split in std::iter::once(&cfg.train_split).chain(eval_split.as_ref()) {
+        if !m.splits.contains_key(split) {
+            bail!(
+                "no split `{split}` in '{}'; it has: {}",
+                cfg.data.display(),
+                m.splits.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
+    Ok(eval_split.map(|split| LoaderSpec {
+        split,
+        shuffle: false,
+        batch_size: cfg.per_device_eval_batch_size,
+        ..train.clone()
+    }))
+}
+
+/// The model and the trainer state: from the newest checkpoint (`--resume`, whose folder is
+/// returned too), else a checkpoint (`init_from`), a config or a preset, in a fresh output.
+fn model_and_state(
+    cfg: &TrainConfig,
+    opts: &TrainOptions,
+    shards: &ShardSet,
+    data: &Loaders,
+    dev: &Device,
+    notes: &mut Vec<String>,
+) -> Result<(BertWithHead, TrainerState, Option<PathBuf>)> {
+    let config_sha = sha256_hex(serde_json::to_string(cfg)?.as_bytes());
+    let out = &cfg.output_dir;
+    let resume_from = if opts.resume {
+        let Some((_, dir)) = checkpoint::newest(out) else {
+            bail!("--resume: '{}' holds no complete checkpoint to continue from", out.display());
+        };
+        Some(dir)
+    } else {
+        prepare_output(out, opts.overwrite)?;
+        None
+    };
+    let (model, state) = match &resume_from {
+        Some(dir) => {
+            let state = TrainerState::read(dir)?;
+            if state.config_sha256 != config_sha {
+                bail!(
+                    "--resume: the training config differs from the one that wrote '{}'; resume with the same config (and --set values), or start a new output_dir",
+                    dir.display()
+                );
+            }
+            (BertWithHead::from_checkpoint(data.model_kind, dir, None, dev, cfg.seed)?, state)
+        }
+        None => {
+            let vocab_size = shards.tokenizer()?.vocab_size;
+            let mut c = model_config(cfg, vocab_size)?;
+            if c.vocab_size < vocab_size {
+                bail!(
+                    "the model's vocab_size {} is smaller than the shards' vocabulary ({vocab_size} tokens)",
+                    c.vocab_size
+                );
+            }
+            let max_len = shards.manifest.longest_row();
+            if c.max_position_embeddings < max_len {
+                bail!(
+                    "the model has {} positions but the shards' rows are up to {max_len} tokens; rebuild the shards with max_len ≤ {}",
+                    c.max_position_embeddings,
+                    c.max_position_embeddings
+                );
+            }
+            if cfg.task == Objective::Classify {
+                c.set_labels(&data.label_names);
+            }
+            let model = match &cfg.model.init_from {
+                Some(dir) => BertWithHead::from_checkpoint(data.model_kind, dir, Some(&c), dev, cfg.seed)?,
+                None => BertWithHead::fresh(data.model_kind, &c, dev, cfg.seed)?,
+            };
+            let state = TrainerState {
+                format: checkpoint::STATE_FORMAT.into(),
+                config_sha256: config_sha,
+                ..Default::default()
+            };
+            (model, state)
+        }
+    };
+    if cfg.model.init_from.is_some() && resume_from.is_none() {
+        if !model.initialised.is_empty() {
+            notes.push(format!("initialised (not in the checkpoint): {}", model.initialised.join(", ")));
+        }
+        if !model.unexpected.is_empty() {
+            notes.push(format!("not used from the checkpoint: {}", model.unexpected.join(", ")));
+        }
+    }
+    Ok((model, state, resume_from))
+}
+
+/// `metrics.jsonl`, opened for appending; on resume (`state` of the checkpoint) cut back to
+/// the lines written up to that checkpoint, which the resumed run then continues.
+fn open_metrics_log(out: &Path, resumed: Option<&TrainerState>) -> Result<std::fs::File> {
+    std::fs::create_dir_all(out).with_context(|| format!("could not create '{}'", out.display()))?;
+    let metrics_path = out.join("metrics.jsonl");
+    if let Some(state) = resumed {
+        let kept: String = state.log_history.iter().map(|r| format!("{r}\n")).collect();
+        std::fs::write(&metrics_path, kept)?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&metrics_path)
+        .with_context(|| format!("could not open '{}'", metrics_path.display()))
 }
 
 /// The architecture to start from, with the YAML's dropout overrides.

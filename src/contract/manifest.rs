@@ -1,20 +1,23 @@
-//! `manifest.json` (written last: its presence means the output is complete) and the journal
-//! of finished shards that `--resume` uses after a crash.
+//! The shard folder's contract: `manifest.json` (written last: its presence means the output
+//! is complete) with its per-split figures and shard list, the file names of the layout, and
+//! the tokenizer a folder was made with. Readers (train, eval, stats, a Parquet source) and
+//! writers (the sink, `shards merge`) share these types.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::shard::{sha256_file, ShardInfo};
-
 pub const FORMAT: &str = "bertpipe-shards/1";
 pub const MANIFEST: &str = "manifest.json";
 pub const JOURNAL: &str = "_journal.jsonl";
 pub const REJECTS: &str = "_rejects";
+/// A task array's outputs: `tasks/NNNNN/` per task, `tasks/scan/` for the scan phase.
+pub const TASKS_DIR: &str = "tasks";
+/// The row length assumed where none is recorded (a manifest without `max_len`, an ONNX model
+/// without that metadata): BERT's 512 positions.
+pub const DEFAULT_MAX_LEN: usize = 512;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Manifest {
@@ -26,7 +29,7 @@ pub struct Manifest {
     /// The resolved pipeline (overrides applied, absolute paths).
     pub config: serde_json::Value,
     pub config_sha256: String,
-    pub tokenizer: Option<serde_json::Value>,
+    pub tokenizer: Option<TokenizerInfo>,
     pub max_len: Option<u32>,
     pub seed: u64,
     pub splits: BTreeMap<String, SplitStats>,
@@ -59,7 +62,7 @@ pub struct SplitStats {
     pub tokenization: Option<TokenStats>,
     /// Pretraining figures: masked fraction and 80/10/10 split, NSP balance, packing efficiency.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pretraining: Option<crate::sequence::pretrain::PretrainStats>,
+    pub pretraining: Option<PretrainStats>,
     pub shards: Vec<ShardInfo>,
 }
 
@@ -153,7 +156,7 @@ impl Manifest {
 
     pub fn read(out: &Path) -> Result<Manifest> {
         let path = out.join(MANIFEST);
-        if !path.exists() && out.join(crate::pipeline::tasks::TASKS_DIR).is_dir() {
+        if !path.exists() && out.join(TASKS_DIR).is_dir() {
             bail!(
                 "'{}' is the output of a task array that is not merged yet: when every task has finished, run `bertpipe shards merge {}`",
                 out.display(),
@@ -162,6 +165,20 @@ impl Manifest {
         }
         let text = std::fs::read(&path).with_context(|| format!("could not read '{}'", path.display()))?;
         Manifest::from_json(&text, &path.display().to_string())
+    }
+
+    /// The longest row the shards hold, specials included (`max_len`, else [`DEFAULT_MAX_LEN`]).
+    pub fn longest_row(&self) -> usize {
+        self.max_len.map_or(DEFAULT_MAX_LEN, |n| n as usize)
+    }
+
+    /// The vocabulary file (vocab.txt or tokenizer.json) the shards were tokenized with, from
+    /// the resolved pipeline the manifest records.
+    pub fn vocab_file(&self) -> Option<PathBuf> {
+        let steps = self.config.get("steps")?.as_array()?;
+        let t = steps.iter().find(|s| s.get("type").and_then(|t| t.as_str()) == Some("tokenize"))?;
+        let path = t.get("vocab").or_else(|| t.get("tokenizer")).and_then(|p| p.as_str())?;
+        Some(PathBuf::from(path))
     }
 
     /// Parses a manifest's bytes; `shown` names it in errors.
@@ -175,117 +192,93 @@ impl Manifest {
     }
 }
 
-#[derive(Serialize, Deserialize)]
-#[serde(untagged)]
-enum JournalLine {
-    Header { config_sha256: String },
-    Shard { folder: String, shard: ShardInfo },
+/// A finished shard, as the manifest and the journal record it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ShardInfo {
+    /// Path relative to the output folder, e.g. `train/part-00000.parquet`.
+    pub file: String,
+    pub rows: u64,
+    pub bytes: u64,
+    pub sha256: String,
 }
 
-/// Append-only record of completed shards.
-pub struct Journal {
-    file: File,
-}
-
-impl Journal {
-    pub fn create(out: &Path, config_sha256: &str) -> Result<Journal> {
-        let path = out.join(JOURNAL);
-        let mut file = File::create(&path).with_context(|| format!("could not create '{}'", path.display()))?;
-        writeln!(file, "{}", serde_json::to_string(&JournalLine::Header { config_sha256: config_sha256.into() })?)?;
-        Ok(Journal { file })
-    }
-
-    /// Opens an existing journal for appending after a resume.
-    pub fn append(out: &Path) -> Result<Journal> {
-        let path = out.join(JOURNAL);
-        let file = OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .with_context(|| format!("could not open '{}'", path.display()))?;
-        Ok(Journal { file })
-    }
-
-    pub fn record(&mut self, folder: &str, shard: &ShardInfo) -> Result<()> {
-        let line = serde_json::to_string(&JournalLine::Shard { folder: folder.into(), shard: shard.clone() })?;
-        writeln!(self.file, "{line}")?;
-        self.file.flush()?;
-        Ok(())
-    }
-
-    /// Shards of an interrupted run that are still intact, per folder, in order. Stops at the
-    /// first shard of a folder that is missing or fails its checksum: later ones are rewritten.
-    pub fn verified_shards(out: &Path, config_sha256: &str) -> Result<BTreeMap<String, Vec<ShardInfo>>> {
-        Self::verified_shards_with(out, config_sha256, &mut |shard: &ShardInfo| {
-            let file = out.join(&shard.file);
-            Ok(file.is_file() && sha256_file(&file).map(|h| h == shard.sha256).unwrap_or(false))
-        })
-    }
-
-    /// As [`Journal::verified_shards`], with `intact` deciding whether a recorded shard is
-    /// still there and whole (on disk, or in a bucket).
-    pub fn verified_shards_with(
-        out: &Path,
-        config_sha256: &str,
-        intact: &mut dyn FnMut(&ShardInfo) -> Result<bool>,
-    ) -> Result<BTreeMap<String, Vec<ShardInfo>>> {
-        let path = out.join(JOURNAL);
-        let file = File::open(&path).with_context(|| {
-            format!("'{}' has no journal of an interrupted run ({JOURNAL}); run without --resume", out.display())
-        })?;
-        let mut kept: BTreeMap<String, Vec<ShardInfo>> = BTreeMap::new();
-        let mut broken: std::collections::BTreeSet<String> = Default::default();
-        for (i, line) in BufReader::new(file).lines().enumerate() {
-            let line = line?;
-            // A crash can cut the last line short; everything before it is still good.
-            let Ok(entry) = serde_json::from_str::<JournalLine>(&line) else {
-                break;
-            };
-            match entry {
-                JournalLine::Header { config_sha256: h } => {
-                    if i == 0 && h != config_sha256 {
-                        bail!(
-                            "the pipeline changed since the interrupted run in '{}'; --resume needs the same configuration (use --overwrite to start over)",
-                            out.display()
-                        );
-                    }
-                }
-                JournalLine::Shard { folder, shard } => {
-                    if broken.contains(&folder) {
-                        continue;
-                    }
-                    let ok = intact(&shard)?;
-                    let expected =
-                        format!("{folder}/{}", super::shard::shard_name(kept.get(&folder).map_or(0, Vec::len)));
-                    if ok && shard.file == expected {
-                        kept.entry(folder).or_default().push(shard);
-                    } else {
-                        broken.insert(folder);
-                    }
-                }
-            }
-        }
-        Ok(kept)
+impl ShardInfo {
+    /// The same shard, its path relative to a folder `prefix` above its own output (a task
+    /// array's merged output lists `tasks/NNNNN/train/part-….parquet`).
+    pub fn under(mut self, prefix: &str) -> ShardInfo {
+        self.file = format!("{prefix}{}", self.file);
+        self
     }
 }
 
-/// Files a resumed run must not keep: temporaries and shards beyond the verified ones.
-pub fn stale_files(out: &Path, kept: &BTreeMap<String, Vec<ShardInfo>>) -> Result<Vec<PathBuf>> {
-    let mut stale = Vec::new();
-    for entry in std::fs::read_dir(out)? {
-        let dir = entry?.path();
-        if !dir.is_dir() {
-            continue;
-        }
-        let folder = dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
-        let keep: Vec<&str> =
-            kept.get(&folder).map(|v| v.iter().map(|s| s.file.as_str()).collect()).unwrap_or_default();
-        for f in std::fs::read_dir(&dir)? {
-            let f = f?.path();
-            let rel = format!("{folder}/{}", f.file_name().unwrap_or_default().to_string_lossy());
-            if !keep.contains(&rel.as_str()) {
-                stale.push(f);
-            }
-        }
+pub fn shard_name(index: usize) -> String {
+    format!("part-{index:05}.parquet")
+}
+
+/// Figures for the manifest.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PretrainStats {
+    pub rows: u64,
+    /// Tokens in rows, specials included.
+    pub tokens: u64,
+    /// Row positions available: rows × max_len.
+    pub positions: u64,
+    /// `tokens / positions`.
+    pub packing_efficiency: f64,
+    pub nsp_random: u64,
+    pub nsp_follows: u64,
+    /// Share of NSP rows whose B is random.
+    pub nsp_random_share: f64,
+    /// Tokens of single-sentence chunks that found no partner document (only at a split's start).
+    pub tokens_unused: u64,
+    pub maskable_tokens: u64,
+    pub masked_tokens: u64,
+    pub masked_fraction: f64,
+    pub replaced_mask: u64,
+    pub replaced_random: u64,
+    pub kept: u64,
+}
+
+impl PretrainStats {
+    /// Adds another part's counts (the shares are recomputed by [`PretrainStats::finish`]).
+    pub fn add(&mut self, p: &PretrainStats) {
+        self.rows += p.rows;
+        self.tokens += p.tokens;
+        self.positions += p.positions;
+        self.nsp_random += p.nsp_random;
+        self.nsp_follows += p.nsp_follows;
+        self.tokens_unused += p.tokens_unused;
+        self.maskable_tokens += p.maskable_tokens;
+        self.masked_tokens += p.masked_tokens;
+        self.replaced_mask += p.replaced_mask;
+        self.replaced_random += p.replaced_random;
+        self.kept += p.kept;
     }
-    Ok(stale)
+
+    pub fn finish(&mut self) {
+        self.packing_efficiency = self.tokens as f64 / self.positions.max(1) as f64;
+        self.nsp_random_share = self.nsp_random as f64 / (self.nsp_random + self.nsp_follows).max(1) as f64;
+        self.masked_fraction = self.masked_tokens as f64 / self.maskable_tokens.max(1) as f64;
+    }
+}
+
+/// What downstream steps and the manifest need to know about the tokenizer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenizerInfo {
+    pub vocab_sha256: String,
+    pub vocab_size: usize,
+    pub lowercase: bool,
+    pub special_ids: SpecialIds,
+    /// `wordpiece` (the fast path) or `tokenizers` (the HF crate).
+    pub encoder: String,
+}
+
+/// The ids of the special tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpecialIds {
+    pub pad: u32,
+    pub unk: u32,
+    pub cls: u32,
+    pub sep: u32,
+    pub mask: u32,
 }

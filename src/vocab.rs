@@ -27,13 +27,11 @@ use tokenizers::{
     Tokenizer,
 };
 
-use super::wordpiece::SPECIALS;
-use super::{Tokenize, WordPiece};
-use crate::config::Pipeline;
-use crate::pipeline::parallel::{self, Input, Outcome};
-use crate::pipeline::progress::Progress;
-use crate::pipeline::PipelineStep;
-use crate::source::Total;
+use crate::config::{Pipeline, PipelineStep};
+use crate::contract::progress::{Progress, Total};
+use crate::pipeline::parallel::{self, CorpusPart, Outcome};
+use crate::tokenize::wordpiece::SPECIALS;
+use crate::tokenize::{Tokenize, WordPiece};
 
 /// Options of `vocab train`.
 #[derive(Debug, Clone)]
@@ -94,13 +92,19 @@ pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<Voca
         // The sender moves into the reader so the counters' input ends when reading does.
         let reader = scope.spawn(move || {
             let set_total = |t: Total| progress.set_total(t);
-            parallel::process(Input::whole(&pipeline.source, pipeline.seed), steps, threads, &set_total, |outcome| {
-                progress.advance(outcome.input_bytes(), 1);
-                if let Outcome::Kept(doc) = outcome {
-                    tx.send(doc.text).map_err(|_| anyhow!("the word counters stopped"))?;
-                }
-                Ok(())
-            })
+            parallel::process(
+                CorpusPart::whole(&pipeline.source, pipeline.seed),
+                steps,
+                threads,
+                &set_total,
+                |outcome| {
+                    progress.advance(outcome.input_bytes(), 1);
+                    if let Outcome::Kept(doc) = outcome {
+                        tx.send(doc.text).map_err(|_| anyhow!("the word counters stopped"))?;
+                    }
+                    Ok(())
+                },
+            )
         });
         let counters: Vec<_> = (0..threads.max(1))
             .map(|_| {
@@ -185,14 +189,14 @@ pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<Voca
         lowercase: opts.lowercase,
         strip_accents: None,
         max_word_chars: 100,
-        encoder: Some(std::sync::Arc::new(super::Encoder::WordPiece(wp))),
+        encoder: Some(std::sync::Arc::new(crate::tokenize::Encoder::WordPiece(wp))),
         sentences: false,
     };
     measure.push(PipelineStep::Tokenize(tokenize));
     let progress = Progress::new(opts.quiet, "vocab: measuring coverage");
     let (mut tokens, mut unk_tokens) = (0u64, 0u64);
     let set_total = |t: Total| progress.set_total(t);
-    parallel::process(Input::whole(&pipeline.source, pipeline.seed), &measure, threads, &set_total, |outcome| {
+    parallel::process(CorpusPart::whole(&pipeline.source, pipeline.seed), &measure, threads, &set_total, |outcome| {
         progress.advance(outcome.input_bytes(), 1);
         if let Outcome::Kept(doc) = outcome {
             tokens += doc.tokens.len() as u64;

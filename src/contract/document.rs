@@ -1,4 +1,5 @@
-//! The record that flows from a source through the steps to a sink.
+//! The records that flow from a source through the steps to a sink: [`Document`], what a
+//! step rejects ([`Rejected`]), the noise figures a document carries, and a pretraining row.
 
 /// One document on its way through the pipeline.
 #[derive(Debug, Clone, Default)]
@@ -15,7 +16,7 @@ pub struct Document {
     /// Invalid UTF-8 was replaced with U+FFFD while decoding.
     pub utf8_replaced: bool,
     /// Set by `noise_score`.
-    pub noise: Option<crate::clean::noise::NoiseComponents>,
+    pub noise: Option<NoiseComponents>,
     /// Set by `dedup`: the fingerprint of the text when it reached that step.
     pub dedup_key: Option<DedupKey>,
     /// Bytes of input this record accounts for (progress reporting).
@@ -58,30 +59,46 @@ impl Rejected {
     }
 }
 
-/// What a source yields: a document, or a record it could not turn into one.
-#[derive(Debug)]
-pub enum SourceItem {
-    Doc(Document),
-    Reject(Rejected),
-    /// A file to be read into a document by the worker that processes it, so a folder of
-    /// many small files is opened and read on every core instead of on the reader thread.
-    File(crate::source::PendingFile),
+/// The measured components and the composite, as stored in the shards.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct NoiseComponents {
+    pub score: f32,
+    pub sent_len_std: f32,
+    pub punct_ratio: f32,
+    pub caps_ratio: f32,
+    pub repeat_ratio: f32,
+    pub mojibake_ratio: f32,
 }
 
-impl SourceItem {
-    pub fn id(&self) -> &str {
-        match self {
-            SourceItem::Doc(d) => &d.id,
-            SourceItem::Reject(r) => &r.id,
-            SourceItem::File(f) => &f.meta.id,
-        }
-    }
+impl NoiseComponents {
+    /// Shard column names, in the order [`NoiseComponents::values`] returns them.
+    pub const COLUMNS: [&'static str; 6] = [
+        "noise_score",
+        "noise_sent_len_std",
+        "noise_punct_ratio",
+        "noise_caps_ratio",
+        "noise_repeat_ratio",
+        "noise_mojibake_ratio",
+    ];
 
-    pub fn set_split(&mut self, split: String) {
-        match self {
-            SourceItem::Doc(d) => d.split = split,
-            SourceItem::Reject(r) => r.split = split,
-            SourceItem::File(f) => f.meta.split = split,
-        }
+    pub fn values(&self) -> [f32; 6] {
+        [self.score, self.sent_len_std, self.punct_ratio, self.caps_ratio, self.repeat_ratio, self.mojibake_ratio]
     }
+}
+
+/// One pretraining sequence as the builder makes it (ids as `u32`); the sink writes it as a
+/// row of a pretraining shard, read back by `shards` as its `PretrainRow`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PretrainSequence {
+    /// The document the row starts in.
+    pub doc_id: String,
+    /// Masked ids with static masking, plain ids otherwise.
+    pub input_ids: Vec<u32>,
+    pub token_type_ids: Vec<u8>,
+    /// HF convention: 0 = B follows A, 1 = B is random. `None` when packing.
+    pub next_sentence_label: Option<i8>,
+    /// Static masking: positions and original ids.
+    pub masked: Option<(Vec<u32>, Vec<u32>)>,
+    /// Packing: index in `input_ids` where each document (or its continuation) starts.
+    pub doc_boundaries: Option<Vec<u32>>,
 }
