@@ -23,8 +23,6 @@ use crate::pipeline::parallel::{self, CorpusPart, Outcome};
 use crate::pipeline::{prepare_steps, threads_or_default};
 use crate::storage::Remote;
 
-/// Where a task's own output goes, under the pipeline's output folder.
-
 /// This process's place in a task array.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskSpec {
