@@ -104,7 +104,8 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     // task's boundary); later tasks draw their choices from their own stream, so task k's row
     // n is not masked as task 0's row n is. Task 0 draws what a single run draws.
     let seed = opts.task.map_or(pipeline.seed, |t| tasks::task_seed(pipeline.seed, t.index));
-    let written = write_rows(input, &steps, threads, &progress, &output, sink, journal, &kept, &plan, seed)?;
+    let setup = SplitSetup { out: &output.out, sink, kept: &kept, plan: &plan, seed };
+    let written = write_rows(input, &steps, threads, &progress, &setup, output.remote.as_ref(), journal)?;
     progress.finish();
 
     let manifest = Manifest {
@@ -181,8 +182,8 @@ struct RowPlan {
     layout: RowLayout,
     sequencer: Option<ClassifySequences>,
     pretrainer: Option<PretrainSequences>,
+    /// The tokenizer's special ids; `None` when the pipeline does not tokenize.
     specials: Option<SpecialIds>,
-    tokenized: bool,
 }
 
 impl RowPlan {
@@ -199,8 +200,11 @@ impl RowPlan {
             pretrainer: steps.iter().find_map(PipelineStep::as_pretrain).cloned(),
             sequencer,
             specials: tokenizer.map(|t| t.special_ids),
-            tokenized: tokenizer.is_some(),
         }
+    }
+
+    fn tokenized(&self) -> bool {
+        self.specials.is_some()
     }
 
     /// The manifest's `task`: what the shards hold.
@@ -209,7 +213,7 @@ impl RowPlan {
             "classify"
         } else if self.pretrainer.is_some() {
             "pretrain"
-        } else if self.tokenized {
+        } else if self.tokenized() {
             "tokenize"
         } else {
             "clean"
@@ -231,24 +235,20 @@ struct Written {
 
 /// The streaming phase: every document of `input` through the steps, in input order, into
 /// its split's shards or the rejects; each completed shard journaled (and uploaded).
-#[allow(clippy::too_many_arguments)]
 fn write_rows(
     input: CorpusPart,
     steps: &[PipelineStep],
     threads: usize,
     progress: &Progress,
-    output: &Output,
-    sink: &ParquetSink,
+    setup: &SplitSetup,
+    remote: Option<&RemoteOut>,
     mut journal: Journal,
-    kept: &BTreeMap<String, Vec<ShardInfo>>,
-    plan: &RowPlan,
-    seed: u64,
 ) -> Result<Written> {
     let crash_after: Option<usize> = std::env::var(CRASH_ENV).ok().and_then(|v| v.parse().ok());
     let mut shards_done = 0usize;
     let mut on_shard = |folder: &str, info: &ShardInfo| -> Result<()> {
         journal.record(folder, info)?;
-        if let Some(r) = &output.remote {
+        if let Some(r) = remote {
             r.shard_done(info)?;
         }
         shards_done += 1;
@@ -257,21 +257,26 @@ fn write_rows(
         }
         Ok(())
     };
-    let setup = SplitSetup { out: &output.out, sink, kept, plan, seed };
+    let (sink, plan) = (setup.sink, setup.plan);
     let mut splits: BTreeMap<String, SplitOutput> = BTreeMap::new();
     let mut rejects = RejectRows::default();
-    let mut reject_writer =
-        ShardWriter::new(&output.out, REJECTS, rejects.schema(), sink, kept.get(REJECTS).cloned().unwrap_or_default());
+    let mut reject_writer = ShardWriter::new(
+        setup.out,
+        REJECTS,
+        rejects.schema(),
+        sink,
+        setup.kept.get(REJECTS).cloned().unwrap_or_default(),
+    );
     let set_total = |t: Total| progress.set_total(t);
     let text_bytes = parallel::process(input, steps, threads, &set_total, |outcome| {
         progress.advance(outcome.input_bytes(), 1);
         match outcome {
             Outcome::Kept(doc) => {
-                let split = splits.entry(doc.split.clone()).or_insert_with(|| SplitOutput::new(&doc.split, &setup));
+                let split = splits.entry(doc.split.clone()).or_insert_with(|| SplitOutput::new(&doc.split, setup));
                 split.add(&doc, plan, &mut on_shard)?;
             }
             Outcome::Rejected(r) => {
-                let split = splits.entry(r.split.clone()).or_insert_with(|| SplitOutput::new(&r.split, &setup));
+                let split = splits.entry(r.split.clone()).or_insert_with(|| SplitOutput::new(&r.split, setup));
                 split.stats.docs_in += 1;
                 *split.stats.rejected.entry(r.reason_key().to_string()).or_default() += 1;
                 rejects.push(&r);
@@ -345,7 +350,7 @@ impl SplitOutput {
         self.stats.docs_out += 1;
         self.stats.utf8_replaced += doc.utf8_replaced as u64;
         let rows = self.push(doc, on_shard)?;
-        if plan.tokenized {
+        if plan.tokenized() {
             let t = self.stats.tokenization.get_or_insert_with(Default::default);
             t.document_tokens += doc.tokens.len() as u64;
             t.unk_tokens += doc.unk_tokens as u64;
