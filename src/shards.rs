@@ -101,20 +101,14 @@ impl ShardSet {
         })
     }
 
-    /// The one vocabulary check of the chain (train from a checkpoint, eval of an ONNX model):
-    /// refuses shards tokenized with another vocabulary than `vocab_sha256`, the vocabulary of
-    /// `whose` ("the checkpoint's 'x/vocab.txt'", "the model 'm.onnx'").
+    /// Refuses shards tokenized with another vocabulary than `vocab_sha256`, the vocabulary of
+    /// `whose` ("the checkpoint's 'x/vocab.txt'", "the model 'm.onnx'"): train from a
+    /// checkpoint and eval call it; [`TokenizerInfo::expect_vocab`] words the error.
     pub fn expect_vocab(&self, vocab_sha256: &str, whose: &str) -> Result<&TokenizerInfo> {
         let tok = self.tokenizer()?;
-        if tok.vocab_sha256 != vocab_sha256 {
-            let file = self.manifest.vocab_file().map_or("their vocabulary".into(), |p| format!("'{}'", p.display()));
-            bail!(
-                "vocab mismatch: the shards in '{}' were tokenized with {file} (vocab sha256 {}), but {whose} has vocab sha256 {}; run the pipeline with the same vocabulary, or use a model trained on these shards",
-                self.root.display(),
-                tok.vocab_sha256,
-                if vocab_sha256.is_empty() { "(none recorded)" } else { vocab_sha256 }
-            );
-        }
+        let file = self.manifest.vocab_file().map_or("their vocabulary".into(), |p| format!("'{}'", p.display()));
+        let ours = format!("the shards in '{}' were tokenized with {file}", self.root.display());
+        tok.expect_vocab(&ours, vocab_sha256, whose)?;
         Ok(tok)
     }
 

@@ -353,6 +353,21 @@ fn eval_refuses_a_model_with_another_vocabulary() {
 }
 
 #[test]
+fn predict_refuses_a_pipeline_with_another_vocabulary() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.onnx");
+    assert_ok(&export_cli(&tiny_cls(), &model, &[]));
+    let o = run(&["predict", "--model", model.to_str().unwrap(), "--pipeline", "pipelines/imdb.yaml", "A fine film."]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    let vocab = hex::encode(Sha256::digest(std::fs::read(tiny_cls().join("vocab.txt")).unwrap()));
+    let pipeline_vocab =
+        hex::encode(Sha256::digest(std::fs::read(root().join("data/vocab/bert-base-uncased.txt")).unwrap()));
+    assert!(err.contains("vocab mismatch") && err.contains(&vocab) && err.contains(&pipeline_vocab), "{err}");
+    assert!(err.contains("pipeline `"), "names the pipeline: {err}");
+}
+
+#[test]
 fn predict_gives_what_eval_gives_for_the_same_text_and_reports_rejects() {
     let t = trained();
     let dir = tempfile::tempdir().unwrap();

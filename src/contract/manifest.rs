@@ -23,7 +23,7 @@ pub const DEFAULT_MAX_LEN: usize = 512;
 pub struct Manifest {
     pub format: String,
     pub created_by: String,
-    /// `clean`, `classify` or `pretrain`.
+    /// What the shards hold: `clean`, `tokenize`, `classify` or `pretrain`.
     pub task: String,
     pub name: String,
     /// The resolved pipeline (overrides applied, absolute paths).
@@ -211,11 +211,12 @@ impl ShardInfo {
     }
 }
 
+/// The file name of a split's `index`-th shard.
 pub fn shard_name(index: usize) -> String {
     format!("part-{index:05}.parquet")
 }
 
-/// Figures for the manifest.
+/// A pretraining split's figures: rows and packing, NSP balance, the 80/10/10 masking split.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct PretrainStats {
     pub rows: u64,
@@ -259,6 +260,22 @@ impl PretrainStats {
         self.packing_efficiency = self.tokens as f64 / self.positions.max(1) as f64;
         self.nsp_random_share = self.nsp_random as f64 / (self.nsp_random + self.nsp_follows).max(1) as f64;
         self.masked_fraction = self.masked_tokens as f64 / self.maskable_tokens.max(1) as f64;
+    }
+}
+
+impl TokenizerInfo {
+    /// The one vocabulary check of the chain: refuses `vocab_sha256`, the vocabulary of
+    /// `theirs` ("the model 'm.onnx'"), when it is not this tokenizer's, which `ours` names
+    /// ("the shards in 'out' were tokenized with 'vocab.txt'", "pipeline `imdb` tokenizes with …").
+    pub fn expect_vocab(&self, ours: &str, vocab_sha256: &str, theirs: &str) -> Result<()> {
+        if self.vocab_sha256 != vocab_sha256 {
+            bail!(
+                "vocab mismatch: {ours} (vocab sha256 {}), but {theirs} has vocab sha256 {}; tokenize with the vocabulary the model was trained with, or use a model trained on this vocabulary",
+                self.vocab_sha256,
+                if vocab_sha256.is_empty() { "(none recorded)" } else { vocab_sha256 }
+            );
+        }
+        Ok(())
     }
 }
 

@@ -16,6 +16,7 @@ use crate::rng::Rng;
 
 /// The settings of one forward pass: training or inference, the dropout randomness and the
 /// precision of the matrix products.
+///
 /// Dropout masks come from our own generator keyed by `(seed, step, site)`, so a run (and a
 /// resumed run) is repeatable on any device.
 pub struct ForwardPass {

@@ -89,15 +89,8 @@ pub fn prepare(pipeline: &Pipeline, model: &Model) -> Result<(Vec<PipelineStep>,
         bail!("pipeline `{}` has no classify_sequences step; predict needs a classification pipeline", pipeline.name);
     }
     let info = crate::pipeline::prepare_steps(&mut steps)?.context("the pipeline has no tokenize step")?;
-    let want = model.metadata.get("vocab_sha256").cloned().unwrap_or_default();
-    if info.vocab_sha256 != want {
-        bail!(
-            "vocab mismatch: pipeline `{}` tokenizes with vocab sha256 {}, the model was exported with {}",
-            pipeline.name,
-            info.vocab_sha256,
-            if want.is_empty() { "(none recorded)" } else { &want }
-        );
-    }
+    let theirs = model.metadata.get("vocab_sha256").map_or("", String::as_str);
+    info.expect_vocab(&format!("pipeline `{}` tokenizes", pipeline.name), theirs, "the model")?;
     Ok((steps, info.special_ids.pad))
 }
 

@@ -136,9 +136,9 @@ fn checkpoint_files(cfg: &TrainConfig, shards: &ShardSet) -> Result<Vec<(String,
         let bytes = std::fs::read(v).with_context(|| format!("could not read '{}'", v.display()))?;
         shards.expect_vocab(&sha256_hex(&bytes), &format!("the checkpoint's '{}'", v.display()))?;
         files.push(("vocab.txt".to_string(), bytes));
-    } else if let Some(v) = &m.vocab_file() {
+    } else if let Some(v) = m.vocab_file() {
         let bytes =
-            std::fs::read(v).with_context(|| format!("could not read the shards' vocabulary '{}'", v.display()))?;
+            std::fs::read(&v).with_context(|| format!("could not read the shards' vocabulary '{}'", v.display()))?;
         if sha256_hex(&bytes) != tok.vocab_sha256 {
             bail!(
                 "'{}' changed since the shards were written (sha256 differs from the manifest's {})",
