@@ -120,7 +120,8 @@ impl ShardSet {
         self.manifest.splits.keys().map(String::as_str)
     }
 
-    fn split(&self, split: &str) -> Result<&crate::contract::manifest::SplitStats> {
+    /// A split's figures and shards, as the manifest records them.
+    pub fn split_stats(&self, split: &str) -> Result<&crate::contract::manifest::SplitStats> {
         self.manifest.splits.get(split).with_context(|| {
             format!(
                 "no split `{split}` in '{}'; it has: {}",
@@ -132,7 +133,7 @@ impl ShardSet {
 
     /// Shards in a split, and rows in each (from the manifest).
     pub fn shard_rows(&self, split: &str) -> Result<Vec<u64>> {
-        Ok(self.split(split)?.shards.iter().map(|s| s.rows).collect())
+        Ok(self.split_stats(split)?.shards.iter().map(|s| s.rows).collect())
     }
 
     /// Record batches of one shard (`shard`: its index in the split), with only `columns` when
@@ -143,8 +144,11 @@ impl ShardSet {
         shard: usize,
         columns: Option<&[&str]>,
     ) -> Result<impl Iterator<Item = Result<RecordBatch>>> {
-        let info =
-            self.split(split)?.shards.get(shard).with_context(|| format!("split `{split}` has no shard {shard}"))?;
+        let info = self
+            .split_stats(split)?
+            .shards
+            .get(shard)
+            .with_context(|| format!("split `{split}` has no shard {shard}"))?;
         let path = self.root.join(&info.file);
         let f = File::open(&path).with_context(|| format!("could not open '{}'", path.display()))?;
         let mut builder = ParquetRecordBatchReaderBuilder::try_new(f)
@@ -159,7 +163,7 @@ impl ShardSet {
 
     /// Record batches of one split, shard by shard, in order.
     pub fn batches(&self, split: &str) -> Result<impl Iterator<Item = Result<RecordBatch>> + '_> {
-        let n = self.split(split)?.shards.len();
+        let n = self.split_stats(split)?.shards.len();
         let split = split.to_string();
         Ok((0..n).flat_map(move |i| {
             let batches: Box<dyn Iterator<Item = Result<RecordBatch>>> = match self.shard_batches(&split, i, None) {
@@ -199,7 +203,7 @@ impl ShardSet {
     /// The `label` column of a split (null: unlabelled), read without the other columns.
     pub fn labels(&self, split: &str) -> Result<Vec<Option<i64>>> {
         let mut out = Vec::new();
-        for i in 0..self.split(split)?.shards.len() {
+        for i in 0..self.split_stats(split)?.shards.len() {
             for b in self.shard_batches(split, i, Some(&["label"]))? {
                 let b = b?;
                 let col = b.column_by_name("label").context("shard has no `label` column")?;

@@ -99,9 +99,10 @@ pub struct TrainConfig {
     /// Default: true for everything but losses and perplexity.
     #[serde(default)]
     pub greater_is_better: Option<bool>,
-    /// Rows held for shuffling; memory stays bounded whatever the corpus size.
-    #[serde(default = "default_shuffle")]
-    pub shuffle_buffer: usize,
+    /// No longer used: every epoch is a permutation of the whole split (README, "Training
+    /// order"). Accepted so older files load; a value set gets a note.
+    #[serde(default)]
+    pub shuffle_buffer: Option<usize>,
     /// Batch rows of similar length (less padding); shuffled batch order.
     #[serde(default = "yes")]
     pub group_by_length: bool,
@@ -231,9 +232,6 @@ fn default_logging() -> u64 {
 fn default_keep() -> usize {
     2
 }
-fn default_shuffle() -> usize {
-    10_000
-}
 fn yes() -> bool {
     true
 }
@@ -302,7 +300,6 @@ impl TrainConfig {
             ("per_device_train_batch_size", self.per_device_train_batch_size),
             ("per_device_eval_batch_size", self.per_device_eval_batch_size),
             ("gradient_accumulation_steps", self.gradient_accumulation_steps),
-            ("shuffle_buffer", self.shuffle_buffer),
         ] {
             if v == 0 {
                 y.error(key, "must be at least 1".into());

@@ -1,15 +1,18 @@
-//! From shards to batches: rows streamed shard by shard, shuffled per epoch through a bounded
-//! buffer (memory does not grow with the corpus), grouped by length, padded to the batch's
-//! longest row, and built on a background thread so the model never waits on I/O.
+//! From shards to batches. Training draws each epoch as a permutation of the whole split (see
+//! [`super::order`]: a row store with random access and a keyed permutation, so the order
+//! does not depend on how the corpus was stored or sharded), groups rows of similar length
+//! within windows of batches, pads each batch to its longest row, and builds batches on a
+//! background thread so the model never waits on I/O. Evaluation reads the shards in order.
 //!
-//! An epoch's batch order is a pure function of `(seed, epoch)`, so a resumed run skips the
-//! batches it already took and continues exactly where the interrupted one stopped.
+//! An epoch's batch order is a pure function of `(seed, epoch)`, so a resumed run starts at
+//! the batch it stopped at, without reading the ones before.
 
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use crossbeam_channel::{bounded, Receiver};
 
+use super::order::{Permutation, RowStore};
 use crate::rng::Rng;
 use crate::sequence::mask::MaskSpec;
 use crate::shards::ShardSet;
@@ -23,6 +26,8 @@ pub struct Example {
     pub token_type_ids: Vec<u32>,
     /// Classification: class index.
     pub label: Option<usize>,
+    /// Classification: the row's `id` (empty for pretraining rows, which have none).
+    pub id: String,
     /// Classification: the document of a windowed row (else the row's id).
     pub doc_id: String,
     /// Pretraining: NSP label, static masks, packing boundaries.
@@ -43,6 +48,9 @@ pub struct Batch {
     /// Real (unpadded) tokens.
     pub tokens: usize,
     pub labels: Vec<u32>,
+    /// Each row's position in its split, and its id (classification).
+    pub indices: Vec<u64>,
+    pub ids: Vec<String>,
     pub doc_ids: Vec<String>,
     /// MLM: flat positions `row · seq + i` and their target ids.
     pub mlm_positions: Vec<u32>,
@@ -60,6 +68,15 @@ pub enum RowKind {
     Pretrain { mask: Option<Arc<MaskSpec>> },
 }
 
+/// The order rows are drawn in.
+#[derive(Clone)]
+pub enum Order {
+    /// Shard by shard, row by row: evaluation.
+    InFileOrder,
+    /// Training: each epoch a keyed permutation of the whole split, read from its row store.
+    Permuted(Arc<RowStore>),
+}
+
 /// Everything that decides an epoch's batches.
 #[derive(Clone)]
 pub struct LoaderSpec {
@@ -67,8 +84,7 @@ pub struct LoaderSpec {
     pub split: String,
     pub kind: RowKind,
     pub batch_size: usize,
-    pub shuffle: bool,
-    pub shuffle_buffer: usize,
+    pub order: Order,
     pub group_by_length: bool,
     /// Pad to this length instead of the longest row.
     pub pad_to: Option<usize>,
@@ -77,23 +93,24 @@ pub struct LoaderSpec {
 }
 
 /// Row-grouping window for length grouping, in batches (HF's "megabatch" idea).
-const GROUP_BATCHES: usize = 50;
+pub const GROUP_BATCHES: usize = 50;
+
+type Batches<'a> = Box<dyn Iterator<Item = Result<Batch>> + Send + 'a>;
 
 impl LoaderSpec {
-    /// Examples of the split, shard by shard in `shard_order`; every row keeps its index in
-    /// the split (which keys dynamic masking).
-    fn rows(&self, shard_order: &[usize], epoch: u64) -> Result<Box<dyn Iterator<Item = Result<Example>> + Send + '_>> {
+    /// Examples of the split, shard by shard, in file order; every row keeps its index in the
+    /// split (which keys dynamic masking).
+    fn rows_in_file_order(&self, epoch: u64) -> Result<Box<dyn Iterator<Item = Result<Example>> + Send + '_>> {
         let sizes = self.shards.shard_rows(&self.split)?;
         let offsets: Vec<u64> = sizes.iter().scan(0, |at, &n| Some(std::mem::replace(at, *at + n))).collect();
-        let order = shard_order.to_vec();
-        Ok(Box::new(order.into_iter().flat_map(move |i| match self.shard_examples(i, offsets[i], epoch) {
-            Ok(rows) => rows.into_iter().map(Ok).collect::<Vec<_>>(),
+        Ok(Box::new((0..sizes.len()).flat_map(move |i| match self.shard_examples(i, offsets[i]) {
+            Ok(rows) => rows.into_iter().map(|e| self.masked(e, epoch)).collect::<Vec<_>>(),
             Err(e) => vec![Err(e)],
         })))
     }
 
-    /// One shard's rows as examples.
-    fn shard_examples(&self, shard: usize, offset: u64, epoch: u64) -> Result<Vec<Example>> {
+    /// One shard's rows as examples, before dynamic masking.
+    pub fn shard_examples(&self, shard: usize, offset: u64) -> Result<Vec<Example>> {
         let widen = |xs: &[i32]| xs.iter().map(|&x| x as u32).collect::<Vec<u32>>();
         let types = |xs: &[i8]| xs.iter().map(|&x| x as u32).collect::<Vec<u32>>();
         let mut out = Vec::new();
@@ -113,16 +130,16 @@ impl LoaderSpec {
                         input_ids: widen(&row.input_ids),
                         token_type_ids: types(&row.token_type_ids),
                         label: Some(label as usize),
-                        doc_id: row.doc_id.unwrap_or(row.id),
+                        doc_id: row.doc_id.unwrap_or_else(|| row.id.clone()),
+                        id: row.id,
                         ..Default::default()
                     });
                 }
             }
             RowKind::Pretrain { mask } => {
                 for (i, row) in self.shards.pretrain_shard(&self.split, shard)?.into_iter().enumerate() {
-                    let index = offset + i as u64;
                     let mut e = Example {
-                        index,
+                        index: offset + i as u64,
                         input_ids: widen(&row.input_ids),
                         token_type_ids: types(&row.token_type_ids),
                         nsp_label: row.next_sentence_label.map(|l| l as u32),
@@ -130,10 +147,7 @@ impl LoaderSpec {
                         ..Default::default()
                     };
                     match (mask, &row.masked_lm_positions, &row.masked_lm_ids) {
-                        (Some(spec), _, _) => {
-                            let m = spec.mask(&e.input_ids, self.seed, epoch, index);
-                            (e.input_ids, e.masked_positions, e.masked_ids) = (m.input_ids, m.positions, m.labels);
-                        }
+                        (Some(_), _, _) => {}
                         (None, Some(p), Some(ids)) => (e.masked_positions, e.masked_ids) = (widen(p), widen(ids)),
                         _ => bail!(
                             "'{}' has no masked_lm_positions/masked_lm_ids and its pipeline's masking is not dynamic",
@@ -147,47 +161,120 @@ impl LoaderSpec {
         Ok(out)
     }
 
+    /// Dynamic masking, keyed by `(seed, epoch, row)`; other examples pass unchanged.
+    fn masked(&self, mut e: Example, epoch: u64) -> Result<Example> {
+        if let RowKind::Pretrain { mask: Some(spec) } = &self.kind {
+            let m = spec.mask(&e.input_ids, self.seed, epoch, e.index);
+            (e.input_ids, e.masked_positions, e.masked_ids) = (m.input_ids, m.positions, m.labels);
+        }
+        Ok(e)
+    }
+
     fn shard_file(&self, shard: usize) -> std::path::PathBuf {
         let file = &self.shards.manifest.splits[&self.split].shards[shard].file;
         self.shards.root().join(file)
     }
 
-    /// The batches of `epoch`, in training order.
-    pub fn epoch(&self, epoch: u64) -> Result<impl Iterator<Item = Result<Batch>> + Send + '_> {
-        let mut order: Vec<usize> = (0..self.shards.shard_rows(&self.split)?.len()).collect();
-        let mut rng = Rng::for_key(self.seed, &[0x5348_5546, epoch]);
-        if self.shuffle {
-            shuffle(&mut order, &mut rng);
+    /// What the row store of this split is keyed by, beside the shards' digests.
+    pub fn store_kind(&self) -> String {
+        match &self.kind {
+            RowKind::Classify { num_labels } => format!("classify:{num_labels}"),
+            RowKind::Pretrain { mask: Some(_) } => "pretrain:dynamic".into(),
+            RowKind::Pretrain { mask: None } => "pretrain:static".into(),
         }
-        let rows = self.rows(&order, epoch)?;
-        let rows: Box<dyn Iterator<Item = Result<Example>> + Send> = if self.shuffle {
-            Box::new(ShuffleBuffer {
-                inner: rows,
-                buffer: Vec::new(),
-                cap: self.shuffle_buffer,
-                rng: Rng::for_key(self.seed, &[0x4255_4646, epoch]),
-            })
+    }
+
+    /// This split's row store (see [`super::order`]): found in bertpipe's cache when these
+    /// shards were trained on before, else written there now, in one pass over the split.
+    pub fn row_store(&self, quiet: bool) -> Result<RowStore> {
+        let infos = &self.shards.split_stats(&self.split)?.shards;
+        let digests: Vec<&str> = infos.iter().map(|s| s.sha256.as_str()).collect();
+        let key = super::order::store_key(&self.split, &digests, &self.store_kind());
+        let base = crate::contract::cache_dir().join("rows");
+        let total: u64 = infos.iter().map(|s| s.rows).sum();
+        RowStore::open_or_build(&base, &key, (self.shards.root(), &self.split), |put| {
+            let bar = crate::contract::progress::bar(
+                quiet,
+                Some(total),
+                4,
+                "rows [{elapsed_precise}] {wide_bar:.cyan/blue} {human_pos}/{human_len} rows copied for shuffled reads",
+            );
+            let mut offset = 0;
+            for (i, info) in infos.iter().enumerate() {
+                for e in self.shard_examples(i, offset)? {
+                    put(&e)?;
+                }
+                offset += info.rows;
+                bar.inc(info.rows);
+            }
+            bar.finish_and_clear();
+            Ok(())
+        })
+    }
+
+    /// Rows per window: the rows sorted by length together (with `group_by_length`), else one
+    /// batch. Only a window's rows are held in memory.
+    pub fn window_rows(&self) -> usize {
+        if self.group_by_length {
+            self.batch_size * GROUP_BATCHES
         } else {
-            rows
-        };
-        let window = if self.group_by_length { self.batch_size * GROUP_BATCHES } else { self.batch_size };
-        let spec = self.clone();
-        let mut group_rng = Rng::for_key(self.seed, &[0x4752_4f55, epoch]);
-        Ok(Chunks { inner: rows, size: window }.flat_map(move |chunk| {
-            let mut chunk = match chunk {
-                Ok(c) => c,
-                Err(e) => return vec![Err(e)],
-            };
-            if spec.group_by_length {
-                chunk.sort_by_key(|e| std::cmp::Reverse(e.input_ids.len()));
+            self.batch_size
+        }
+    }
+
+    /// The batches of `epoch`, in training order.
+    pub fn epoch(&self, epoch: u64) -> Result<Batches<'_>> {
+        self.epoch_from(epoch, 0)
+    }
+
+    /// The batches of `epoch` from batch `skip` on — the same batches `epoch(epoch)` yields
+    /// after its first `skip`, without reading the rows of the windows before.
+    pub fn epoch_from(&self, epoch: u64, skip: u64) -> Result<Batches<'_>> {
+        match &self.order {
+            Order::InFileOrder => {
+                let rows = self.rows_in_file_order(epoch)?;
+                let spec = self.clone();
+                let batches = Chunks { inner: rows, size: self.window_rows() }.flat_map(move |chunk| match chunk {
+                    Ok(chunk) => spec.window_batches(chunk, None),
+                    Err(e) => vec![Err(e)],
+                });
+                Ok(Box::new(batches.skip(skip as usize)))
             }
-            let mut batches: Vec<Result<Batch>> =
-                chunk.chunks(spec.batch_size).map(|rows| Ok(spec.collate(rows))).collect();
-            if spec.group_by_length && spec.shuffle {
-                shuffle(&mut batches, &mut group_rng);
+            Order::Permuted(store) => {
+                let perm = Permutation::new(store.rows(), self.seed, epoch);
+                let window = self.window_rows() as u64;
+                let per_window = window.div_ceil(self.batch_size as u64);
+                let (first, mut drop) = (skip / per_window, (skip % per_window) as usize);
+                let windows = store.rows().div_ceil(window);
+                let (spec, store) = (self.clone(), store.clone());
+                Ok(Box::new((first..windows).flat_map(move |w| {
+                    let span = w * window..((w + 1) * window).min(perm.len());
+                    let chunk: Result<Vec<Example>> =
+                        span.map(|t| store.get(perm.at(t)).and_then(|e| spec.masked(e, epoch))).collect();
+                    let mut rng = Rng::for_key(spec.seed, &[0x4752_4f55, epoch, w]);
+                    let batches = match chunk {
+                        Ok(chunk) => spec.window_batches(chunk, Some(&mut rng)),
+                        Err(e) => vec![Err(e)],
+                    };
+                    let skipped = std::mem::take(&mut drop).min(batches.len());
+                    batches.into_iter().skip(skipped)
+                })))
             }
-            batches
-        }))
+        }
+    }
+
+    /// One window's batches: sorted longest first when grouping by length, cut into batches,
+    /// and (training) the batches of the window shuffled.
+    fn window_batches(&self, mut chunk: Vec<Example>, rng: Option<&mut Rng>) -> Vec<Result<Batch>> {
+        if self.group_by_length {
+            chunk.sort_by_key(|e| std::cmp::Reverse(e.input_ids.len()));
+        }
+        let mut batches: Vec<Result<Batch>> =
+            chunk.chunks(self.batch_size).map(|rows| Ok(self.collate(rows))).collect();
+        if let (true, Some(rng)) = (self.group_by_length, rng) {
+            shuffle(&mut batches, rng);
+        }
+        batches
     }
 
     /// Pads a set of examples into one batch.
@@ -208,6 +295,8 @@ impl LoaderSpec {
             if let Some(l) = e.label {
                 b.labels.push(l as u32);
             }
+            b.indices.push(e.index);
+            b.ids.push(e.id.clone());
             b.doc_ids.push(e.doc_id.clone());
             for (&p, &id) in e.masked_positions.iter().zip(&e.masked_ids) {
                 b.mlm_positions.push((at + p as usize) as u32);
@@ -223,8 +312,7 @@ impl LoaderSpec {
 
     /// Number of batches an epoch of `rows` usable rows yields.
     pub fn batches_per_epoch(&self, rows: u64) -> u64 {
-        let window =
-            if self.group_by_length { (self.batch_size * GROUP_BATCHES) as u64 } else { self.batch_size as u64 };
+        let window = self.window_rows() as u64;
         let per_window = window.div_ceil(self.batch_size as u64);
         (rows / window) * per_window + (rows % window).div_ceil(self.batch_size as u64)
     }
@@ -237,14 +325,14 @@ impl LoaderSpec {
         std::thread::Builder::new()
             .name("bertpipe-loader".into())
             .spawn(move || {
-                let batches = match spec.epoch(epoch) {
+                let batches = match spec.epoch_from(epoch, skip) {
                     Ok(b) => b,
                     Err(e) => {
                         let _ = tx.send(Err(e));
                         return;
                     }
                 };
-                for b in batches.skip(skip as usize) {
+                for b in batches {
                     if tx.send(b).is_err() {
                         return;
                     }
@@ -259,32 +347,6 @@ fn shuffle<T>(xs: &mut [T], rng: &mut Rng) {
     for i in (1..xs.len()).rev() {
         let j = rng.below(i + 1);
         xs.swap(i, j);
-    }
-}
-
-/// A bounded shuffle buffer: fill to `cap`, then emit a random element for each one read.
-struct ShuffleBuffer<I> {
-    inner: I,
-    buffer: Vec<Example>,
-    cap: usize,
-    rng: Rng,
-}
-
-impl<I: Iterator<Item = Result<Example>>> Iterator for ShuffleBuffer<I> {
-    type Item = Result<Example>;
-    fn next(&mut self) -> Option<Result<Example>> {
-        while self.buffer.len() < self.cap {
-            match self.inner.next() {
-                Some(Ok(e)) => self.buffer.push(e),
-                Some(Err(e)) => return Some(Err(e)),
-                None => break,
-            }
-        }
-        if self.buffer.is_empty() {
-            return None;
-        }
-        let j = self.rng.below(self.buffer.len());
-        Some(Ok(self.buffer.swap_remove(j)))
     }
 }
 
@@ -308,26 +370,5 @@ impl<I: Iterator<Item = Result<Example>>> Iterator for Chunks<I> {
             }
         }
         (!chunk.is_empty()).then_some(Ok(chunk))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shuffle_buffer_is_a_bounded_permutation() {
-        let items: Vec<Result<Example>> = (0..1000).map(|i| Ok(Example { index: i, ..Default::default() })).collect();
-        let out: Vec<u64> = ShuffleBuffer { inner: items.into_iter(), buffer: Vec::new(), cap: 64, rng: Rng(3) }
-            .map(|e| e.unwrap().index)
-            .collect();
-        let mut sorted = out.clone();
-        sorted.sort();
-        assert_eq!(sorted, (0..1000).collect::<Vec<_>>());
-        assert_ne!(out, (0..1000).collect::<Vec<_>>());
-        // Bounded: an item can come out at most `cap - 1` places before it went in.
-        for (pos, &i) in out.iter().enumerate() {
-            assert!(i as usize <= pos + 63, "item {i} at {pos}");
-        }
     }
 }

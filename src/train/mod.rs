@@ -4,7 +4,7 @@
 //! forward, backward, clip, step, log, evaluate, checkpoint) and what it calls each step:
 //! the loss, evaluation on the eval split, the metrics log, checkpoints and the loss curves.
 //! Preparing a run is [`setup`]'s; the rest lives in its own module: [`config`] (the YAML),
-//! [`data`] (shards → batches), [`optim`] (AdamW and schedules), [`checkpoint`] (HF folders
+//! [`data`] (shards → batches), [`order`] (the epoch's permutation of the whole split), [`optim`] (AdamW and schedules), [`checkpoint`] (HF folders
 //! and resume state), [`device`], and [`crate::metrics`] (shared with `eval`).
 
 pub mod checkpoint;
@@ -12,6 +12,7 @@ pub mod config;
 pub mod data;
 pub mod device;
 pub mod optim;
+pub mod order;
 mod setup;
 
 use std::io::Write;
@@ -633,8 +634,7 @@ pub fn evaluate_checkpoint(
         split: split.to_string(),
         kind: data::RowKind::Classify { num_labels: model.config.num_labels() },
         batch_size,
-        shuffle: false,
-        shuffle_buffer: 1,
+        order: data::Order::InFileOrder,
         group_by_length: true,
         pad_to: None,
         pad_id,

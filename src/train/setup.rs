@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 
 use super::checkpoint::{self, TrainerState};
 use super::config::{Objective, TrainConfig};
-use super::data::{LoaderSpec, RowKind};
+use super::data::{LoaderSpec, Order, RowKind};
 use super::{device, optim, TrainOptions, Trainer};
 use crate::config::Pipeline;
 use crate::config::PipelineStep;
@@ -60,7 +60,10 @@ impl Trainer {
         let shards = open_shards(cfg)?;
         let extra_files = checkpoint_files(cfg, &shards)?;
         let mut notes = Vec::new();
-        let data = Loaders::new(cfg, &shards)?;
+        if cfg.shuffle_buffer.is_some() {
+            notes.push("shuffle_buffer no longer applies: every epoch is a permutation of the whole split".into());
+        }
+        let data = Loaders::new(cfg, &shards, opts.quiet)?;
         if cfg.dtype == super::config::ComputeDtype::Bf16 && dev.is_cpu() {
             notes.push(
                 "dtype bf16 on the CPU: the matrix products are rounded as on CUDA, but run slower than f32 (candle widens bf16 to f32 to multiply); bf16 is meant for CUDA".into(),
@@ -171,7 +174,7 @@ struct Loaders {
 }
 
 impl Loaders {
-    fn new(cfg: &TrainConfig, shards: &Arc<ShardSet>) -> Result<Loaders> {
+    fn new(cfg: &TrainConfig, shards: &Arc<ShardSet>, quiet: bool) -> Result<Loaders> {
         let m = &shards.manifest;
         let steps = pipeline_of(m).map(|p| p.steps).unwrap_or_default();
         let pretrain_step = steps.iter().find_map(PipelineStep::as_pretrain);
@@ -203,18 +206,27 @@ impl Loaders {
                 RowKind::Pretrain { mask }
             }
         };
-        let train = LoaderSpec {
+        let mut train = LoaderSpec {
             shards: shards.clone(),
             split: cfg.train_split.clone(),
             kind,
             batch_size: cfg.per_device_train_batch_size,
-            shuffle: true,
-            shuffle_buffer: cfg.shuffle_buffer,
+            order: Order::InFileOrder,
             group_by_length: cfg.group_by_length,
             pad_to: cfg.pad_to_max_length.then(|| m.longest_row()),
             pad_id: shards.tokenizer()?.special_ids.pad,
             seed: cfg.seed,
         };
+        let store = train.row_store(quiet)?;
+        if store.rows() != usable_rows {
+            bail!(
+                "the row store '{}' holds {} rows, but split `{}` has {usable_rows} usable rows; delete it and it is rebuilt",
+                store.dir().display(),
+                store.rows(),
+                cfg.train_split
+            );
+        }
+        train.order = Order::Permuted(Arc::new(store));
         let model_kind = match cfg.task {
             Objective::Classify => ModelKind::SequenceClassification,
             Objective::Pretrain if pretrain_step.is_some_and(|p| p.nsp) => ModelKind::PreTraining,
@@ -251,7 +263,7 @@ fn eval_loader(
     }
     Ok(eval_split.map(|split| LoaderSpec {
         split,
-        shuffle: false,
+        order: Order::InFileOrder,
         batch_size: cfg.per_device_eval_batch_size,
         ..train.clone()
     }))
