@@ -38,7 +38,8 @@ pub enum Command {
   bertpipe train pipelines/imdb-finetune.yaml --set learning_rate=3e-5 --set num_train_epochs=2
   bertpipe train pipelines/imdb-finetune.yaml --set model.init_from=/models/bert-base-uncased
   bertpipe train pipelines/imdb-mlm.yaml --device cuda
-  bertpipe train pipelines/imdb-finetune.yaml --resume      # continue after Ctrl-C or a crash")]
+  bertpipe train pipelines/imdb-finetune.yaml --resume      # continue after Ctrl-C or a crash
+  bertpipe train pipelines/imdb-finetune.yaml --dry-run --show-batches 0:0..2   # plan and rows")]
     Train(TrainArgs),
     /// Export a trained checkpoint.
     #[command(subcommand)]
@@ -218,6 +219,15 @@ pub struct TrainArgs {
     /// No progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Check everything (shards, vocabulary, model, output folder), print the plan — rows,
+    /// steps per epoch, schedule, order, memory estimate — and train nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// With --dry-run: print the rows of batches FROM..TO (or FROM..=TO) of epoch EPOCH, one
+    /// tab-separated line per row, exactly as training draws them (e.g. `0:120..124` to see the
+    /// batches around a loss spike at step 122).
+    #[arg(long, value_name = "EPOCH:FROM..TO", requires = "dry_run")]
+    pub show_batches: Option<crate::train::BatchRange>,
 }
 
 #[derive(Debug, Args)]

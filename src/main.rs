@@ -219,7 +219,26 @@ fn train(args: bertpipe::cli::TrainArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return config_failure(&e),
     };
-    let opts = TrainOptions { resume: args.resume, overwrite: args.overwrite, quiet: args.quiet, device: args.device };
+    let opts = TrainOptions {
+        resume: args.resume,
+        overwrite: args.overwrite,
+        quiet: args.quiet,
+        device: args.device,
+        dry_run: args.dry_run,
+        show_batches: args.show_batches,
+    };
+    if opts.dry_run {
+        return match train::dry_run(&cfg, &opts) {
+            Ok(plan) => {
+                print!("{plan}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match train::run(&cfg, &opts) {
         Ok(s) => {
             eprintln!("{}", train::format_summary(&s));

@@ -302,3 +302,117 @@ fn dynamic_masking_and_packed_rows_with_block_diagonal_attention_train() {
     let eval = metrics(&out).into_iter().rev().find(|r| r.get("eval_mlm_loss").is_some()).unwrap();
     assert!(eval["eval_mlm_loss"].as_f64().unwrap().is_finite() && eval.get("eval_nsp_loss").is_none(), "{eval}");
 }
+
+#[test]
+fn dry_run_prints_the_plan_and_the_batches_training_draws_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = shards(dir.path(), "pipelines/imdb.yaml", &[]);
+    let out = dir.path().join("plan");
+    let show = |range: &str| -> Vec<String> {
+        let o =
+            train_flags("pipelines/imdb-finetune.yaml", &data, &out, &[], &["--dry-run", "--show-batches", range], &[]);
+        assert_ok(&o);
+        let text = String::from_utf8(o.stdout).unwrap();
+        let table = text.split("epoch\tbatch\tstep\trow\tid\tlabel\ttokens\n").nth(1).unwrap_or_default().to_string();
+        table.lines().map(str::to_string).collect()
+    };
+    let o = train_flags("pipelines/imdb-finetune.yaml", &data, &out, &[], &["--dry-run"], &[]);
+    assert_ok(&o);
+    let plan = String::from_utf8(o.stdout).unwrap();
+    let rows = common::manifest(&data)["splits"]["train"]["rows"].as_u64().unwrap();
+    for want in [
+        format!("permutation of all {rows} rows (seed 42)"),
+        format!("{} per epoch", rows.div_ceil(16)),
+        format!("{} optimiser steps (3.00 epochs", 3 * rows.div_ceil(16)),
+        "BertForSequenceClassification, 2 layers, hidden 128".into(),
+        "eval        split `test`".into(),
+        "nothing was trained".into(),
+    ] {
+        assert!(plan.contains(&want), "{want:?} not in\n{plan}");
+    }
+    assert!(!out.exists(), "a dry run writes nothing into output_dir");
+
+    // A whole epoch shows each row once; a part of it is those lines of the whole.
+    let per_epoch = rows.div_ceil(16);
+    let whole = show(&format!("0:0..{per_epoch}"));
+    assert_eq!(whole.len() as u64, rows);
+    let mut seen: Vec<u64> = whole.iter().map(|l| l.split('\t').nth(3).unwrap().parse().unwrap()).collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..rows).collect::<Vec<_>>());
+    let part = show("0:3..=4");
+    let batch_of = |l: &String| l.split('\t').nth(1).unwrap().parse::<u64>().unwrap();
+    let expected: Vec<String> = whole.iter().filter(|l| (3..5).contains(&batch_of(l))).cloned().collect();
+    assert_eq!(part, expected);
+    assert_ne!(show("1:3..=4"), part, "another epoch, another order");
+    assert!(part[0].starts_with("0\t3\t4\t"), "batch 3 feeds optimiser step 4: {}", part[0]);
+
+    let o = train_flags(
+        "pipelines/imdb-finetune.yaml",
+        &data,
+        &out,
+        &[],
+        &["--dry-run", "--show-batches", "0:999..1000"],
+        &[],
+    );
+    assert!(!o.status.success() && stderr(&o).contains("an epoch has"), "{}", stderr(&o));
+    let o = bertpipe(&["train", "pipelines/imdb-finetune.yaml", "--show-batches", "0:1..2"]);
+    assert!(!o.status.success() && stderr(&o).contains("--dry-run"), "{}", stderr(&o));
+}
+
+#[test]
+fn early_stopping_class_weights_and_tensorboard_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = shards(dir.path(), "pipelines/imdb.yaml", &[]);
+    // Accuracy cannot improve by more than 1: the second evaluation stops the run.
+    let out = dir.path().join("early");
+    let o = train(
+        "pipelines/imdb-finetune.yaml",
+        &data,
+        &out,
+        &["early_stopping_patience=1", "early_stopping_threshold=1.0", "report_to=tensorboard"],
+        &[],
+    );
+    assert_ok(&o);
+    let rows = common::manifest(&data)["splits"]["train"]["rows"].as_u64().unwrap();
+    let per_epoch = rows.div_ceil(16);
+    let err = stderr(&o);
+    assert!(err.contains(&format!("stopped early at step {} of {}", 2 * per_epoch, 3 * per_epoch)), "{err}");
+    assert!(err.contains("precision") && err.contains("support") && err.contains("\nneg "), "per-class table: {err}");
+    assert!(out.join("final/model.safetensors").exists());
+    let evals = metrics(&out).into_iter().filter(|r| r.get("eval_accuracy").is_some()).count();
+    assert_eq!(evals, 2);
+    let events: Vec<_> = std::fs::read_dir(out.join("runs")).unwrap().flatten().collect();
+    assert_eq!(events.len(), 1);
+    let bytes = std::fs::read(events[0].path()).unwrap();
+    for tag in [&b"train/loss"[..], b"train/learning_rate", b"eval/accuracy", b"brain.Event:2"] {
+        assert!(bytes.windows(tag.len()).any(|w| w == tag), "{}", String::from_utf8_lossy(tag));
+    }
+
+    // Equal class weights train as no weights; `balanced` says what it chose.
+    let first_loss = |extra: &[&str], name: &str| -> f64 {
+        let out = dir.path().join(name);
+        let mut settings = vec!["max_steps=1", "logging_steps=1", "eval_split=none"];
+        settings.extend_from_slice(extra);
+        let o = train("pipelines/imdb-finetune.yaml", &data, &out, &settings, &[]);
+        assert_ok(&o);
+        if extra.contains(&"class_weights=balanced") {
+            assert!(stderr(&o).contains("note: class weights: neg "), "{}", stderr(&o));
+        }
+        metrics(&out).iter().find_map(|r| r.get("loss")?.as_f64()).unwrap()
+    };
+    let plain = first_loss(&[], "plain");
+    let equal = first_loss(&["class_weights=[2.0, 2.0]"], "equal");
+    assert!((plain - equal).abs() < 1e-5, "{plain} vs {equal}");
+    let balanced = first_loss(&["class_weights=balanced"], "balanced");
+    assert!(balanced.is_finite());
+    let o = train("pipelines/imdb-finetune.yaml", &data, &dir.path().join("w3"), &["class_weights=[1, 2, 3]"], &[]);
+    assert!(!o.status.success() && stderr(&o).contains("3 weights, but the shards have 2 classes"), "{}", stderr(&o));
+
+    // Evaluation strategies: `no` evaluates nothing; `steps` needs eval_steps.
+    let out = dir.path().join("no-eval");
+    assert_ok(&train("pipelines/imdb-finetune.yaml", &data, &out, &["max_steps=3", "eval_strategy=no"], &[]));
+    assert!(metrics(&out).iter().all(|r| r.get("eval_accuracy").is_none()));
+    let o = train("pipelines/imdb-finetune.yaml", &data, &dir.path().join("x"), &["eval_strategy=steps"], &[]);
+    assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
+    assert!(stderr(&o).contains("eval_steps"), "{}", stderr(&o));
+}

@@ -27,6 +27,9 @@ pub struct TrainerState {
     pub config_sha256: String,
     /// Every `metrics.jsonl` record so far.
     pub log_history: Vec<serde_json::Value>,
+    /// Evaluations in a row without improvement (early stopping).
+    #[serde(default)]
+    pub evals_without_improvement: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

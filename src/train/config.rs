@@ -83,9 +83,29 @@ pub struct TrainConfig {
     /// Log the training loss every N optimiser steps.
     #[serde(default = "default_logging")]
     pub logging_steps: u64,
-    /// Evaluate every N optimiser steps (and always at each epoch end).
+    /// When to evaluate on the eval split: `epoch` (at each epoch's end; the default without
+    /// `eval_steps`), `steps` (every `eval_steps`; the default with it) or `no`. The last step
+    /// is always evaluated unless `no`.
+    #[serde(default)]
+    pub eval_strategy: Option<EvalStrategy>,
+    /// Evaluate every N optimiser steps.
     #[serde(default)]
     pub eval_steps: Option<u64>,
+    /// Stop when `metric_for_best_model` has not improved by more than
+    /// `early_stopping_threshold` for this many evaluations in a row (HF's
+    /// `EarlyStoppingCallback`). Off when unset.
+    #[serde(default)]
+    pub early_stopping_patience: Option<u64>,
+    #[serde(default)]
+    pub early_stopping_threshold: f64,
+    /// Classification: weight each class's loss, `balanced` (n_rows / (n_classes · rows of the
+    /// class), as scikit-learn's `compute_class_weight`) or one weight per class. Off by default.
+    #[serde(default)]
+    pub class_weights: Option<ClassWeights>,
+    /// `tensorboard`: also write the logged scalars as TensorBoard event files under
+    /// `output_dir/runs/`; `none` (default): `metrics.jsonl` only.
+    #[serde(default)]
+    pub report_to: ReportTo,
     /// Write a checkpoint every N optimiser steps (and always at each epoch end).
     #[serde(default)]
     pub save_steps: Option<u64>,
@@ -151,6 +171,30 @@ pub struct ModelSpec {
 pub enum Objective {
     Classify,
     Pretrain,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum EvalStrategy {
+    Epoch,
+    Steps,
+    No,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum ClassWeights {
+    /// `balanced`.
+    Named(String),
+    Weights(Vec<f64>),
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ReportTo {
+    #[default]
+    None,
+    Tensorboard,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -336,6 +380,36 @@ impl TrainConfig {
                 y.error(key, "must be at least 1".into());
             }
         }
+        match (self.eval_strategy, self.eval_steps) {
+            (Some(EvalStrategy::Steps), None) => {
+                y.error("eval_strategy", "`steps` needs `eval_steps: N` (evaluate every N steps)".into())
+            }
+            (Some(EvalStrategy::Epoch | EvalStrategy::No), Some(_)) => {
+                y.error("eval_steps", "is used only with `eval_strategy: steps`; remove one of the two".into())
+            }
+            _ => {}
+        }
+        if self.early_stopping_patience == Some(0) {
+            y.error("early_stopping_patience", "must be at least 1 (leave it out to never stop early)".into());
+        }
+        if self.early_stopping_patience.is_some() && self.eval_strategy() == EvalStrategy::No {
+            y.error("early_stopping_patience", "needs evaluations to watch; `eval_strategy` is `no`".into());
+        }
+        if self.early_stopping_threshold.is_nan() || self.early_stopping_threshold < 0.0 {
+            y.error("early_stopping_threshold", format!("must not be negative, got {}", self.early_stopping_threshold));
+        }
+        match &self.class_weights {
+            Some(_) if self.task == Objective::Pretrain => {
+                y.error("class_weights", "applies to `task: classify` only".into())
+            }
+            Some(ClassWeights::Named(n)) if n != "balanced" => {
+                y.error("class_weights", format!("`{n}`: give `balanced` or a list of one weight per class"))
+            }
+            Some(ClassWeights::Weights(w)) if w.is_empty() || w.iter().any(|x| !x.is_finite() || *x <= 0.0) => {
+                y.error("class_weights", format!("weights must be positive numbers, got {w:?}"))
+            }
+            _ => {}
+        }
         if let Err(e) = crate::device::DeviceSpec::parse(&self.device) {
             y.error("device", e.to_string());
         }
@@ -354,6 +428,11 @@ impl TrainConfig {
                 );
             }
         }
+    }
+
+    /// `eval_strategy`, or its default: `steps` with `eval_steps`, else `epoch`.
+    pub fn eval_strategy(&self) -> EvalStrategy {
+        self.eval_strategy.unwrap_or(if self.eval_steps.is_some() { EvalStrategy::Steps } else { EvalStrategy::Epoch })
     }
 
     /// The metric that picks `best/`, and whether larger is better.

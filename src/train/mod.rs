@@ -13,7 +13,9 @@ pub mod data;
 pub mod device;
 pub mod optim;
 pub mod order;
+mod plan;
 mod setup;
+pub mod tensorboard;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -30,8 +32,9 @@ use crate::metrics::{ClassificationMetrics, Predictions, PretrainTally};
 use crate::model::bert::{ForwardPass, Inputs};
 use crate::model::{BertWithHead, Outputs};
 use checkpoint::TrainerState;
-use config::{AttentionKind, ComputeDtype, Objective, TrainConfig};
+use config::{AttentionKind, ComputeDtype, EvalStrategy, Objective, TrainConfig};
 use data::{Batch, LoaderSpec};
+pub use plan::dry_run;
 
 /// Command-line options beside the YAML.
 #[derive(Debug, Clone, Default)]
@@ -43,6 +46,38 @@ pub struct TrainOptions {
     pub quiet: bool,
     /// Overrides `device:` from the YAML.
     pub device: Option<String>,
+    /// Check everything and print the plan; train nothing, write nothing in `output_dir`.
+    pub dry_run: bool,
+    /// With `dry_run`: the rows of these batches, as training would draw them.
+    pub show_batches: Option<BatchRange>,
+}
+
+/// `EPOCH:FROM..TO`: batches `FROM` up to (not including) `TO` of epoch `EPOCH`, counted
+/// from 0 as the loop counts them; `FROM..=TO` includes `TO`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchRange {
+    pub epoch: u64,
+    pub from: u64,
+    pub to: u64,
+}
+
+impl std::str::FromStr for BatchRange {
+    type Err = String;
+    fn from_str(s: &str) -> Result<BatchRange, String> {
+        let bad = || format!("`{s}`: expected EPOCH:FROM..TO, e.g. 0:10..20 (batches 10 to 19 of epoch 0)");
+        let (epoch, range) = s.split_once(':').ok_or_else(bad)?;
+        let (from, to) = range.split_once("..").ok_or_else(bad)?;
+        let (to, inclusive) = match to.strip_prefix('=') {
+            Some(t) => (t, true),
+            None => (to, false),
+        };
+        let num = |x: &str| x.trim().parse::<u64>().map_err(|_| bad());
+        let (epoch, from, to) = (num(epoch)?, num(from)?, num(to)? + inclusive as u64);
+        if to <= from {
+            return Err(format!("`{s}`: the range holds no batch"));
+        }
+        Ok(BatchRange { epoch, from, to })
+    }
 }
 
 /// What a finished (or interrupted) run reports.
@@ -57,6 +92,8 @@ pub struct TrainSummary {
     pub best: Option<(String, f64, PathBuf)>,
     pub last_eval: Option<Value>,
     pub interrupted: bool,
+    /// Why training stopped before its last step (early stopping).
+    pub stopped_early: Option<String>,
     pub device: String,
     pub notes: Vec<String>,
 }
@@ -113,7 +150,12 @@ pub struct Trainer {
     batches_per_epoch: u64,
     total_steps: u64,
     warmup_steps: u64,
-    metrics_log: std::fs::File,
+    /// `None` in a dry run, which writes nothing.
+    metrics_log: Option<std::fs::File>,
+    /// `report_to: tensorboard` (never in a dry run).
+    tensorboard: Option<tensorboard::EventWriter>,
+    /// Classification: the loss weight of each class (`class_weights`).
+    class_weights: Option<Vec<f32>>,
     notes: Vec<String>,
 }
 
@@ -204,20 +246,36 @@ impl Trainer {
             let line = tally.window.take(step, self.epoch_progress(), lr);
             self.log(line)?;
         }
-        let eval_now = self.cfg.eval_steps.is_some_and(|n| step % n == 0) || epoch_done || last;
+        let eval_now = match self.cfg.eval_strategy() {
+            EvalStrategy::Epoch => epoch_done || last,
+            EvalStrategy::Steps => self.cfg.eval_steps.is_some_and(|n| step % n == 0) || last,
+            EvalStrategy::No => false,
+        };
         if eval_now && self.eval.is_some() {
             let metrics = self.evaluate(bar)?;
             self.log(metrics.clone())?;
-            self.track_best(&metrics)?;
+            let improved = self.track_best(&metrics)?;
             tally.last_eval = Some(metrics);
+            if let Some(patience) = self.cfg.early_stopping_patience {
+                self.state.evals_without_improvement =
+                    if improved { 0 } else { self.state.evals_without_improvement + 1 };
+                if self.state.evals_without_improvement >= patience && !last {
+                    let (metric, _) = self.cfg.best_metric();
+                    tally.stopped_early = Some(format!(
+                        "stopped early at step {step} of {}: eval {metric} did not improve by more than {} in {patience} evaluation(s)",
+                        self.total_steps, self.cfg.early_stopping_threshold
+                    ));
+                }
+            }
         }
         let save_now = self.cfg.save_steps.is_some_and(|n| step % n == 0) || epoch_done || last;
         let stop = STOP.load(Ordering::SeqCst) || stop_at_step() == Some(step);
-        if save_now || stop {
+        let early = tally.stopped_early.is_some();
+        if save_now || stop || early {
             self.save_checkpoint()?;
         }
         tally.interrupted = stop;
-        Ok(if stop || step >= self.total_steps { Flow::Stop } else { Flow::Go })
+        Ok(if stop || early || step >= self.total_steps { Flow::Stop } else { Flow::Go })
     }
 
     /// After the loop: the final model (unless interrupted), the curves, the summary.
@@ -240,6 +298,7 @@ impl Trainer {
             best: self.state.best.as_ref().map(|b| (b.metric.clone(), b.value, self.cfg.output_dir.join("best"))),
             last_eval: tally.last_eval,
             interrupted: tally.interrupted,
+            stopped_early: tally.stopped_early,
             device: match self.cfg.dtype {
                 ComputeDtype::F32 => device::describe(&self.device),
                 ComputeDtype::Bf16 => format!("{}, bf16 matrix products", device::describe(&self.device)),
@@ -271,7 +330,13 @@ impl Trainer {
             Ok(candle_nn::loss::cross_entropy(&logits.to_dtype(DType::F32)?, &target)?)
         };
         match self.cfg.task {
-            Objective::Classify => ce(out.logits.as_ref().context("classifier logits")?, &batch.labels),
+            Objective::Classify => {
+                let logits = out.logits.as_ref().context("classifier logits")?;
+                match &self.class_weights {
+                    None => ce(logits, &batch.labels),
+                    Some(w) => weighted_cross_entropy(&logits.to_dtype(DType::F32)?, &batch.labels, w),
+                }
+            }
             Objective::Pretrain => {
                 let mut loss = ce(out.mlm_logits.as_ref().context("MLM logits")?, &batch.mlm_labels)?;
                 if let Some(nsp) = &out.logits {
@@ -325,12 +390,16 @@ impl Trainer {
     }
 
     /// A better evaluation than any before replaces `best/` with the weights evaluated.
-    fn track_best(&mut self, metrics: &Value) -> Result<()> {
+    /// Returns whether it improved on the best by more than `early_stopping_threshold`.
+    fn track_best(&mut self, metrics: &Value) -> Result<bool> {
         let (name, greater) = self.cfg.best_metric();
-        let Some(value) = metrics.get(format!("eval_{name}")).and_then(Value::as_f64) else { return Ok(()) };
-        let better = match &self.state.best {
-            None => true,
-            Some(b) => (greater && value > b.value) || (!greater && value < b.value),
+        let Some(value) = metrics.get(format!("eval_{name}")).and_then(Value::as_f64) else { return Ok(false) };
+        let (better, improved) = match &self.state.best {
+            None => (true, true),
+            Some(b) => {
+                let better = (greater && value > b.value) || (!greater && value < b.value);
+                (better, better && (value - b.value).abs() > self.cfg.early_stopping_threshold)
+            }
         };
         if better {
             self.state.best = Some(checkpoint::Best { metric: name, value, step: self.state.global_step });
@@ -339,7 +408,7 @@ impl Trainer {
                 self.state.write(tmp)
             })?;
         }
-        Ok(())
+        Ok(improved)
     }
 
     /// `checkpoint-<step>/` (atomic); the oldest beyond `save_total_limit` go.
@@ -364,7 +433,12 @@ impl Trainer {
     }
 
     fn log(&mut self, record: Value) -> Result<()> {
-        writeln!(self.metrics_log, "{record}")?;
+        if let Some(f) = &mut self.metrics_log {
+            writeln!(f, "{record}")?;
+        }
+        if let Some(tb) = &mut self.tensorboard {
+            tb.write(&record)?;
+        }
         self.state.log_history.push(record);
         Ok(())
     }
@@ -488,6 +562,28 @@ pub fn evaluate_pretrain(ctx: &Runner, spec: &LoaderSpec) -> Result<crate::metri
     Ok(tally.finish())
 }
 
+/// Cross-entropy with a weight per class, as PyTorch's `CrossEntropyLoss(weight=w)`: the
+/// weighted mean `Σ w[yᵢ]·(−log pᵢ[yᵢ]) / Σ w[yᵢ]`.
+pub fn weighted_cross_entropy(logits: &Tensor, labels: &[u32], weights: &[f32]) -> Result<Tensor> {
+    let d = logits.device();
+    let logp = candle_nn::ops::log_softmax(logits, candle_core::D::Minus1)?;
+    let target = Tensor::from_slice(labels, (labels.len(), 1), d)?;
+    let picked = logp.gather(&target, 1)?.squeeze(1)?;
+    let w: Vec<f32> = labels.iter().map(|&l| weights[l as usize]).collect();
+    let total: f64 = w.iter().map(|&x| x as f64).sum();
+    let w = Tensor::from_slice(&w, labels.len(), d)?;
+    Ok((picked.mul(&w)?.sum_all()? * (-1.0 / total))?)
+}
+
+/// scikit-learn's `compute_class_weight("balanced")`: `n_rows / (n_classes · rows of class c)`.
+pub fn balanced_class_weights(counts: &[u64]) -> Result<Vec<f32>> {
+    let n: u64 = counts.iter().sum();
+    if let Some(c) = counts.iter().position(|&c| c == 0) {
+        bail!("class_weights: balanced: class {c} has no rows in the training split");
+    }
+    Ok(counts.iter().map(|&c| (n as f64 / (counts.len() as f64 * c as f64)) as f32).collect())
+}
+
 /// Copies metric fields into `record` with a prefix (`eval_accuracy`, …).
 fn put_metrics(record: &mut Value, prefix: &str, metrics: &Value) {
     let Some(obj) = metrics.as_object() else { return };
@@ -515,6 +611,7 @@ struct RunTally {
     window: LogWindow,
     last_eval: Option<Value>,
     interrupted: bool,
+    stopped_early: Option<String>,
 }
 
 impl RunTally {
@@ -606,6 +703,23 @@ pub fn format_summary(s: &TrainSummary) -> String {
         }
         out.push(format!("eval on `{}`: {}", e["split"].as_str().unwrap_or("?"), parts.join(", ")));
     }
+    if let Some(rows) = s.last_eval.as_ref().and_then(|e| e.get("eval_per_class")).and_then(Value::as_array) {
+        out.push(format!("{:<16} {:>9} {:>9} {:>9} {:>9}", "class", "precision", "recall", "f1", "support"));
+        for r in rows {
+            let num = |k: &str| r.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+            out.push(format!(
+                "{:<16} {:>9.4} {:>9.4} {:>9.4} {:>9}",
+                r.get("label").and_then(Value::as_str).unwrap_or("?"),
+                num("precision"),
+                num("recall"),
+                num("f1"),
+                r.get("support").and_then(Value::as_u64).unwrap_or(0)
+            ));
+        }
+    }
+    if let Some(why) = &s.stopped_early {
+        out.push(why.clone());
+    }
     if let Some((metric, value, dir)) = &s.best {
         out.push(format!("best {metric} {value:.4}: {}", dir.display()));
     }
@@ -643,4 +757,40 @@ pub fn evaluate_checkpoint(
     let names = model.config.label_names();
     let ctx = Runner { model: &model, device: &device, attention: AttentionKind::Full, compute: DType::F32 };
     evaluate_classify(&ctx, &spec, &names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weighted_cross_entropy_is_the_weighted_mean_of_each_rows_loss() {
+        let logits = [[2.0f32, -1.0, 0.5], [0.1, 0.2, 0.3], [-3.0, 4.0, 1.0], [1.0, 1.0, 1.0]];
+        let labels = [0u32, 2, 1, 0];
+        let weights = [0.5f32, 2.0, 3.0];
+        let t = Tensor::new(&logits, &Device::Cpu).unwrap();
+        let got = weighted_cross_entropy(&t, &labels, &weights).unwrap().to_scalar::<f32>().unwrap() as f64;
+        let (mut num, mut den) = (0.0f64, 0.0f64);
+        for (row, &y) in logits.iter().zip(&labels) {
+            let lse = row.iter().map(|&x| (x as f64).exp()).sum::<f64>().ln();
+            let w = weights[y as usize] as f64;
+            num += w * (lse - row[y as usize] as f64);
+            den += w;
+        }
+        assert!((got - num / den).abs() < 1e-6, "{got} vs {}", num / den);
+        // Equal weights give the plain mean.
+        let plain = candle_nn::loss::cross_entropy(&t, &Tensor::new(&labels, &Device::Cpu).unwrap()).unwrap();
+        let equal = weighted_cross_entropy(&t, &labels, &[1.0; 3]).unwrap();
+        let d = (plain.to_scalar::<f32>().unwrap() - equal.to_scalar::<f32>().unwrap()).abs();
+        assert!(d < 1e-6, "{d}");
+    }
+
+    #[test]
+    fn balanced_weights_are_scikit_learns() {
+        // compute_class_weight("balanced", classes=[0, 1, 2], y) for counts 30, 10, 20.
+        let w = balanced_class_weights(&[30, 10, 20]).unwrap();
+        let want = [60.0 / 90.0, 60.0 / 30.0, 60.0 / 60.0];
+        assert!(w.iter().zip(want).all(|(a, b)| (*a as f64 - b).abs() < 1e-6), "{w:?}");
+        assert!(balanced_class_weights(&[5, 0]).unwrap_err().to_string().contains("class 1 has no rows"));
+    }
 }

@@ -42,7 +42,7 @@ impl Permutation {
     pub fn new(n: u64, seed: u64, epoch: u64) -> Permutation {
         let bits = 64 - n.saturating_sub(1).leading_zeros();
         let half_bits = bits.div_ceil(2).max(1);
-        let mut rng = crate::rng::Rng::for_key(seed, &[0x4f52_4445_52, epoch]);
+        let mut rng = crate::rng::Rng::for_key(seed, &[0x4f52_4445, epoch]);
         let keys = std::array::from_fn(|_| rng.next_u64());
         Permutation { n, half_bits, keys }
     }
@@ -369,7 +369,7 @@ mod tests {
         let build = |xs: &[Example]| {
             let xs = xs.to_vec();
             RowStore::open_or_build(dir.path(), "k", (Path::new("data"), "train"), move |put| {
-                xs.iter().try_for_each(|e| put(e))
+                xs.iter().try_for_each(put)
             })
             .unwrap()
         };

@@ -9,7 +9,7 @@ use candle_core::Device;
 use sha2::{Digest, Sha256};
 
 use super::checkpoint::{self, TrainerState};
-use super::config::{Objective, TrainConfig};
+use super::config::{ClassWeights, Objective, ReportTo, TrainConfig};
 use super::data::{LoaderSpec, Order, RowKind};
 use super::{device, optim, TrainOptions, Trainer};
 use crate::config::Pipeline;
@@ -85,8 +85,19 @@ impl Trainer {
         let total_steps =
             cfg.max_steps.unwrap_or_else(|| (cfg.num_train_epochs * steps_per_epoch as f64).ceil() as u64).max(1);
         let warmup_steps = cfg.warmup_steps.unwrap_or_else(|| (cfg.warmup_ratio * total_steps as f64).ceil() as u64);
-        let metrics_log = open_metrics_log(&cfg.output_dir, resume_from.is_some().then_some(&state))?;
+        let metrics_log = if opts.dry_run {
+            None
+        } else {
+            Some(open_metrics_log(&cfg.output_dir, resume_from.is_some().then_some(&state))?)
+        };
         state.total_steps = total_steps;
+        let class_weights = class_weights(cfg, &data, &mut notes)?;
+        let tensorboard = match cfg.report_to {
+            ReportTo::Tensorboard if !opts.dry_run => {
+                Some(super::tensorboard::EventWriter::create(&cfg.output_dir, &state.log_history)?)
+            }
+            _ => None,
+        };
         Ok(Trainer {
             cfg: cfg.clone(),
             opts: opts.clone(),
@@ -102,9 +113,33 @@ impl Trainer {
             total_steps,
             warmup_steps,
             metrics_log,
+            tensorboard,
+            class_weights,
             notes,
         })
     }
+}
+
+/// `class_weights`, resolved against the training split's classes.
+fn class_weights(cfg: &TrainConfig, data: &Loaders, notes: &mut Vec<String>) -> Result<Option<Vec<f32>>> {
+    let weights = match &cfg.class_weights {
+        None => return Ok(None),
+        Some(ClassWeights::Named(_)) => super::balanced_class_weights(&data.class_counts)?,
+        Some(ClassWeights::Weights(w)) => {
+            if w.len() != data.label_names.len() {
+                bail!(
+                    "class_weights has {} weights, but the shards have {} classes ({})",
+                    w.len(),
+                    data.label_names.len(),
+                    data.label_names.join(", ")
+                );
+            }
+            w.iter().map(|&x| x as f32).collect()
+        }
+    };
+    let shown: Vec<String> = data.label_names.iter().zip(&weights).map(|(n, w)| format!("{n} {w:.4}")).collect();
+    notes.push(format!("class weights: {}", shown.join(", ")));
+    Ok(Some(weights))
 }
 
 /// The shards, verified against their manifest and of the kind the objective trains on.
@@ -169,6 +204,8 @@ fn checkpoint_files(cfg: &TrainConfig, shards: &ShardSet) -> Result<Vec<(String,
 struct Loaders {
     train: LoaderSpec,
     usable_rows: u64,
+    /// Classification: training rows of each class.
+    class_counts: Vec<u64>,
     label_names: Vec<String>,
     model_kind: ModelKind,
 }
@@ -180,10 +217,10 @@ impl Loaders {
         let pretrain_step = steps.iter().find_map(PipelineStep::as_pretrain);
         // Usable rows and class names from one pass over the label column (classify), or the
         // manifest's row counts (pretrain).
+        let mut known: Vec<i64> = Vec::new();
         let (usable_rows, max_label) = match cfg.task {
             Objective::Classify => {
-                let labels = shards.labels(&cfg.train_split)?;
-                let known: Vec<i64> = labels.into_iter().flatten().collect();
+                known = shards.labels(&cfg.train_split)?.into_iter().flatten().collect();
                 (known.len() as u64, known.iter().copied().max().unwrap_or(0).max(0) as usize)
             }
             Objective::Pretrain => (shards.shard_rows(&cfg.train_split)?.iter().sum(), 0),
@@ -192,6 +229,12 @@ impl Loaders {
             bail!("split `{}` of '{}' has no labelled rows to train on", cfg.train_split, cfg.data.display());
         }
         let label_names = label_names(m, max_label);
+        let mut class_counts = vec![0u64; label_names.len()];
+        for &l in &known {
+            if let Some(c) = usize::try_from(l).ok().and_then(|l| class_counts.get_mut(l)) {
+                *c += 1;
+            }
+        }
         let kind = match cfg.task {
             Objective::Classify => RowKind::Classify { num_labels: label_names.len() },
             Objective::Pretrain => {
@@ -232,7 +275,7 @@ impl Loaders {
             Objective::Pretrain if pretrain_step.is_some_and(|p| p.nsp) => ModelKind::PreTraining,
             Objective::Pretrain => ModelKind::MaskedLm,
         };
-        Ok(Loaders { train, usable_rows, label_names, model_kind })
+        Ok(Loaders { train, usable_rows, class_counts, label_names, model_kind })
     }
 }
 
@@ -286,6 +329,15 @@ fn model_and_state(
             bail!("--resume: '{}' holds no complete checkpoint to continue from", out.display());
         };
         Some(dir)
+    } else if opts.dry_run {
+        if let Err(e) = prepare_output(out, false) {
+            notes.push(if opts.overwrite {
+                format!("--overwrite would remove the run in '{}'", out.display())
+            } else {
+                format!("{e:#}")
+            });
+        }
+        None
     } else {
         prepare_output(out, opts.overwrite)?;
         None
@@ -390,7 +442,7 @@ fn prepare_output(out: &Path, overwrite: bool) -> Result<()> {
         name.starts_with("checkpoint-")
             || name.starts_with(".tmp-")
             || name.starts_with(".old-")
-            || matches!(name, "best" | "final" | "metrics.jsonl" | "plots")
+            || matches!(name, "best" | "final" | "metrics.jsonl" | "plots" | super::tensorboard::RUNS)
     };
     let existing: Vec<PathBuf> = std::fs::read_dir(out)
         .into_iter()
