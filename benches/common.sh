@@ -22,3 +22,24 @@ PY
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# Finds or makes the Python environment a benchmark needs: $PYTHON if set, else .venv, made
+# here from the package registries when absent (torch's CPU-only index first, PyPI after).
+# Sets PY; on failure says why and returns 1, so a script can stop with that message instead
+# of a traceback.
+ensure_python() {
+  local mods="$1"; shift
+  PY=${PYTHON:-.venv/bin/python}
+  if [ -x "$PY" ] && "$PY" -c "import $mods" 2>/dev/null; then return 0; fi
+  if [ -n "${PYTHON:-}" ]; then
+    echo "PYTHON=$PYTHON cannot import $mods" >&2; return 1
+  fi
+  echo "== making .venv with: $* (once; from the package registries)" >&2
+  [ -x .venv/bin/python ] || python3 -m venv .venv || { echo "python3 -m venv failed" >&2; return 1; }
+  if [[ " $* " == *" torch "* ]] && ! .venv/bin/python -c "import torch" 2>/dev/null; then
+    .venv/bin/pip install -q --index-url https://download.pytorch.org/whl/cpu torch 2>/dev/null \
+      || .venv/bin/pip install -q torch || { echo "could not install torch" >&2; return 1; }
+  fi
+  .venv/bin/pip install -q "$@" || { echo "could not install $*" >&2; return 1; }
+  "$PY" -c "import $mods" || { echo ".venv cannot import $mods" >&2; return 1; }
+}

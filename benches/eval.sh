@@ -3,11 +3,14 @@
 # bertpipe's export (plain and --optimize) vs torch.onnx.export of the same weights, a random
 # BERT-mini (4L/256H), IMDb-shaped lengths, 2 threads; and length-sorted dynamic batches vs
 # fixed-512 padding. Then `bertpipe eval` end to end on the sample's shards with the same model.
-#   benches/eval.sh      (needs .venv with torch, transformers, onnxruntime==1.31.1, onnx: see the README)
+#   benches/eval.sh      (finds or makes .venv with torch, transformers, onnxruntime==1.31.1, onnx)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/bertpipe-target}"
-py=${PYTHON:-.venv/bin/python}
+source benches/common.sh
+ensure_python "torch, transformers, onnxruntime, onnx" torch transformers onnxruntime==1.31.1 onnx \
+  || { echo "benches/eval.sh: no Python environment with torch, transformers, onnxruntime; nothing measured" >&2; exit 2; }
+py=$PY
 threads=${THREADS:-2}
 docs=${DOCS:-256}
 repeats=${REPEATS:-3}

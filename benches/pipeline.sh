@@ -52,8 +52,10 @@ done
 
 # Side by side with the Python reference (../shared/bench/py_imdb_pipeline.py: the seed recipes,
 # HF tokenizers, pyarrow, multiprocessing over the same cores), 50,000 reviews as a folder,
-# alternating runs. Needs .venv with tokenizers, pyarrow and numpy (see the README).
-py=${PYTHON:-.venv/bin/python}
+# alternating runs. Finds or makes .venv with tokenizers, pyarrow and numpy.
+ensure_python "tokenizers, pyarrow, numpy" tokenizers pyarrow numpy \
+  || { echo "benches/pipeline.sh: no Python environment with tokenizers, pyarrow, numpy; the Python side is skipped" >&2; exit 2; }
+py=$PY
 ref=../shared/bench/py_imdb_pipeline.py
 if [[ " $PIPELINES " == *" imdb "* ]] && [ -f "$ref" ] && "$py" -c "import tokenizers, pyarrow, numpy" 2>/dev/null; then
   dir="$WORK/imdb-50000/aclImdb"

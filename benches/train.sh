@@ -3,12 +3,15 @@
 # the same machine, side by side: BERT-mini (4L/256H) and BERT-tiny (2L/128H), batch 32 x 128.
 # Prints each median, the ratio candle / torch (lower is better; 1.0 = as fast as PyTorch) and
 # each process's peak RSS.
-#   benches/train.sh            (needs .venv with torch + transformers: see the README)
+#   benches/train.sh            (finds or makes .venv with torch + transformers)
 #   BERTPIPE_UNFUSED=1 benches/train.sh     the graph path, without the fused CPU kernels
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/bertpipe-target}"
-py=${PYTHON:-.venv/bin/python}
+source benches/common.sh
+ensure_python "torch, transformers" torch transformers \
+  || { echo "benches/train.sh: no Python environment with torch + transformers; nothing measured" >&2; exit 2; }
+py=$PY
 steps=${STEPS:-8}
 cargo build --release --example train_step -q
 exe="$CARGO_TARGET_DIR/release/examples/train_step"

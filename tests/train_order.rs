@@ -78,7 +78,8 @@ fn permuted(mut spec: LoaderSpec) -> LoaderSpec {
 #[test]
 fn a_label_sorted_split_is_mixed_in_every_window_for_any_shard_size() {
     let dir = tempfile::tempdir().unwrap();
-    let n = 12_000usize;
+    // Larger than the old 10,000-row shuffle buffer, as IMDb's 25,000 training reviews are.
+    let n = 24_000usize;
     // Half `neg`, then half `pos`, as a CSV sorted by label would hold them; lengths vary
     // the same way within each half, so length grouping cannot sort by label.
     let mut jsonl = String::new();
