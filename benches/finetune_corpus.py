@@ -18,8 +18,8 @@ FILLER = ("the a this that was is really quite very today yesterday people every
 def text(rng, label):
     names = list(TOPICS)
     other = rng.choice([n for n in names if n != label])
-    words = (rng.sample(TOPICS[label], rng.randint(1, 3)) + rng.sample(TOPICS[other], rng.randint(1, 2))
-             + [rng.choice(FILLER) for _ in range(rng.randint(6, 30))])
+    words = (rng.sample(TOPICS[label], rng.randint(2, 4)) + rng.sample(TOPICS[other], rng.randint(0, 1))
+             + [rng.choice(FILLER) for _ in range(rng.randint(4, 16))])
     rng.shuffle(words)
     return " ".join(words).capitalize() + "."
 
