@@ -13,6 +13,14 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run an experiment: one YAML chaining pipelines, vocabularies, training, export and
+    /// evaluation; each stage re-runs only when something it depends on changed.
+    #[command(after_help = "Examples:
+  bertpipe run pipelines/imdb-experiment.yaml                 # the whole chain, what changed only
+  bertpipe run pipelines/imdb-experiment.yaml --dry-run       # each stage: will run or up to date, and why
+  bertpipe run pipelines/imdb-experiment.yaml --set data.steps[4].max_noise=12
+  bertpipe run pipelines/imdb-experiment.yaml --force finetune   # or --force all")]
+    Run(ExperimentArgs),
     /// Run or check declarative YAML pipelines.
     #[command(subcommand)]
     Pipeline(PipelineCommand),
@@ -196,6 +204,25 @@ pub struct DoctorArgs {
     pub gpu: bool,
     #[command(flatten)]
     pub ort: OrtArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ExperimentArgs {
+    /// The experiment YAML (name, out, stages).
+    pub experiment: PathBuf,
+    /// Override a value: `STAGE.key.path=value` reaches into a stage (`finetune.learning_rate=3e-5`,
+    /// `data.steps[4].max_noise=12`); `out=DIR`. The value is parsed as YAML. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Print each stage, whether it would run and why; run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Run this stage even when it is up to date (repeatable; `all` for every stage).
+    #[arg(long, value_name = "STAGE")]
+    pub force: Vec<String>,
+    /// No progress bars or stage output; the closing summary only.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Args)]

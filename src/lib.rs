@@ -15,7 +15,8 @@
 //! ```
 //!
 //! The model half (`model`, `train`, `onnx`, `metrics`) reads shards through [`shards`] and
-//! the manifest through [`contract::manifest`]; `cli` and `main` sit on top of both.
+//! the manifest through [`contract::manifest`]; [`experiment`] (`bertpipe run`) chains the
+//! commands of both, and `cli` and `main` sit on top.
 
 #[macro_use]
 mod tagged;
@@ -26,6 +27,7 @@ pub mod config;
 pub mod contract;
 pub mod device;
 pub mod doctor;
+pub mod experiment;
 pub mod metrics;
 pub mod model;
 pub mod onnx;

@@ -18,12 +18,31 @@ fn main() -> ExitCode {
         Command::Vocab(VocabCommand::Train(args)) => vocab_train(args),
         Command::Stats(args) => stats(args),
         Command::Train(args) => train(args),
+        Command::Run(args) => run_experiment(args),
         Command::Export(bertpipe::cli::ExportCommand::Onnx(args)) => report(export_onnx(args)),
         Command::Eval(args) => report(eval(args)),
         Command::Predict(args) => predict(args),
         Command::Doctor(args) => doctor(args),
         Command::Pipeline(PipelineCommand::Scan(args)) => pipeline_scan(args),
         Command::Shards(bertpipe::cli::ShardsCommand::Merge(args)) => report(shards_merge(args)),
+        Command::Pipeline(PipelineCommand::Validate(args))
+            if bertpipe::experiment::is_experiment(&args.config.pipeline) =>
+        {
+            match bertpipe::experiment::load(&args.config.pipeline, &args.config.set) {
+                Ok(e) => {
+                    let stages: Vec<String> =
+                        e.stages.iter().map(|s| format!("{} ({})", s.name, s.kind.name())).collect();
+                    println!(
+                        "{}: ok (experiment `{}`: {})",
+                        args.config.pipeline.display(),
+                        e.name,
+                        stages.join(" → ")
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => config_failure(&e),
+            }
+        }
         Command::Pipeline(PipelineCommand::Validate(args)) => {
             match Pipeline::load(&args.config.pipeline, &args.config.set) {
                 Ok(p) => {
@@ -255,6 +274,35 @@ fn train(args: bertpipe::cli::TrainArgs) -> ExitCode {
     }
 }
 
+fn run_experiment(args: bertpipe::cli::ExperimentArgs) -> ExitCode {
+    use bertpipe::experiment;
+    let exp = match experiment::load(&args.experiment, &args.set) {
+        Ok(e) => e,
+        Err(e) => return config_failure(&e),
+    };
+    let opts = experiment::RunOptions { force: args.force, dry_run: args.dry_run, quiet: args.quiet };
+    match experiment::run(&exp, &opts) {
+        Ok(r) => {
+            if args.dry_run {
+                println!("{}", experiment::format_summary(&r));
+            } else {
+                eprintln!("{}", experiment::format_summary(&r));
+                eprintln!("report: {}", r.out.join("report.md").display());
+            }
+            if r.interrupted {
+                eprintln!("interrupted; run the same command to continue");
+                ExitCode::from(130)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn report(r: anyhow::Result<()>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -274,6 +322,7 @@ fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
         vocab: args.vocab.clone(),
         max_len: args.max_len,
         external_data: args.external_data,
+        metadata: Vec::new(),
     };
     let t0 = std::time::Instant::now();
     let done = export::export(&opts)?;

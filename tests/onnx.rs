@@ -139,6 +139,7 @@ fn export_matches_pytorch_and_candle_on_dynamic_shapes_plain_and_optimized() {
             vocab: None,
             max_len: None,
             external_data: false,
+            metadata: Vec::new(),
         };
         let done = export::export(&opts).unwrap();
         let mut session = rt.open(&done.path, runtime::Provider::Cpu, 1).unwrap();

@@ -416,3 +416,47 @@ fn early_stopping_class_weights_and_tensorboard_events() {
     assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
     assert!(stderr(&o).contains("eval_steps"), "{}", stderr(&o));
 }
+
+/// A path given with `--set` is relative to the current directory (here the checkout, as in
+/// the README's pretrain → fine-tune command); one written in the YAML, to the YAML's folder.
+#[test]
+fn set_paths_are_relative_to_the_current_directory() {
+    let out = root().join("out/test-set-paths");
+    let _ = std::fs::remove_dir_all(&out);
+    assert_ok(&run_pipeline("pipelines/imdb.yaml", &out, &[]));
+    // The README's form: relative to where the command runs, not to pipelines/.
+    let o = bertpipe(&["train", "pipelines/imdb-finetune.yaml", "--set", "data=out/test-set-paths", "--dry-run"]);
+    assert_ok(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("'{}'", out.display())));
+    let o = bertpipe(&[
+        "train",
+        "pipelines/imdb-finetune.yaml",
+        "--set",
+        "model.preset=null",
+        "--set",
+        "model.init_from=out/nowhere",
+        "--dry-run",
+    ]);
+    assert!(
+        stderr(&o).contains(&format!("'{}' does not exist", root().join("out/nowhere").display())),
+        "{}",
+        stderr(&o)
+    );
+    // The pipeline's own paths, and `--set` ones, from another directory.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_bertpipe"))
+        .args([
+            "pipeline",
+            "run",
+            root().join("pipelines/imdb.yaml").to_str().unwrap(),
+            "--quiet",
+            "--set",
+            "sink.path=shards",
+        ])
+        .current_dir(elsewhere.path())
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    assert!(elsewhere.path().join("shards/manifest.json").exists(), "sink.path relative to the current directory");
+    let _ = std::fs::remove_dir_all(&out);
+}

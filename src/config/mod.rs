@@ -73,7 +73,7 @@ impl std::error::Error for ConfigErrors {}
 
 impl ConfigErrors {
     /// In reading order: by file, then line and column.
-    fn sorted(mut self) -> Self {
+    pub fn sorted(mut self) -> Self {
         self.0.sort_by_key(|e| (e.file.clone(), e.pos.map(|p| (p.line, p.col))));
         self
     }
@@ -279,10 +279,32 @@ impl Pipeline {
     }
 
     fn from_yaml_unsorted(text: &str, file: &str, base: &Path, overrides: &[String]) -> Result<Pipeline, ConfigErrors> {
-        let one = |pos: Option<Pos>, file: &str, message: String| {
-            ConfigErrors(vec![ConfigError { file: file.to_string(), pos, message }])
-        };
-        let mut root = yaml::parse(text).map_err(|e| one(Some(e.pos), file, e.message))?;
+        let root = yaml::parse(text).map_err(|e| {
+            ConfigErrors(vec![ConfigError { file: file.to_string(), pos: Some(e.pos), message: e.message }])
+        })?;
+        Self::from_node_unsorted(root, file, base, overrides, &[])
+    }
+
+    /// As [`Pipeline::from_yaml`], from an already parsed document (a pipeline written inline
+    /// in an experiment file keeps that file's positions); the files in `pending` need not
+    /// exist yet (an earlier stage writes them).
+    pub fn from_node(
+        root: Node,
+        file: &str,
+        base: &Path,
+        overrides: &[String],
+        pending: &[PathBuf],
+    ) -> Result<Pipeline, ConfigErrors> {
+        Self::from_node_unsorted(root, file, base, overrides, pending).map_err(ConfigErrors::sorted)
+    }
+
+    fn from_node_unsorted(
+        mut root: Node,
+        file: &str,
+        base: &Path,
+        overrides: &[String],
+        pending: &[PathBuf],
+    ) -> Result<Pipeline, ConfigErrors> {
         let mut errors = Vec::new();
         for o in overrides {
             if let Err(message) = apply_override(&mut root, o) {
@@ -345,13 +367,13 @@ impl Pipeline {
         let (Some(name), Some(seed), Some(mut source), Some(mut sink)) = (name, seed, source, sink) else {
             return Err(ConfigErrors(c.errors));
         };
-        resolve(source.path_mut(), base);
-        resolve(sink.path_mut(), base);
+        resolve(source.path_mut(), &base_for(overrides, "source.path", base));
+        resolve(sink.path_mut(), &base_for(overrides, "sink.path", base));
         for (i, step) in steps.iter_mut().enumerate() {
             let kind = step.type_name();
             for (field, path) in step.paths_mut() {
-                resolve(path, base);
-                if !path.exists() {
+                resolve(path, &base_for(overrides, &format!("steps[{i}].{field}"), base));
+                if !path.exists() && !pending.contains(path) {
                     let here = [PathSeg::Key("steps".into()), PathSeg::Index(i), PathSeg::Key(field.into())];
                     c.at_path(&here, format!("steps[{i}] ({kind}).{field}: '{}' does not exist", path.display()));
                 }
@@ -386,6 +408,8 @@ pub struct YamlFile {
     pub root: Node,
     /// The file's folder: relative paths in it resolve against this.
     pub base: PathBuf,
+    /// The `--set` overrides applied: a path they give is relative to the current directory.
+    overrides: Vec<String>,
     errors: Vec<ConfigError>,
 }
 
@@ -400,16 +424,21 @@ impl YamlFile {
     }
 
     pub fn from_text(text: &str, file: &str, base: &Path, overrides: &[String]) -> Result<YamlFile, ConfigErrors> {
-        let mut root = yaml::parse(text).map_err(|e| {
+        let root = yaml::parse(text).map_err(|e| {
             ConfigErrors(vec![ConfigError { file: file.to_string(), pos: Some(e.pos), message: e.message }])
         })?;
+        Ok(Self::from_node(root, file, base, overrides))
+    }
+
+    /// A parsed document (e.g. a mapping inside an experiment file), with `overrides` applied.
+    pub fn from_node(mut root: Node, file: &str, base: &Path, overrides: &[String]) -> YamlFile {
         let mut errors = Vec::new();
         for o in overrides {
             if let Err(message) = apply_override(&mut root, o) {
                 errors.push(ConfigError { file: format!("--set {o}"), pos: None, message });
             }
         }
-        Ok(YamlFile { file: file.to_string(), root, base: base.to_path_buf(), errors })
+        YamlFile { file: file.to_string(), root, base: base.to_path_buf(), overrides: overrides.to_vec(), errors }
     }
 
     /// The whole document as `T`; `what` names it in messages ("train config").
@@ -426,9 +455,11 @@ impl YamlFile {
         self.errors.push(ConfigError { file: self.file.clone(), pos: Some(pos), message: format!("{key}: {message}") });
     }
 
-    /// Resolves a relative path against the file's folder (absolute, without `..`).
-    pub fn resolve(&self, path: &mut PathBuf) {
-        resolve(path, &self.base);
+    /// Resolves the relative path at `key` (`data`, `model.init_from`) against the file's
+    /// folder — or against the current directory when a `--set` gave it, as every path typed on
+    /// a command line is — into an absolute path without `..`.
+    pub fn resolve(&self, key: &str, path: &mut PathBuf) {
+        resolve(path, &base_for(&self.overrides, key, &self.base));
     }
 
     /// All problems found so far, sorted; `Ok` when none.
@@ -532,8 +563,27 @@ fn check_steps(c: &mut Checker, steps: &[PipelineStep]) {
     }
 }
 
-/// Relative paths are relative to the pipeline file; the result is absolute and free of `..`.
+/// The folder a relative path at `key` is relative to: the current directory when an override
+/// set it (`--set key=…`, or a `--set` of a mapping or list that holds it), else `base`, the
+/// YAML file's folder.
+fn base_for(overrides: &[String], key: &str, base: &Path) -> PathBuf {
+    let from_command_line = overrides.iter().filter_map(|o| o.split_once('=')).any(|(k, _)| {
+        let k = k.trim();
+        key == k || key.strip_prefix(k).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+    });
+    if from_command_line {
+        std::env::current_dir().unwrap_or_else(|_| base.to_path_buf())
+    } else {
+        base.to_path_buf()
+    }
+}
+
+/// Relative paths are relative to `base`; the result is absolute and free of `..`.
 /// Object-storage URLs (`s3://…`) are left as they are.
+pub fn resolve_path(path: &mut PathBuf, base: &Path) {
+    resolve(path, base)
+}
+
 fn resolve(path: &mut PathBuf, base: &Path) {
     if crate::storage::is_remote(path) {
         return;

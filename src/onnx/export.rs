@@ -44,6 +44,8 @@ pub struct ExportOptions {
     /// Weights in `OUT.data` beside the model even when it would fit in one file (always
     /// done past protobuf's 2 GB limit).
     pub external_data: bool,
+    /// More metadata entries (an experiment's stage keys).
+    pub metadata: Vec<(String, String)>,
 }
 
 /// What was written, and the model it came from (for `--verify`, without a second load).
@@ -116,13 +118,14 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
         .enumerate()
         .map(|(i, n)| (i.to_string(), serde_json::Value::String(n)))
         .collect();
-    let metadata = vec![
+    let mut metadata = vec![
         ("vocab_sha256".to_string(), hex::encode(Sha256::digest(&vocab_bytes))),
         ("max_len".to_string(), max_len.to_string()),
         ("id2label".to_string(), serde_json::Value::Object(id2label).to_string()),
         ("created_by".to_string(), format!("bertpipe {}", env!("CARGO_PKG_VERSION"))),
         ("graph".to_string(), if opts.optimize { "com.microsoft fused" } else { "onnx" }.to_string()),
     ];
+    metadata.extend(opts.metadata.iter().cloned());
     let (mut proto, nodes) = build(&model, opts.optimize, &metadata)?;
     let parameters = model.params.vars.iter().map(|(_, v)| v.elem_count()).sum();
 

@@ -283,21 +283,33 @@ fn yes() -> bool {
 impl TrainConfig {
     /// Reads, overrides, validates and resolves a training file; every problem at once.
     pub fn load(path: &Path, overrides: &[String]) -> Result<TrainConfig, ConfigErrors> {
-        let mut y = YamlFile::load(path, overrides)?;
+        Self::from_yaml(YamlFile::load(path, overrides)?, true)
+    }
+
+    /// As [`TrainConfig::load`], from a document already read (an experiment's stage);
+    /// `inputs_exist: false` leaves out the checks that `data` and `model.init_from` exist
+    /// (stages that run before this one write them).
+    pub fn from_yaml(mut y: YamlFile, inputs_exist: bool) -> Result<TrainConfig, ConfigErrors> {
         let Some(mut c) = y.deserialize::<TrainConfig>("train config") else {
             return Err(y.finish().expect_err("deserialisation failed"));
         };
-        y.resolve(&mut c.data);
-        y.resolve(&mut c.output_dir);
-        for p in [&mut c.model.config, &mut c.model.init_from].into_iter().flatten() {
-            y.resolve(p);
+        y.resolve("data", &mut c.data);
+        y.resolve("output_dir", &mut c.output_dir);
+        if let Some(p) = &mut c.model.config {
+            y.resolve("model.config", p);
         }
-        c.check(&mut y);
+        if let Some(p) = &mut c.model.init_from {
+            y.resolve("model.init_from", p);
+        }
+        c.check(&mut y, inputs_exist);
         y.finish().map(|_| c)
     }
 
-    fn check(&self, y: &mut YamlFile) {
-        if !crate::storage::is_remote(&self.data) && !self.data.join(crate::contract::manifest::MANIFEST).exists() {
+    fn check(&self, y: &mut YamlFile, inputs_exist: bool) {
+        if inputs_exist
+            && !crate::storage::is_remote(&self.data)
+            && !self.data.join(crate::contract::manifest::MANIFEST).exists()
+        {
             y.error(
                 "data",
                 format!(
@@ -324,7 +336,7 @@ impl TrainConfig {
         }
         for (key, path) in [("model.config", &m.config), ("model.init_from", &m.init_from)] {
             if let Some(p) = path {
-                if !p.exists() {
+                if inputs_exist && !p.exists() {
                     y.error(key, format!("'{}' does not exist", p.display()));
                 }
             }

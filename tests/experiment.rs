@@ -1,0 +1,294 @@
+//! `bertpipe run EXPERIMENT.yaml` on the bundled sample: the whole chain runs; a second run is
+//! up to date; a cleaning change re-runs exactly the stages downstream of it; `--force` and
+//! `--dry-run`; located configuration errors; a chain killed during fine-tuning and run again
+//! ends with the weights and figures of an uninterrupted chain; the figures equal the single
+//! commands'.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use common::{assert_ok, root, stderr};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+fn ort_lib() -> &'static PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let found = bertpipe::onnx::runtime::search(None).expect("searching for ONNX Runtime").0;
+        match found {
+            Some(f) => f.path,
+            None => bertpipe::doctor::install(false).expect("ONNX Runtime could not be installed"),
+        }
+    })
+}
+
+/// `bertpipe ARGS…` from the checkout, with the runtime found and `env` set.
+fn bertpipe(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_bertpipe"));
+    c.args(args).current_dir(root()).env("ORT_DYLIB_PATH", ort_lib());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run bertpipe")
+}
+
+/// The sample chain with small training runs, written into `dir`, writing under `dir/out`.
+fn experiment(dir: &Path) -> PathBuf {
+    let p = |f: &str| root().join("pipelines").join(f).display().to_string();
+    let yaml = format!(
+        "name: sample-chain
+out: out
+stages:
+  pretrain_data: {}
+  pretrain:
+    base: {}
+    max_steps: 20
+    eval_steps: 20
+    save_steps: 20
+  data: {}
+  finetune:
+    base: {}
+    init_from: pretrain
+    num_train_epochs: 2
+    save_steps: 10
+  export: {{ optimize: false }}
+  eval: {{ split: test }}
+",
+        p("imdb-pretrain.yaml"),
+        p("imdb-mlm.yaml"),
+        p("imdb.yaml"),
+        p("imdb-finetune.yaml")
+    );
+    let path = dir.join("chain.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+fn run(exp: &Path, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut args = vec!["run", exp.to_str().unwrap(), "--quiet"];
+    args.extend_from_slice(extra);
+    bertpipe(&args, env)
+}
+
+fn report(out: &Path) -> BTreeMap<String, Value> {
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    r["stages"].as_array().unwrap().iter().map(|s| (s["stage"].as_str().unwrap().to_string(), s.clone())).collect()
+}
+
+fn statuses(out: &Path) -> BTreeMap<String, String> {
+    report(out).into_iter().map(|(k, v)| (k, v["status"].as_str().unwrap().to_string())).collect()
+}
+
+/// A digest of every file under each stage's folder.
+fn folder_digests(out: &Path) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    for e in std::fs::read_dir(out).unwrap().flatten() {
+        if e.path().is_dir() && !e.file_name().to_string_lossy().starts_with('.') {
+            let mut h = Sha256::new();
+            for (k, v) in common::tree_bytes(&e.path()) {
+                h.update(k.as_bytes());
+                h.update(Sha256::digest(&v));
+            }
+            m.insert(e.file_name().to_string_lossy().into_owned(), hex::encode(h.finalize()));
+        }
+    }
+    m
+}
+
+fn expect(statuses: &BTreeMap<String, String>, want: &[(&str, &str)]) {
+    let want: BTreeMap<String, String> = want.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    assert_eq!(statuses, &want);
+}
+
+#[test]
+fn a_chain_runs_is_then_up_to_date_and_a_change_reruns_exactly_what_is_downstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = experiment(dir.path());
+    let out = dir.path().join("out");
+    let o = run(&exp, &[], &[]);
+    assert_ok(&o);
+    let all = ["pretrain_data", "pretrain", "data", "finetune", "export", "eval"];
+    expect(&statuses(&out), &all.map(|s| (s, "ran")));
+    for f in [
+        "pretrain/final/model.safetensors",
+        "finetune/final/model.safetensors",
+        "export/model.onnx",
+        "eval/metrics.json",
+        "report.md",
+    ] {
+        assert!(out.join(f).exists(), "{f}");
+    }
+    // The finetune stage started from the pretrain stage's weights, on the `data` shards.
+    let err = stderr(&o);
+    assert!(err.contains("stage") && err.contains("finetune"), "{err}");
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("finetune/final/config.json")).unwrap()).unwrap();
+    assert_eq!(state["architectures"][0], "BertForSequenceClassification");
+
+    // The chain's figures are the single commands' on the same inputs.
+    let single = bertpipe(
+        &[
+            "eval",
+            "--model",
+            out.join("export/model.onnx").to_str().unwrap(),
+            "--data",
+            out.join("data").to_str().unwrap(),
+            "--split",
+            "test",
+            "--json",
+            "--quiet",
+        ],
+        &[],
+    );
+    assert_ok(&single);
+    let single: Value = serde_json::from_slice(&single.stdout).unwrap();
+    let r = report(&out);
+    assert_eq!(r["eval"]["figures"]["accuracy"], single["metrics"]["accuracy"]);
+    assert_eq!(r["eval"]["figures"]["f1"], single["metrics"]["f1"]);
+    let manifest = common::manifest(&out.join("data"));
+    let docs_out: u64 = manifest["splits"].as_object().unwrap().values().map(|s| s["docs_out"].as_u64().unwrap()).sum();
+    assert_eq!(r["data"]["figures"]["docs_out"].as_u64(), Some(docs_out));
+    // The ONNX model names the chain that made it.
+    let onnx = std::fs::read(out.join("export/model.onnx")).unwrap();
+    let finetune_key = r["finetune"]["key"].as_str().unwrap();
+    assert!(onnx.windows(finetune_key.len()).any(|w| w == finetune_key.as_bytes()), "stage keys in the metadata");
+
+    // Again: nothing runs, nothing changes.
+    let before = folder_digests(&out);
+    let o = run(&exp, &[], &[]);
+    assert_ok(&o);
+    expect(&statuses(&out), &all.map(|s| (s, "up to date")));
+    assert_eq!(folder_digests(&out), before);
+    assert!(stderr(&o).contains("up to date"), "{}", stderr(&o));
+
+    // --dry-run after a cleaning change: what would run and the first reason, nothing run.
+    let change = ["--set", "data.steps[4].max_noise=12"];
+    let o = bertpipe(&["run", exp.to_str().unwrap(), "--dry-run", change[0], change[1]], &[]);
+    assert_ok(&o);
+    let plan = String::from_utf8_lossy(&o.stdout).to_string();
+    for (stage, status, why) in [
+        ("pretrain_data", "up to date", ""),
+        ("data", "will run", "its configuration changed"),
+        ("finetune", "will run", "`data` changed"),
+        ("eval", "will run", ""),
+    ] {
+        let line = plan.lines().find(|l| l.starts_with(&format!("{stage} "))).unwrap_or_else(|| panic!("{plan}"));
+        assert!(line.contains(status) && line.contains(why), "{line}");
+    }
+    assert_eq!(folder_digests(&out), before, "a dry run changes nothing");
+
+    // The change itself: data and everything after it re-run; the pretraining half does not.
+    let o = run(&exp, &change, &[]);
+    assert_ok(&o);
+    expect(
+        &statuses(&out),
+        &[
+            ("pretrain_data", "up to date"),
+            ("pretrain", "up to date"),
+            ("data", "ran"),
+            ("finetune", "ran"),
+            ("export", "ran"),
+            ("eval", "ran"),
+        ],
+    );
+    let after = folder_digests(&out);
+    for s in ["pretrain_data", "pretrain"] {
+        assert_eq!(after[s], before[s], "{s} untouched");
+    }
+    for s in ["data", "finetune", "export", "eval"] {
+        assert_ne!(after[s], before[s], "{s} rewritten");
+    }
+
+    // --force re-runs a stage and what reads it.
+    let o = run(&exp, &["--set", "data.steps[4].max_noise=12", "--force", "export"], &[]);
+    assert_ok(&o);
+    let st = statuses(&out);
+    assert_eq!((st["export"].as_str(), st["eval"].as_str(), st["finetune"].as_str()), ("ran", "ran", "up to date"));
+    let o = run(&exp, &["--force", "nosuch"], &[]);
+    assert!(!o.status.success() && stderr(&o).contains("--force nosuch: no such stage"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_chain_killed_during_finetune_continues_to_the_same_weights_and_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = experiment(dir.path());
+    let other = tempfile::tempdir().unwrap();
+    let killed = experiment(other.path());
+    assert_ok(&run(&whole, &[], &[]));
+    // Pretraining takes 20 steps; fine-tuning is stopped as Ctrl-C would at its step 25.
+    let o = run(&killed, &[], &[("BERTPIPE_STOP_AT_STEP", "25")]);
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    let out = other.path().join("out");
+    let st = statuses(&out);
+    assert_eq!(
+        (st["pretrain"].as_str(), st["finetune"].as_str(), st["export"].as_str()),
+        ("ran", "interrupted", "not run")
+    );
+    let o = run(&killed, &[], &[]);
+    assert_ok(&o);
+    let st = statuses(&out);
+    assert_eq!((st["pretrain"].as_str(), st["finetune"].as_str(), st["eval"].as_str()), ("up to date", "ran", "ran"));
+    let weights = |d: &Path| std::fs::read(d.join("out/finetune/final/model.safetensors")).unwrap();
+    assert!(weights(dir.path()) == weights(other.path()), "resumed fine-tuning ends with the same weights");
+    let figures = |d: &Path| report(&d.join("out"))["eval"]["figures"]["accuracy"].clone();
+    assert_eq!(figures(dir.path()), figures(other.path()));
+}
+
+#[test]
+fn cycles_bad_wires_and_unknown_stages_are_located_configuration_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| root().join("pipelines").join(f).display().to_string();
+    let check = |name: &str, yaml: String, want: &[&str]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, yaml).unwrap();
+        for args in
+            [vec!["run", path.to_str().unwrap(), "--dry-run"], vec!["pipeline", "validate", path.to_str().unwrap()]]
+        {
+            let o = bertpipe(&args, &[]);
+            assert_eq!(o.status.code(), Some(78), "{args:?}: {}", stderr(&o));
+            for w in want {
+                assert!(stderr(&o).contains(w), "{w:?} not in\n{}", stderr(&o));
+            }
+        }
+    };
+    check(
+        "cycle.yaml",
+        format!(
+            "name: c\nout: out\nstages:\n  a: {{ base: {0}, init_from: b }}\n  b: {{ base: {0}, init_from: a }}\n",
+            p("imdb-finetune.yaml")
+        ),
+        &["cycle.yaml:4:3: stages form a cycle: a → b → a"],
+    );
+    check(
+        "wire.yaml",
+        format!("name: w\nout: out\nstages:\n  data: {}\n  export: {{ checkpoint: /nowhere }}\n  finetune: {{ base: {}, data: export }}\n", p("imdb.yaml"), p("imdb-finetune.yaml")),
+        &["wire.yaml:6:", "finetune.data: `export` is an export stage; data must name a pipeline stage (data)"],
+    );
+    check(
+        "unknown.yaml",
+        format!(
+            "name: u\nout: out\nstages:\n  pretrain: {}\n  finetune: {{ base: {}, init_from: pretrian }}\n",
+            p("imdb-mlm.yaml"),
+            p("imdb-finetune.yaml")
+        ),
+        &["unknown.yaml:5:", "finetune.init_from: no stage `pretrian` and no such path, did you mean `pretrain`?"],
+    );
+    check(
+        "kind.yaml",
+        "name: k\nout: out\nstages:\n  score: { kind: evl }\n".into(),
+        &["kind.yaml:4:12: score.kind: unknown kind `evl`, did you mean `eval`?"],
+    );
+    // A stage's own file keeps its own located errors.
+    check(
+        "inner.yaml",
+        format!(
+            "name: i\nout: out\nstages:\n  data: {}\n  finetune: {{ base: {}, learning_rat: 1 }}\n",
+            p("imdb.yaml"),
+            p("imdb-finetune.yaml")
+        ),
+        &["unknown field `learning_rat`", "did you mean `learning_rate`?"],
+    );
+}
