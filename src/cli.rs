@@ -19,7 +19,8 @@ pub enum Command {
   bertpipe run pipelines/imdb-experiment.yaml                 # the whole chain, what changed only
   bertpipe run pipelines/imdb-experiment.yaml --dry-run       # each stage: will run or up to date, and why
   bertpipe run pipelines/imdb-experiment.yaml --set data.steps[4].max_noise=12
-  bertpipe run pipelines/imdb-experiment.yaml --force finetune   # or --force all")]
+  bertpipe run pipelines/imdb-experiment.yaml --force finetune   # or --force all
+  bertpipe run pipelines/imdb-experiment.yaml --stage data --task-index I --task-count 4  # one task of a stage")]
     Run(ExperimentArgs),
     /// Run or check declarative YAML pipelines.
     #[command(subcommand)]
@@ -223,6 +224,17 @@ pub struct ExperimentArgs {
     /// No progress bars or stage output; the closing summary only.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Run one task of this pipeline stage as part of a task array (with --task-index /
+    /// --task-count or the scheduler's variables); the next plain `bertpipe run` merges the
+    /// tasks and goes on.
+    #[arg(long, value_name = "STAGE")]
+    pub stage: Option<String>,
+    /// With --stage: the array's first phase (`pipeline scan`), for pipelines with dedup or a
+    /// noise-quantile filter.
+    #[arg(long, requires = "stage")]
+    pub scan: bool,
+    #[command(flatten)]
+    pub task: TaskArgs,
 }
 
 #[derive(Debug, Args)]

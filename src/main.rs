@@ -280,6 +280,17 @@ fn run_experiment(args: bertpipe::cli::ExperimentArgs) -> ExitCode {
         Ok(e) => e,
         Err(e) => return config_failure(&e),
     };
+    if let Some(stage) = &args.stage {
+        let task = match task_spec(&args.task) {
+            Ok(Some(t)) => t,
+            Ok(None) => {
+                eprintln!("error: --stage runs one task of a task array: pass --task-index I --task-count N (or run it in a Slurm array / Kubernetes Indexed Job)");
+                return ExitCode::from(2);
+            }
+            Err(code) => return code,
+        };
+        return report(experiment::run_task(&exp, stage, task, args.scan, args.quiet));
+    }
     let opts = experiment::RunOptions { force: args.force, dry_run: args.dry_run, quiet: args.quiet };
     match experiment::run(&exp, &opts) {
         Ok(r) => {

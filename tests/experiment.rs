@@ -292,3 +292,40 @@ fn cycles_bad_wires_and_unknown_stages_are_located_configuration_errors() {
         &["unknown field `learning_rat`", "did you mean `learning_rate`?"],
     );
 }
+
+/// `--stage data --task-index I --task-count N` runs one task of a pipeline stage (scan phase
+/// first, as the pipeline has dedup); the next plain run merges the tasks and goes on, with
+/// the figures of a one-process run.
+#[test]
+fn a_pipeline_stage_runs_as_a_task_array_and_the_chain_merges_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!("name: array\nout: out\nstages:\n  data: {}\n", root().join("pipelines/imdb.yaml").display());
+    let exp = dir.path().join("array.yaml");
+    std::fs::write(&exp, yaml).unwrap();
+    let e = exp.to_str().unwrap();
+    for phase in [&["--scan"][..], &[]] {
+        for i in ["0", "1"] {
+            let mut args = vec!["run", e, "--stage", "data", "--task-index", i, "--task-count", "2", "--quiet"];
+            args.extend_from_slice(phase);
+            assert_ok(&bertpipe(&args, &[]));
+        }
+    }
+    let out = dir.path().join("out");
+    assert!(out.join("data/tasks/00001").is_dir());
+    assert_ok(&run(&exp, &[], &[]));
+    assert_eq!(statuses(&out)["data"], "ran");
+    let merged = common::manifest(&out.join("data"));
+    assert_eq!(merged["tasks"]["count"], 2);
+    let single = dir.path().join("single");
+    assert_ok(&common::run_pipeline("pipelines/imdb.yaml", &single, &[]));
+    let docs = |m: &Value| -> Vec<u64> {
+        m["splits"].as_object().unwrap().values().map(|s| s["docs_out"].as_u64().unwrap()).collect()
+    };
+    assert_eq!(docs(&merged), docs(&common::manifest(&single)));
+    assert_eq!(statuses(&out)["data"], "ran");
+    assert_ok(&run(&exp, &[], &[]));
+    assert_eq!(statuses(&out)["data"], "up to date");
+    // Only pipeline stages run as arrays.
+    let o = bertpipe(&["run", e, "--stage", "nope", "--task-index", "0", "--task-count", "2"], &[]);
+    assert!(!o.status.success() && stderr(&o).contains("--stage nope: no such stage"), "{}", stderr(&o));
+}

@@ -247,6 +247,35 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Report> {
     }
 }
 
+/// One task of a pipeline stage, as a member of a task array (`bertpipe run … --stage NAME
+/// --task-index I --task-count N`, with `scan` its first phase): exactly `pipeline scan` /
+/// `pipeline run` of the stage's pipeline. The next plain run merges the tasks.
+pub fn run_task(
+    exp: &Experiment,
+    name: &str,
+    task: crate::pipeline::tasks::TaskSpec,
+    scan: bool,
+    quiet: bool,
+) -> Result<()> {
+    let Some(stage) = exp.stage(name) else {
+        let names: Vec<&str> = exp.stages.iter().map(|s| s.name.as_str()).collect();
+        bail!("--stage {name}: no such stage (stages: {})", names.join(", "));
+    };
+    let Spec::Pipeline(p) = &stage.spec else {
+        bail!("--stage {name}: only a pipeline stage runs as a task array; `{name}` is a {} stage", stage.kind.name());
+    };
+    if scan {
+        crate::pipeline::tasks::scan(p, task, 0, quiet)?;
+    } else {
+        let opts = crate::pipeline::RunOptions { threads: 0, resume: false, overwrite: true, quiet, task: Some(task) };
+        let s = crate::pipeline::run(p, &opts)?;
+        if !quiet {
+            eprintln!("{}", crate::pipeline::format_summary(&s));
+        }
+    }
+    Ok(())
+}
+
 enum StageOutcome {
     Done(Value),
     Interrupted,
@@ -338,16 +367,33 @@ fn run_stage(
 ) -> Result<StageOutcome> {
     let figures = match &stage.spec {
         Spec::Pipeline(p) => {
-            let journal = stage.out.join(crate::contract::manifest::JOURNAL);
-            let resume = resume && journal.exists();
-            let opts = crate::pipeline::RunOptions { threads: 0, resume, overwrite: !resume, quiet, task: None };
-            let s = crate::pipeline::run(p, &opts)?;
-            if !quiet {
-                eprintln!("{}", crate::pipeline::format_summary(&s));
-            }
+            let started = Instant::now();
+            // A task array that ran this stage (`--stage`) with this configuration is merged;
+            // otherwise the stage runs as one process (replacing any stale tasks).
+            let merged = if stage.out.join(crate::contract::manifest::TASKS_DIR).is_dir() {
+                let m = crate::pipeline::tasks::merge(&stage.out, quiet)?;
+                let want = hex::encode(Sha256::digest(p.canonical_json().as_bytes()));
+                (m.config_sha256 == want).then_some(m)
+            } else {
+                None
+            };
+            let manifest = match merged {
+                Some(m) => m,
+                None => {
+                    let journal = stage.out.join(crate::contract::manifest::JOURNAL);
+                    let resume = resume && journal.exists();
+                    let opts =
+                        crate::pipeline::RunOptions { threads: 0, resume, overwrite: !resume, quiet, task: None };
+                    let s = crate::pipeline::run(p, &opts)?;
+                    if !quiet {
+                        eprintln!("{}", crate::pipeline::format_summary(&s));
+                    }
+                    s.manifest
+                }
+            };
             let (docs_in, docs_out, rows) =
-                s.manifest.splits.values().fold((0, 0, 0), |(a, b, c), x| (a + x.docs_in, b + x.docs_out, c + x.rows));
-            let secs = s.elapsed.as_secs_f64().max(1e-9);
+                manifest.splits.values().fold((0, 0, 0), |(a, b, c), x| (a + x.docs_in, b + x.docs_out, c + x.rows));
+            let secs = started.elapsed().as_secs_f64().max(1e-9);
             json!({"docs_in": docs_in, "docs_out": docs_out, "rejected": docs_in - docs_out, "rows": rows,
                    "docs_per_second": (docs_in as f64 / secs).round()})
         }
