@@ -6,7 +6,7 @@
 # hold one label), 2 epochs, batch 32, lr 5e-5, 10% warmup, evaluation and a checkpoint at each
 # epoch's end on both sides. Prints accuracy, macro-F1, wall time and peak RSS of each, and the
 # targets: accuracy within 1 point of PyTorch's, wall time ≤ 1.0×, peak RSS ≤ PyTorch's.
-#   benches/finetune.sh                 ROWS=8000 EPOCHS=2 by default
+#   benches/finetune.sh                 ROWS=8000 EPOCHS=2 RUNS=3 by default (alternating runs, medians)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source benches/common.sh
@@ -53,34 +53,50 @@ save_total_limit: 1
 report_to: tensorboard
 YAML
 "$BIN" train "$w/train.yaml" --dry-run | sed -n '1,2p;6,8p'
-# Each side once, as its own process: wall seconds and peak RSS of the whole run.
-b=$(measure "$BIN" train "$w/train.yaml" --quiet)
-"$PY" scripts/check_tensorboard.py "$w/bertpipe"
+# RUNS alternating runs of each side (default 3), each its own process: wall seconds and peak
+# RSS of the whole run, accuracy and macro-F1 at the end; medians side by side.
 mkdir -p "$w/torch"
-t=$(python3 - "$PY" benches/finetune_torch.py "$ckpt" "$w/shards" "$w/torch" "$epochs" "$batch" "$lr" "$warmup" <<'PY'
-import resource, subprocess, sys, time
+: > "$w/runs.txt"
+for i in $(seq 1 "$RUNS"); do
+  b=$(measure "$BIN" train "$w/train.yaml" --quiet --overwrite)
+  [ "$i" = 1 ] && "$PY" scripts/check_tensorboard.py "$w/bertpipe"
+  python3 - "$w/bertpipe/metrics.jsonl" "$b" >> "$w/runs.txt" <<'PY'
+import json, sys
+evals = [json.loads(l) for l in open(sys.argv[1]) if "eval_accuracy" in l]
+last = evals[-1]; f1 = sum(c["f1"] for c in last["eval_per_class"]) / len(last["eval_per_class"])
+wall, rss = sys.argv[2].split()
+print(json.dumps({"side": "bertpipe", "wall": float(wall), "rss": float(rss), "accuracy": last["eval_accuracy"],
+                  "macro_f1": f1, "per_epoch": [r["eval_accuracy"] for r in evals]}))
+PY
+  python3 - "$PY" benches/finetune_torch.py "$ckpt" "$w/shards" "$w/torch" "$epochs" "$batch" "$lr" "$warmup" >> "$w/runs.txt" <<'PY'
+import json, resource, subprocess, sys, time
 s = time.perf_counter()
 out = subprocess.run(sys.argv[1:], capture_output=True, text=True)
 if out.returncode: sys.stderr.write(out.stderr); sys.exit(out.returncode)
-print(f"{time.perf_counter() - s:.2f} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss} {out.stdout.strip().splitlines()[-1]}")
+t = json.loads(out.stdout.strip().splitlines()[-1])
+print(json.dumps({"side": "PyTorch", "wall": time.perf_counter() - s, "rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+                  "accuracy": t["accuracy"], "macro_f1": t["macro_f1"], "per_epoch": [h["accuracy"] for h in t["history"]],
+                  "torch": t["torch"]}))
 PY
-)
-python3 - "$w/bertpipe/metrics.jsonl" "$b" "$t" <<'PY'
-import json, sys
-log = [json.loads(l) for l in open(sys.argv[1])]
-evals = [r for r in log if "eval_accuracy" in r]
-last = evals[-1]
-b_acc = last["eval_accuracy"]; b_f1 = sum(c["f1"] for c in last["eval_per_class"]) / len(last["eval_per_class"])
-b_wall, b_rss = map(float, sys.argv[2].split())
-t_wall, t_rss, t_json = sys.argv[3].split(" ", 2)
-t = json.loads(t_json); t_wall, t_rss = float(t_wall), float(t_rss)
+done
+python3 - "$w/runs.txt" <<'PY'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+side = lambda n: [r for r in runs if r["side"] == n]
+b, t = side("bertpipe"), side("PyTorch")
+for r in runs:
+    print(f"  {r['side']:9} wall {r['wall']:7.1f} s  peak RSS {r['rss']/1024:6.0f} MB  accuracy {r['accuracy']:.4f}  per epoch {', '.join(f'{x:.4f}' for x in r['per_epoch'])}")
+med = lambda rs, k: statistics.median(r[k] for r in rs)
+print(f"medians of {len(b)} alternating runs each:")
 print(f"{'':10} {'accuracy':>9} {'macro-F1':>9} {'wall s':>8} {'peak RSS':>9}")
-print(f"{'bertpipe':10} {b_acc:9.4f} {b_f1:9.4f} {b_wall:8.1f} {b_rss/1024:7.0f}MB")
-print(f"{'PyTorch':10} {t['accuracy']:9.4f} {t['macro_f1']:9.4f} {t_wall:8.1f} {t_rss/1024:7.0f}MB   (torch {t['torch']})")
-print("per epoch: bertpipe " + ", ".join(f"{r['eval_accuracy']:.4f}" for r in evals)
-      + "; PyTorch " + ", ".join(f"{h['accuracy']:.4f}" for h in t["history"]))
+for name, rs in [("bertpipe", b), ("PyTorch", t)]:
+    print(f"{name:10} {med(rs, 'accuracy'):9.4f} {med(rs, 'macro_f1'):9.4f} {med(rs, 'wall'):8.1f} {med(rs, 'rss')/1024:7.0f}MB")
+print(f"(torch {t[0]['torch']})")
 ok = lambda c: "met" if c else "MISSED"
-print(f"accuracy gap {100 * (b_acc - t['accuracy']):+.2f} points (target ≥ -1.00): {ok(b_acc >= t['accuracy'] - 0.01)}")
-print(f"wall time ratio bertpipe/PyTorch {b_wall / t_wall:.2f} (target ≤ 1.00): {ok(b_wall <= t_wall)}")
-print(f"peak RSS ratio bertpipe/PyTorch {b_rss / t_rss:.2f} (target ≤ 1.00): {ok(b_rss <= t_rss)}")
+acc_gap = med(b, "accuracy") - med(t, "accuracy")
+ratio = med(b, "wall") / med(t, "wall"); rss = med(b, "rss") / med(t, "rss")
+print(f"accuracy gap {100 * acc_gap:+.2f} points (target ≥ -1.00): {ok(acc_gap >= -0.01)}")
+print(f"wall time ratio bertpipe/PyTorch {ratio:.2f} (target ≤ 1.00): {ok(ratio <= 1.0)}; per run: "
+      + ", ".join(f"{x['wall'] / y['wall']:.2f}" for x, y in zip(b, t)))
+print(f"peak RSS ratio bertpipe/PyTorch {rss:.2f} (target ≤ 1.00): {ok(rss <= 1.0)}")
 PY

@@ -155,6 +155,10 @@ fn a_chain_runs_is_then_up_to_date_and_a_change_reruns_exactly_what_is_downstrea
     let onnx = std::fs::read(out.join("export/model.onnx")).unwrap();
     let finetune_key = r["finetune"]["key"].as_str().unwrap();
     assert!(onnx.windows(finetune_key.len()).any(|w| w == finetune_key.as_bytes()), "stage keys in the metadata");
+    let metrics: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("eval/metrics.json")).unwrap()).unwrap();
+    assert_eq!(metrics["chain"]["experiment"], "sample-chain");
+    assert_eq!(metrics["chain"]["stages"]["finetune"], finetune_key, "the eval report names the chain");
 
     // Again: nothing runs, nothing changes.
     let before = folder_digests(&out);

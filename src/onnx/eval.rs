@@ -121,6 +121,10 @@ pub struct EvalReport {
     pub mistakes: Vec<Mistake>,
     pub throughput: Throughput,
     pub outputs: Vec<String>,
+    /// The experiment and stage keys that made the model (its `bertpipe_chain` metadata, when
+    /// `bertpipe run` exported it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chain: Option<serde_json::Value>,
 }
 
 /// Opens the runtime and the model for `device`.
@@ -177,6 +181,9 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport> {
         mistakes: scores.mistakes,
         throughput,
         outputs,
+        chain: model.metadata.get("bertpipe_chain").and_then(|c| serde_json::from_str(c).ok()).map(|keys: serde_json::Value| {
+            serde_json::json!({"experiment": model.metadata.get("bertpipe_experiment"), "stages": keys})
+        }),
     };
     let json = serde_json::to_string_pretty(&report)? + "\n";
     crate::contract::write_file_atomic(&out.join("metrics.json"), json.as_bytes())?;
