@@ -261,17 +261,24 @@ fn train(args: bertpipe::cli::TrainArgs) -> ExitCode {
     match train::run(&cfg, &opts) {
         Ok(s) => {
             eprintln!("{}", train::format_summary(&s));
-            if s.interrupted {
-                ExitCode::from(130)
-            } else {
-                ExitCode::SUCCESS
-            }
+            finished(s.interrupted)
         }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => failure(e),
     }
+}
+
+/// 130 after Ctrl-C (a checkpoint was written), else success.
+fn finished(interrupted: bool) -> ExitCode {
+    if interrupted {
+        ExitCode::from(130)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn failure(e: anyhow::Error) -> ExitCode {
+    eprintln!("error: {e:#}");
+    ExitCode::FAILURE
 }
 
 fn run_experiment(args: bertpipe::cli::ExperimentArgs) -> ExitCode {
@@ -302,26 +309,15 @@ fn run_experiment(args: bertpipe::cli::ExperimentArgs) -> ExitCode {
             }
             if r.interrupted {
                 eprintln!("interrupted; run the same command to continue");
-                ExitCode::from(130)
-            } else {
-                ExitCode::SUCCESS
             }
+            finished(r.interrupted)
         }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => failure(e),
     }
 }
 
 fn report(r: anyhow::Result<()>) -> ExitCode {
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    r.map_or_else(failure, |()| ExitCode::SUCCESS)
 }
 
 fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {

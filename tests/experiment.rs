@@ -333,3 +333,24 @@ fn a_pipeline_stage_runs_as_a_task_array_and_the_chain_merges_it() {
     let o = bertpipe(&["run", e, "--stage", "nope", "--task-index", "0", "--task-count", "2"], &[]);
     assert!(!o.status.success() && stderr(&o).contains("--stage nope: no such stage"), "{}", stderr(&o));
 }
+
+/// A vocab stage learns a vocabulary from a pipeline's cleaned text, and a pipeline stage's
+/// tokenize step that names it tokenizes with it.
+#[test]
+fn a_vocab_stage_feeds_the_tokenize_step_that_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let imdb = root().join("pipelines/imdb.yaml").display().to_string();
+    let yaml = format!(
+        "name: own-vocab\nout: out\nstages:\n  data:\n    base: {imdb}\n    steps[6].vocab: words\n  words: {{ kind: vocab, pipeline: {imdb}, size: 2000, min_frequency: 2 }}\n"
+    );
+    let exp = dir.path().join("vocab.yaml");
+    std::fs::write(&exp, yaml).unwrap();
+    assert_ok(&run(&exp, &[], &[]));
+    let out = dir.path().join("out");
+    let st = statuses(&out);
+    assert_eq!((st["words"].as_str(), st["data"].as_str()), ("ran", "ran"));
+    let vocab = std::fs::read(out.join("words/vocab.txt")).unwrap();
+    let m = common::manifest(&out.join("data"));
+    assert_eq!(m["tokenizer"]["vocab_sha256"], hex::encode(Sha256::digest(&vocab)));
+    assert!(m["tokenizer"]["vocab_size"].as_u64().unwrap() <= 2000);
+}
