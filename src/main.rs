@@ -99,17 +99,25 @@ fn task_spec(args: &bertpipe::cli::TaskArgs) -> Result<Option<pipeline::tasks::T
     })
 }
 
+/// The task of a command that only runs as one (`what` says which), or the usage exit code
+/// after saying how to give it.
+fn required_task(args: &bertpipe::cli::TaskArgs, what: &str) -> Result<pipeline::tasks::TaskSpec, ExitCode> {
+    match task_spec(args)? {
+        Some(t) => Ok(t),
+        None => {
+            eprintln!("error: {what}: pass --task-index I --task-count N (or run it in a Slurm array / Kubernetes Indexed Job)");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
 fn pipeline_scan(args: bertpipe::cli::ScanArgs) -> ExitCode {
     let p = match Pipeline::load(&args.config.pipeline, &args.config.set) {
         Ok(p) => p,
         Err(e) => return config_failure(&e),
     };
-    let task = match task_spec(&args.task) {
-        Ok(Some(t)) => t,
-        Ok(None) => {
-            eprintln!("error: `pipeline scan` is the first phase of a task array: pass --task-index I --task-count N (or run it in a Slurm array / Kubernetes Indexed Job)");
-            return ExitCode::from(2);
-        }
+    let task = match required_task(&args.task, "`pipeline scan` is the first phase of a task array") {
+        Ok(t) => t,
         Err(code) => return code,
     };
     let started = std::time::Instant::now();
@@ -288,12 +296,8 @@ fn run_experiment(args: bertpipe::cli::ExperimentArgs) -> ExitCode {
         Err(e) => return config_failure(&e),
     };
     if let Some(stage) = &args.stage {
-        let task = match task_spec(&args.task) {
-            Ok(Some(t)) => t,
-            Ok(None) => {
-                eprintln!("error: --stage runs one task of a task array: pass --task-index I --task-count N (or run it in a Slurm array / Kubernetes Indexed Job)");
-                return ExitCode::from(2);
-            }
+        let task = match required_task(&args.task, "--stage runs one task of a task array") {
+            Ok(t) => t,
             Err(code) => return code,
         };
         return report(experiment::run_task(&exp, stage, task, args.scan, args.quiet));

@@ -492,19 +492,12 @@ fn path_key_matches(pattern: &str, key: &str) -> bool {
 
 fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<Stage> {
     let out = ctx.stage_out(&r.name);
-    let mut stage = Stage {
-        name: r.name.clone(),
-        index: ctx.index,
-        kind,
-        out: out.clone(),
-        deps: Vec::new(),
-        inputs: Vec::new(),
-        spec: Spec::Pipeline(Box::new(empty_pipeline())),
-    };
-    match kind {
+    // The stages it reads and the files it names, gathered while its configuration resolves.
+    let (mut deps, mut inputs): (Vec<String>, Vec<PathBuf>) = (Vec::new(), Vec::new());
+    let spec = match kind {
         Kind::Pipeline => {
             let (mut doc, file, base) = stage_doc(ctx, r, &[], errs)?;
-            let pending = wire_vocab(ctx, r, &mut doc, &mut stage, errs);
+            let pending = wire_vocab(ctx, r, &mut doc, &mut deps, errs);
             let mut overrides = r.overrides.clone();
             overrides.push(format!("sink.path={}", json_str(&out)));
             let p = match Pipeline::from_node(doc, &file, &base, &overrides, &pending) {
@@ -514,11 +507,11 @@ fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<St
                     return None;
                 }
             };
-            stage.inputs.push(p.source.path().to_path_buf());
+            inputs.push(p.source.path().to_path_buf());
             for step in p.steps.clone().iter_mut() {
-                stage.inputs.extend(step.paths_mut().into_iter().map(|(_, p)| p.clone()));
+                inputs.extend(step.paths_mut().into_iter().map(|(_, p)| p.clone()));
             }
-            stage.spec = Spec::Pipeline(Box::new(p));
+            Spec::Pipeline(Box::new(p))
         }
         Kind::Vocab => {
             let get = |k: &str| map_get(&r.node, k);
@@ -534,7 +527,7 @@ fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<St
             };
             let p = match ctx.wire(&r.name, "pipeline", &pipeline, ppos, &[Kind::Pipeline], errs)? {
                 Wire::Stage(name) => {
-                    stage.deps.push(name.clone());
+                    deps.push(name.clone());
                     match &ctx.done.iter().find(|s| s.name == name)?.spec {
                         Spec::Pipeline(p) => (**p).clone(),
                         _ => return None,
@@ -542,8 +535,8 @@ fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<St
                 }
                 Wire::Path(path) => match Pipeline::load(&path, &[]) {
                     Ok(p) => {
-                        stage.inputs.push(path);
-                        stage.inputs.push(p.source.path().to_path_buf());
+                        inputs.push(path);
+                        inputs.push(p.source.path().to_path_buf());
                         p
                     }
                     Err(e) => {
@@ -555,12 +548,12 @@ fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<St
             let num = |k: &str, d: u64| get(k).and_then(|(n, _)| scalar(n)?.as_u64()).unwrap_or(d);
             let cased = get("cased").and_then(|(n, _)| scalar(n)?.as_bool()).unwrap_or(false);
             unknown_keys(r, VOCAB_KEYS, errs);
-            stage.spec = Spec::Vocab {
+            Spec::Vocab {
                 pipeline: Box::new(p),
                 size: num("size", 30522) as usize,
                 min_frequency: num("min_frequency", 2),
                 lowercase: !cased,
-            };
+            }
         }
         Kind::Train => {
             let (doc, file, base) = stage_doc(ctx, r, &["init_from"], errs)?;
@@ -590,11 +583,11 @@ fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<St
                             );
                         }
                     }
-                    stage.deps.push(name);
+                    deps.push(name);
                     overrides.push(format!("data={}", json_str(&up.out)));
                 }
                 Some((Wire::Path(p), _)) => {
-                    stage.inputs.push(p.join(crate::contract::manifest::MANIFEST));
+                    inputs.push(p.join(crate::contract::manifest::MANIFEST));
                     overrides.push(format!("data={}", json_str(&p)));
                 }
                 None => {}
@@ -605,11 +598,11 @@ fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<St
             if let Some((v, pos)) = init {
                 match ctx.wire(&r.name, "init_from", &v, pos, &[Kind::Train], errs)? {
                     Wire::Stage(name) => {
-                        stage.deps.push(name.clone());
+                        deps.push(name.clone());
                         overrides.push(format!("model.init_from={}", json_str(&ctx.stage_out(&name).join("final"))));
                     }
                     Wire::Path(p) => {
-                        stage.inputs.push(p.clone());
+                        inputs.push(p.clone());
                         overrides.push(format!("model.init_from={}", json_str(&p)));
                     }
                 }
@@ -617,7 +610,7 @@ fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<St
                 overrides.push("model.config=null".into());
             }
             let y = YamlFile::from_node(doc, &file, &base, &overrides);
-            let mut c = match train_config(y, &stage.deps) {
+            let mut c = match train_config(y, &deps) {
                 Ok(c) => c,
                 Err(e) => {
                     errs.extend(e);
@@ -626,9 +619,9 @@ fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<St
             };
             c.output_dir = out.clone();
             if let Some(p) = &c.model.config {
-                stage.inputs.push(p.clone());
+                inputs.push(p.clone());
             }
-            stage.spec = Spec::Train(Box::new(c));
+            Spec::Train(Box::new(c))
         }
         Kind::Export => {
             unknown_keys(r, EXPORT_KEYS, errs);
@@ -646,7 +639,7 @@ fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<St
             let which = get("checkpoint").map(|(v, _)| v).unwrap_or_else(|| "final".into());
             let checkpoint = match (which.as_str(), &from) {
                 ("final" | "best", Some(n)) => {
-                    stage.deps.push(n.clone());
+                    deps.push(n.clone());
                     output_of(Kind::Train, &ctx.stage_out(n), &which)
                 }
                 ("final" | "best", None) => {
@@ -658,13 +651,13 @@ fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<St
                 }
                 (path, _) => {
                     let p = absolute(path, ctx.base);
-                    stage.inputs.push(p.clone());
+                    inputs.push(p.clone());
                     p
                 }
             };
             let flag = |k: &str| map_get(&r.node, k).and_then(|(n, _)| scalar(n)?.as_bool()).unwrap_or(false);
             let max_len = map_get(&r.node, "max_len").and_then(|(n, _)| scalar(n)?.as_u64()).map(|x| x as usize);
-            stage.spec = Spec::Export { checkpoint, optimize: flag("optimize"), max_len, verify: flag("verify") };
+            Spec::Export { checkpoint, optimize: flag("optimize"), max_len, verify: flag("verify") }
         }
         Kind::Eval => {
             unknown_keys(r, EVAL_KEYS, errs);
@@ -672,17 +665,17 @@ fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<St
             let (model, trained_on) = match get("model") {
                 Some((v, pos)) => match ctx.wire(&r.name, "model", &v, pos, &[Kind::Export], errs)? {
                     Wire::Stage(n) => {
-                        stage.deps.push(n.clone());
+                        deps.push(n.clone());
                         (output_of(Kind::Export, &ctx.stage_out(&n), ""), export_data(ctx, &n))
                     }
                     Wire::Path(p) => {
-                        stage.inputs.push(p.clone());
+                        inputs.push(p.clone());
                         (p, None)
                     }
                 },
                 None => match ctx.nearest(Kind::Export, |_| true) {
                     Some(s) => {
-                        stage.deps.push(s.name.clone());
+                        deps.push(s.name.clone());
                         (output_of(Kind::Export, &s.out, ""), export_data(ctx, &s.name))
                     }
                     None => {
@@ -694,17 +687,17 @@ fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<St
             let data = match get("data") {
                 Some((v, pos)) => match ctx.wire(&r.name, "data", &v, pos, &[Kind::Pipeline], errs)? {
                     Wire::Stage(n) => {
-                        stage.deps.push(n.clone());
+                        deps.push(n.clone());
                         ctx.stage_out(&n)
                     }
                     Wire::Path(p) => {
-                        stage.inputs.push(p.join(crate::contract::manifest::MANIFEST));
+                        inputs.push(p.join(crate::contract::manifest::MANIFEST));
                         p
                     }
                 },
                 None => match trained_on {
                     Some(n) => {
-                        stage.deps.push(n.clone());
+                        deps.push(n.clone());
                         ctx.stage_out(&n)
                     }
                     None => {
@@ -717,19 +710,19 @@ fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<St
                 },
             };
             let num = |k: &str, d: u64| map_get(&r.node, k).and_then(|(n, _)| scalar(n)?.as_u64()).unwrap_or(d);
-            stage.spec = Spec::Eval {
+            Spec::Eval {
                 model,
                 data,
                 split: get("split").map(|(v, _)| v).unwrap_or_else(|| "test".into()),
                 batch_size: num("batch_size", 32) as usize,
                 device: get("device").map(|(v, _)| v).unwrap_or_else(|| "cpu".into()),
                 mistakes: num("mistakes", 10) as usize,
-            };
+            }
         }
-    }
-    stage.deps.sort();
-    stage.deps.dedup();
-    Some(stage)
+    };
+    deps.sort();
+    deps.dedup();
+    Some(Stage { name: r.name.clone(), index: ctx.index, kind, out, deps, inputs, spec })
 }
 
 /// A train config; whether its shards and checkpoint exist is left to the run when they come
@@ -757,7 +750,7 @@ fn export_data(ctx: &Ctx, export: &str) -> Option<String> {
 
 /// A tokenize step's `vocab:` or `tokenizer:` naming a vocab stage reads its vocab.txt.
 /// Returns the vocabulary files so wired (written when those stages run).
-fn wire_vocab(ctx: &Ctx, r: &Raw, doc: &mut Node, stage: &mut Stage, errs: &mut Errors) -> Vec<PathBuf> {
+fn wire_vocab(ctx: &Ctx, r: &Raw, doc: &mut Node, deps: &mut Vec<String>, errs: &mut Errors) -> Vec<PathBuf> {
     let Some((Node::Seq(steps, _), _)) = map_get(doc, "steps") else { return Vec::new() };
     let mut sets = Vec::new();
     for (i, step) in steps.iter().enumerate() {
@@ -768,7 +761,7 @@ fn wire_vocab(ctx: &Ctx, r: &Raw, doc: &mut Node, stage: &mut Stage, errs: &mut 
                 ctx.wire(&r.name, &format!("steps[{i}].vocab"), &value, pos, &[Kind::Vocab], errs)
             {
                 let path = output_of(Kind::Vocab, &ctx.stage_out(&name), "");
-                stage.deps.push(name);
+                deps.push(name);
                 sets.push((i, path));
             }
         }
@@ -796,13 +789,6 @@ fn unknown_keys(r: &Raw, valid: &[&str], errs: &mut Errors) {
 /// A path as a YAML value for a `key=value` override.
 fn json_str(p: &Path) -> String {
     serde_json::to_string(&p.display().to_string()).expect("a string serialises")
-}
-
-fn empty_pipeline() -> Pipeline {
-    serde_json::from_value(serde_json::json!({
-        "name": "", "source": {"type": "text", "path": ""}, "sink": {"type": "parquet", "path": ""}
-    }))
-    .expect("a minimal pipeline")
 }
 
 /// The names a raw stage's wires give (`data`, `init_from`, `from`, `model`, `pipeline`, a
