@@ -6,7 +6,6 @@
 
 use anyhow::Result;
 use bertpipe::shards::ShardSet;
-use bertpipe::tokenize::WordPiece;
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
@@ -14,8 +13,8 @@ fn main() -> Result<()> {
     let shards = ShardSet::open(dir.as_ref())?;
     shards.verify()?;
     if let Some(vocab) = args.next() {
-        let sha = WordPiece::from_vocab_file(vocab.as_ref(), true, None, 100)?.vocab_sha256;
-        shards.expect_vocab(&sha, &format!("'{vocab}'"))?;
+        let theirs = bertpipe::tokenize::file_vocab(vocab.as_ref(), None)?;
+        shards.expect_vocab(&theirs, &format!("'{vocab}'"))?;
     }
     println!("{dir}: task {}, max_len {:?}, verified", shards.manifest.task, shards.manifest.max_len);
     for split in shards.splits() {

@@ -364,7 +364,7 @@ fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
         for c in &checked {
             eprintln!("verify {:<32} {:>3} × {:<4} max |Δ logits| {:.3e}", c.name, c.batch, c.seq, c.max_abs_diff);
         }
-        let worst = checked.iter().map(|c| c.max_abs_diff).fold(0f32, f32::max);
+        let worst = bertpipe::metrics::worst_of(checked.iter().map(|c| c.max_abs_diff as f64));
         eprintln!(
             "verified against candle with ONNX Runtime {}: max |Δ logits| {worst:.3e} < {:.0e}",
             rt.version,

@@ -74,6 +74,34 @@ impl Predictions {
     }
 }
 
+/// The largest |a − b| of two outputs compared element by element, or NaN when either side
+/// holds a NaN or an infinity, or their lengths differ: `max_abs_diff(a, b) <= tol` then fails.
+/// (`fold(0.0, f64::max)` skips NaN, so an all-NaN output would pass a tolerance check.)
+pub fn max_abs_diff<A: Copy + Into<f64>, B: Copy + Into<f64>>(a: &[A], b: &[B]) -> f64 {
+    if a.len() != b.len() {
+        return f64::NAN;
+    }
+    let mut worst = 0.0f64;
+    for (&x, &y) in a.iter().zip(b) {
+        let (x, y): (f64, f64) = (x.into(), y.into());
+        if !x.is_finite() || !y.is_finite() {
+            return f64::NAN;
+        }
+        worst = worst.max((x - y).abs());
+    }
+    worst
+}
+
+/// The largest |x|, NaN when any value is not finite.
+pub fn max_abs<A: Copy + Into<f64>>(xs: &[A]) -> f64 {
+    xs.iter().map(|&x| x.into()).try_fold(0.0f64, |m, x: f64| x.is_finite().then(|| m.max(x.abs()))).unwrap_or(f64::NAN)
+}
+
+/// The worst of several differences, NaN when any is NaN.
+pub fn worst_of(diffs: impl IntoIterator<Item = f64>) -> f64 {
+    diffs.into_iter().fold(0.0, |m, d| if m.is_nan() || d.is_nan() { f64::NAN } else { m.max(d) })
+}
+
 pub fn softmax(logits: &[f32]) -> Vec<f64> {
     let max = logits.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
     let e: Vec<f64> = logits.iter().map(|&x| (x as f64 - max).exp()).collect();
@@ -334,6 +362,23 @@ pub const PRETRAIN_METRICS: &[&str] = &["loss", "mlm_loss", "mlm_accuracy", "per
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_difference_with_a_nan_or_infinity_on_either_side_fails_any_tolerance() {
+        assert_eq!(max_abs_diff(&[1.0f32, 2.0], &[1.0f32, 2.5]), 0.5);
+        for (a, b) in [
+            (vec![f32::NAN, f32::NAN], vec![f32::NAN, f32::NAN]),
+            (vec![1.0, f32::NAN], vec![1.0, 2.0]),
+            (vec![1.0, 2.0], vec![f32::INFINITY, 2.0]),
+            (vec![f32::INFINITY], vec![f32::INFINITY]),
+        ] {
+            let d = max_abs_diff(&a, &b);
+            assert!(!(d <= 1e-4), "{a:?} vs {b:?}: {d}");
+        }
+        assert!(max_abs_diff(&[1.0f32], &[1.0f32, 2.0]).is_nan(), "lengths differ");
+        assert!(max_abs(&[1.0f64, f64::NAN]).is_nan() && max_abs(&[-3.0f64, 2.0]) == 3.0);
+        assert!(worst_of([0.1, f64::NAN, 0.2]).is_nan() && worst_of([0.1, 0.3]) == 0.3);
+    }
 
     fn preds(rows: &[([f64; 2], usize)]) -> Predictions {
         let mut p = Predictions::new(2);

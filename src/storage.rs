@@ -106,6 +106,11 @@ impl Remote {
         &self.url
     }
 
+    /// Whether this is a whole bucket (no prefix): never a pipeline's output to replace.
+    pub fn is_bucket_root(&self) -> bool {
+        self.prefix.as_ref().is_empty()
+    }
+
     /// `url/rel`, for messages.
     pub fn url_of(&self, rel: &str) -> String {
         if rel.is_empty() {

@@ -3,6 +3,7 @@
 
 mod common;
 
+use bertpipe::contract::manifest::VocabRef;
 use bertpipe::shards::ShardSet;
 use bertpipe::tokenize::WordPiece;
 use common::*;
@@ -35,7 +36,9 @@ fn imdb_yaml_makes_bert_ready_shards_that_verify_and_read_back() {
 
     let shards = ShardSet::open(&out).unwrap();
     shards.verify().unwrap();
-    shards.expect_vocab(&vocab().vocab_sha256, "the test vocabulary").unwrap();
+    let w = vocab();
+    let theirs = VocabRef { sha256: "another file".into(), id: Some(w.vocab_id.clone()) };
+    shards.expect_vocab(&theirs, "the test vocabulary").unwrap();
     let (w, mut n, mut tokens) = (vocab(), 0, 0u64);
     for row in shards.rows("train").unwrap() {
         let row = row.unwrap();
@@ -150,8 +153,12 @@ fn reader_refuses_damaged_or_foreign_shards() {
     let out = tmp.path().join("imdb");
     run_imdb(&out, &["--set", "sink.shard_rows=100"]);
     let shards = ShardSet::open(&out).unwrap();
-    let e = shards.expect_vocab("0".repeat(64).as_str(), "another vocabulary").unwrap_err().to_string();
-    assert!(e.contains("vocab mismatch"), "{e}");
+    let other = VocabRef { sha256: "0".repeat(64), id: Some("1".repeat(64)) };
+    let e = shards.expect_vocab(&other, "another vocabulary").unwrap_err().to_string();
+    assert!(e.contains("vocab mismatch") && e.contains(&"1".repeat(64)), "{e}");
+    // An old model that recorded only its file's hash is compared by that.
+    let old = VocabRef { sha256: vocab().vocab_sha256, id: None };
+    shards.expect_vocab(&old, "an older model").unwrap();
 
     let victim = out.join("train/part-00001.parquet");
     let mut bytes = std::fs::read(&victim).unwrap();

@@ -40,8 +40,8 @@ fn floats(v: &Value) -> Vec<f64> {
 /// small random model are ~1e-6: an absolute bound alone would accept anything there).
 fn close(what: &str, ours: &[f64], theirs: &[f64], tol: f64) {
     assert_eq!(ours.len(), theirs.len(), "{what}: lengths differ");
-    let worst = ours.iter().zip(theirs).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-    let scale = theirs.iter().map(|x| x.abs()).fold(0.0, f64::max);
+    let worst = bertpipe::metrics::max_abs_diff(ours, theirs);
+    let scale = bertpipe::metrics::max_abs(theirs);
     assert!(scale > 0.0, "{what}: the reference is all zeros; the test would prove nothing");
     assert!(worst <= tol, "{what}: max |Δ| {worst:e} > {tol:e}");
     assert!(worst <= 1e-4 * scale, "{what}: max |Δ| {worst:e} is more than 1e-4 of the values' scale {scale:e}");
@@ -233,9 +233,9 @@ fn bf16_matrix_products_match_pytorch_run_the_same_way() {
     let (inputs, _, s) = inputs(&g);
     // Worst |ours − reference|, against the worst |f32 − reference| of the same figure.
     let check = |what: &str, ours: &[f64], bf16: &[f64], f32: &[f64]| {
-        let worst = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        let worst = |a: &[f64], b: &[f64]| bertpipe::metrics::max_abs_diff(a, b);
         let (ours_err, f32_err) = (worst(ours, bf16), worst(f32, bf16));
-        let scale = bf16.iter().map(|x| x.abs()).fold(0.0, f64::max);
+        let scale = bertpipe::metrics::max_abs(bf16);
         eprintln!("{what}: |ours − torch bf16| {ours_err:.2e}, |f32 − torch bf16| {f32_err:.2e}, scale {scale:.2e}");
         assert!(f32_err > 0.0, "{what}: bf16 and f32 agree exactly; the fixture proves nothing");
         assert!(ours_err <= 1e-4 * scale, "{what}: max |Δ| {ours_err:e} is more than 1e-4 of the scale {scale:e}");

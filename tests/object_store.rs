@@ -98,6 +98,19 @@ impl Drop for S3Server {
     }
 }
 
+fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
 fn run(env: &[(String, String)], args: &[&str]) -> Output {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     bertpipe_env(args, &env)
@@ -211,6 +224,37 @@ fn a_tarball_in_a_bucket_to_shards_in_a_bucket_gives_the_bytes_written_on_disk()
     ];
     assert_ok(&run(&env, &again));
     assert_same_shards(&local, &server.file("out/imdb"));
+
+    // --overwrite never reaches outside the layout: not a whole bucket, not a prefix that also
+    // holds someone's objects (named), and a manifest naming `../` is refused by readers
+    // before anything is written into (or over) the cache.
+    let root_out = format!("sink.path=s3://{BUCKET}");
+    std::fs::write(server.file("manifest.json"), "{}").unwrap();
+    let o = run(
+        &env,
+        &["pipeline", "run", "pipelines/imdb.yaml", "--quiet", "--overwrite", "--set", &src, "--set", &root_out],
+    );
+    assert!(!o.status.success() && stderr(&o).contains("whole bucket"), "{}", stderr(&o));
+    assert!(server.file("in/aclImdb_v1.tar.gz").exists());
+    std::fs::remove_file(server.file("manifest.json")).unwrap();
+    std::fs::write(server.file("out/imdb/README.md"), "my notes").unwrap();
+    let o = run(&env, &again);
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("refusing to overwrite") && e.contains("out/imdb/README.md"), "{e}");
+    assert!(server.file("out/imdb/manifest.json").exists() && server.file("out/imdb/README.md").exists());
+    std::fs::remove_file(server.file("out/imdb/README.md")).unwrap();
+    let text = std::fs::read_to_string(server.file("out/imdb/manifest.json")).unwrap();
+    let evil = text.replacen("\"train/part-00000.parquet\"", "\"../../../../escaped.parquet\"", 1);
+    std::fs::create_dir_all(server.file("evil")).unwrap();
+    std::fs::write(server.file("evil/manifest.json"), evil).unwrap();
+    let o = run(&env, &["stats", &format!("s3://{BUCKET}/evil"), "--quiet"]);
+    let e = stderr(&o);
+    assert!(
+        !o.status.success() && e.contains("not a path of the shard layout") && e.contains("escaped.parquet"),
+        "{e}"
+    );
+    let escaped: Vec<_> = walk_files(tmp.path()).into_iter().filter(|p| p.ends_with("escaped.parquet")).collect();
+    assert!(escaped.is_empty(), "{escaped:?}");
 
     // Readers: stats from the bucket equals stats from disk; train reads its shards.
     let stats = |input: &str| {

@@ -13,34 +13,10 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Int64Type};
 use bertpipe::onnx::proto::ModelProto;
 use bertpipe::onnx::{export, runtime, verify};
-use common::{assert_ok, bertpipe_env, read_parquet, root, run_pipeline, stderr};
+use common::{assert_ok, bertpipe_env, ort_env, ort_lib, read_parquet, root, run_pipeline, stderr};
 use prost::Message;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-
-/// The ONNX Runtime library every test uses (found, or installed into the cache once).
-fn ort_lib() -> &'static PathBuf {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let found = runtime::search(None).expect("searching for ONNX Runtime").0;
-        let path = match found {
-            Some(f) => f.path,
-            None => bertpipe::doctor::install(false).unwrap_or_else(|e| {
-                panic!(
-                    "ONNX Runtime is not on this machine and could not be installed with pip: {e:#}\n{}",
-                    runtime::install_hint()
-                )
-            }),
-        };
-        runtime::init(Some(&path))
-            .unwrap_or_else(|e| panic!("ONNX Runtime at '{}' does not load: {e:#}", path.display()));
-        path
-    })
-}
-
-fn ort_env() -> Vec<(&'static str, String)> {
-    vec![("ORT_DYLIB_PATH", ort_lib().display().to_string())]
-}
 
 fn run(args: &[&str]) -> std::process::Output {
     let env = ort_env();
@@ -147,7 +123,7 @@ fn export_matches_pytorch_and_candle_on_dynamic_shapes_plain_and_optimized() {
         // Against PyTorch's logits for the same padded batch (golden fixture).
         let (logits, k) = session.logits(&ids, &mask, &types, batch, seq).unwrap();
         assert_eq!(k, 2);
-        let diff = logits.iter().zip(&torch).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let diff = bertpipe::metrics::max_abs_diff(&logits, &torch) as f32;
         assert!(diff < 1e-4, "optimize={optimize}: max |Δ| vs PyTorch {diff}");
 
         // Against candle on random and tokenized batches of several shapes.
@@ -162,7 +138,7 @@ fn export_matches_pytorch_and_candle_on_dynamic_shapes_plain_and_optimized() {
         let (l, _) =
             session.logits(&case.input_ids, &case.attention_mask, &case.token_type_ids, case.batch, case.seq).unwrap();
         if optimize {
-            let d = l.iter().zip(&plain_logits).map(|(a, b): (&f32, &f32)| (a - b).abs()).fold(0f32, f32::max);
+            let d = bertpipe::metrics::max_abs_diff(&l, &plain_logits) as f32;
             assert!(d < 1e-4, "optimized vs plain: {d}");
         } else {
             plain_logits = l;
@@ -348,9 +324,10 @@ fn eval_refuses_a_model_with_another_vocabulary() {
     let o = run(&["eval", "--model", model.to_str().unwrap(), "--data", t.shards.to_str().unwrap(), "--quiet"]);
     assert!(!o.status.success());
     let err = stderr(&o);
-    let vocab = hex::encode(Sha256::digest(std::fs::read(tiny_cls().join("vocab.txt")).unwrap()));
-    let theirs = common::manifest(&t.shards)["tokenizer"]["vocab_sha256"].as_str().unwrap().to_string();
-    assert!(err.contains("vocab mismatch") && err.contains(&vocab) && err.contains(&theirs), "{err}");
+    let theirs = common::manifest(&t.shards)["tokenizer"]["vocab_id"].as_str().unwrap().to_string();
+    let ours = model_metadata(&model)["vocab_id"].clone();
+    assert!(err.contains("vocab mismatch") && err.contains("vocab content id"), "{err}");
+    assert!(err.contains(&ours) && err.contains(&theirs), "{err}");
 }
 
 #[test]
@@ -361,11 +338,93 @@ fn predict_refuses_a_pipeline_with_another_vocabulary() {
     let o = run(&["predict", "--model", model.to_str().unwrap(), "--pipeline", "pipelines/imdb.yaml", "A fine film."]);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
-    let vocab = hex::encode(Sha256::digest(std::fs::read(tiny_cls().join("vocab.txt")).unwrap()));
-    let pipeline_vocab =
-        hex::encode(Sha256::digest(std::fs::read(root().join("data/vocab/bert-base-uncased.txt")).unwrap()));
-    assert!(err.contains("vocab mismatch") && err.contains(&vocab) && err.contains(&pipeline_vocab), "{err}");
+    assert!(err.contains("vocab mismatch") && err.contains(&model_metadata(&model)["vocab_id"]), "{err}");
     assert!(err.contains("pipeline `"), "names the pipeline: {err}");
+}
+
+/// The ONNX model's metadata props.
+fn model_metadata(model: &Path) -> std::collections::BTreeMap<String, String> {
+    let proto = ModelProto::decode(std::fs::read(model).unwrap().as_slice()).unwrap();
+    proto.metadata_props.into_iter().map(|p| (p.key, p.value)).collect()
+}
+
+/// The `tokenizer.json` HF's `BertTokenizerFast` saves for an uncased `vocab.txt`.
+fn bert_tokenizer_json(vocab: &Path, to: &Path) {
+    use tokenizers::models::wordpiece::WordPiece;
+    use tokenizers::normalizers::BertNormalizer;
+    use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
+    use tokenizers::{AddedToken, Tokenizer};
+    let wp = WordPiece::from_file(vocab.to_str().unwrap()).unk_token("[UNK]".into()).build().unwrap();
+    let mut t = Tokenizer::new(wp);
+    t.with_normalizer(Some(BertNormalizer::new(true, true, None, true))).unwrap();
+    t.with_pre_tokenizer(Some(BertPreTokenizer));
+    let specials: Vec<AddedToken> =
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].iter().map(|s| AddedToken::from(*s, true)).collect();
+    t.add_special_tokens(specials).unwrap();
+    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+    t.save(to, false).unwrap();
+}
+
+/// The sample pipeline, tokenizing with `tokenizer` (a tokenizer.json) instead of vocab.txt.
+fn json_pipeline(dir: &Path, tokenizer: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(root().join("pipelines/imdb.yaml")).unwrap();
+    let text = text
+        .replace("vocab: ../data/vocab/bert-base-uncased.txt", &format!("tokenizer: {}", tokenizer.display()))
+        .replace("../data/", &format!("{}/data/", root().display()));
+    let p = dir.join("imdb-json.yaml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn a_vocabulary_is_its_content_whichever_file_it_came_from() {
+    let t = trained();
+    let dir = tempfile::tempdir().unwrap();
+    // The checkpoint holds vocab.txt; these shards are tokenized with a tokenizer.json of the
+    // same 30,522 tokens: a different file, the same vocabulary.
+    let json = dir.path().join("tok/tokenizer.json");
+    bert_tokenizer_json(&root().join("data/vocab/bert-base-uncased.txt"), &json);
+    let pipeline = json_pipeline(dir.path(), &json);
+    let shards = dir.path().join("json-shards");
+    assert_ok(&run_pipeline(pipeline.to_str().unwrap(), &shards, &[]));
+    let m = common::manifest(&shards);
+    let m0 = common::manifest(&t.shards);
+    assert_ne!(m["tokenizer"]["vocab_sha256"], m0["tokenizer"]["vocab_sha256"], "two different files");
+    assert_eq!(m["tokenizer"]["vocab_id"], m0["tokenizer"]["vocab_id"], "one vocabulary");
+    assert_eq!(model_metadata(&t.model)["vocab_id"], m["tokenizer"]["vocab_id"].as_str().unwrap());
+
+    // train from the checkpoint, eval and predict with the model exported from it: accepted.
+    let ft = dir.path().join("ft");
+    let (d, o, i) = (
+        format!("data={}", shards.display()),
+        format!("output_dir={}", ft.display()),
+        format!("model.init_from={}", t.checkpoint.display()),
+    );
+    let args = ["train", "pipelines/imdb-finetune.yaml", "--quiet", "--set", &d, "--set", &o, "--set", &i];
+    let o =
+        run(&[&args[..], &["--set", "model.preset=null", "--set", "max_steps=1", "--set", "eval_split=null"]].concat());
+    assert_ok(&o);
+    assert_ok(&eval_cli(&t.model, &shards, &dir.path().join("eval"), &[]));
+    let m = t.model.to_str().unwrap();
+    assert_ok(&run(&["predict", "--model", m, "--pipeline", pipeline.to_str().unwrap(), "A fine film."]));
+
+    // A real difference is still one: two tokens swapped, or the same tokens cased.
+    let vocab = std::fs::read_to_string(root().join("data/vocab/bert-base-uncased.txt")).unwrap();
+    let mut lines: Vec<&str> = vocab.lines().collect();
+    lines.swap(2000, 2001);
+    let swapped = dir.path().join("swapped/vocab.txt");
+    std::fs::create_dir_all(swapped.parent().unwrap()).unwrap();
+    std::fs::write(&swapped, lines.join("\n") + "\n").unwrap();
+    let json2 = dir.path().join("swapped/tokenizer.json");
+    bert_tokenizer_json(&swapped, &json2);
+    let shards2 = dir.path().join("swapped-shards");
+    assert_ok(&run_pipeline(json_pipeline(&dir.path().join("swapped"), &json2).to_str().unwrap(), &shards2, &[]));
+    let err = stderr(&eval_cli(&t.model, &shards2, &dir.path().join("eval2"), &[]));
+    assert!(err.contains("vocab mismatch"), "{err}");
+    let cased = dir.path().join("cased");
+    assert_ok(&run_pipeline("pipelines/imdb.yaml", &cased, &["--set", "steps[6].lowercase=false"]));
+    let err = stderr(&eval_cli(&t.model, &cased, &dir.path().join("eval3"), &[]));
+    assert!(err.contains("vocab mismatch"), "lowercase changes ids: {err}");
 }
 
 #[test]
@@ -503,4 +562,32 @@ fn doctor_reports_the_runtime_it_found() {
     assert!(out.contains(&format!("ONNX Runtime {version} at {}", ort_lib().display())), "{out}");
     assert!(out.contains("found via ORT_DYLIB_PATH") && out.contains("CPUExecutionProvider"), "{out}");
     assert!(out.contains("candle CUDA"), "{out}");
+}
+
+/// `--verify` on a checkpoint whose logits overflow in both candle and ONNX Runtime: two
+/// outputs that are both infinite or NaN are not "max |Δ| 0", the check fails.
+#[test]
+fn verify_fails_when_the_outputs_are_not_finite_on_both_sides() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("ckpt");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    for f in ["config.json", "vocab.txt"] {
+        std::fs::copy(tiny_cls().join(f), ckpt.join(f)).unwrap();
+    }
+    let mut tensors =
+        candle_core::safetensors::load(tiny_cls().join("model.safetensors"), &candle_core::Device::Cpu).unwrap();
+    // The pooler saturates (tanh of 1e30 is 1 everywhere), and 1 × 3e38 summed over the hidden
+    // size is +inf in any order of summation.
+    let cpu = candle_core::Device::Cpu;
+    let shape = |name: &str| tensors[name].dims().to_vec();
+    let pooler = tensors.keys().find(|k| k.ends_with("pooler.dense.bias")).unwrap().clone();
+    tensors.insert(pooler.clone(), candle_core::Tensor::full(1e30f32, shape(&pooler), &cpu).unwrap());
+    let weight = candle_core::Tensor::full(3e38f32, shape("classifier.weight"), &cpu).unwrap();
+    tensors.insert("classifier.weight".into(), weight);
+    candle_core::safetensors::save(&tensors, ckpt.join("model.safetensors")).unwrap();
+    let out = dir.path().join("m.onnx");
+    let o = export_cli(&ckpt, &out, &["--verify"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("not finite") && !err.contains("panicked"), "{err}");
 }

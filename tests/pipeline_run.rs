@@ -127,6 +127,73 @@ fn existing_output_needs_overwrite_and_foreign_folders_are_never_deleted() {
     assert_eq!(refused.status.code(), Some(1));
     assert!(stderr(&refused).contains("does not look like bertpipe output"));
     assert!(foreign.join("thesis.tex").exists());
+
+    // A file named manifest.json does not make a folder bertpipe's: only what its layout
+    // holds is removed, and a folder with anything else is refused, naming that file.
+    let mixed = tmp.path().join("mixed");
+    assert_ok(&sample_run(&mixed, &[]));
+    for (rel, text) in [("notes.txt", "mine"), ("train/my-analysis.ipynb", "{}"), ("plots/a.png", "png")] {
+        std::fs::create_dir_all(mixed.join(rel).parent().unwrap()).unwrap();
+        std::fs::write(mixed.join(rel), text).unwrap();
+        let refused = sample_run(&mixed, &["--overwrite"]);
+        assert_eq!(refused.status.code(), Some(1), "{rel}");
+        let e = stderr(&refused);
+        assert!(e.contains("refusing to overwrite") && e.contains(rel), "{rel}: {e}");
+        assert!(mixed.join(rel).exists() && mixed.join("manifest.json").exists(), "nothing removed: {rel}");
+        std::fs::remove_file(mixed.join(rel)).unwrap();
+    }
+    std::fs::remove_dir(mixed.join("plots")).unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(home.join("Documents")).unwrap();
+    std::fs::write(home.join("manifest.json"), "{}").unwrap();
+    std::fs::write(home.join("Documents/cv.pdf"), "cv").unwrap();
+    let refused = sample_run(&home, &["--overwrite"]);
+    assert!(stderr(&refused).contains("cv.pdf") && home.join("Documents/cv.pdf").exists(), "{}", stderr(&refused));
+    // A link is not followed or removed either.
+    std::os::unix::fs::symlink(&foreign, mixed.join("link")).unwrap();
+    assert!(stderr(&sample_run(&mixed, &["--overwrite"])).contains("link"));
+    std::fs::remove_file(mixed.join("link")).unwrap();
+    assert_ok(&sample_run(&mixed, &["--overwrite"]));
+    assert!(foreign.join("thesis.tex").exists());
+}
+
+/// Every name a reader joins to the output folder comes from the layout: a manifest or journal
+/// naming `../` or an absolute path is refused by name before anything is read or removed.
+#[test]
+fn manifest_and_journal_paths_outside_the_layout_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    assert_ok(&sample_run(&out, &[]));
+    let text = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    let victim = tmp.path().join("victim.parquet");
+    std::fs::write(&victim, "precious").unwrap();
+    for bad in ["../victim.parquet", victim.to_str().unwrap(), "train/../../victim.parquet", "test/part-00000.parquet"]
+    {
+        let evil = text.replacen("\"train/part-00000.parquet\"", &format!("{bad:?}"), 1);
+        assert_ne!(evil, text);
+        std::fs::write(out.join("manifest.json"), &evil).unwrap();
+        let o = bertpipe(&["stats", out.to_str().unwrap(), "--quiet"]);
+        assert_eq!(o.status.code(), Some(1), "{bad}");
+        let e = stderr(&o);
+        assert!(e.contains("manifest.json") && e.contains("not a path of the shard layout") && e.contains(bad), "{e}");
+    }
+    let wrong_rows = text.replacen("\"rows\": ", "\"rows\": 1", 1);
+    std::fs::write(out.join("manifest.json"), &wrong_rows).unwrap();
+    let e = stderr(&bertpipe(&["stats", out.to_str().unwrap(), "--quiet"]));
+    assert!(e.contains("manifest.json") && e.contains("its shards list"), "{e}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+
+    // A journal naming a folder outside the layout: --resume refuses before touching anything.
+    std::fs::remove_file(out.join("manifest.json")).unwrap();
+    let header = format!(
+        "{{\"config_sha256\":\"{}\"}}",
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()["config_sha256"].as_str().unwrap()
+    );
+    let line = "{\"folder\":\"..\",\"shard\":{\"file\":\"../victim.parquet\",\"rows\":1,\"bytes\":8,\"sha256\":\"x\"}}";
+    std::fs::write(out.join("_journal.jsonl"), format!("{header}\n{line}\n")).unwrap();
+    let e = stderr(&sample_run(&out, &["--resume"]));
+    assert!(e.contains("_journal.jsonl") && e.contains("line 2") && e.contains("\"..\""), "{e}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
 }
 
 #[test]

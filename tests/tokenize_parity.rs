@@ -198,3 +198,47 @@ fn tokenizer_json_loads_and_agrees() {
     enc.encode(text, &mut got);
     assert_eq!(got, reference(true).encode(text, false).unwrap().get_ids());
 }
+
+/// A `vocab.txt` is read as HF's `WordPiece::read_file` reads it: each line without trailing
+/// whitespace, and a token listed twice keeps its last id (the earlier id is no token's).
+#[test]
+fn vocab_txt_lines_and_repeated_tokens_read_as_hf_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vocab.txt");
+    let lines = [
+        "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the ", "film\t\r", "##s", "the", "##s", "film", "good",
+        "##ly  ", "bad", "##ly",
+    ];
+    std::fs::write(&path, lines.join("\n") + "\r\n").unwrap();
+    let w = WordPiece::from_vocab_file(&path, true, None, 100).unwrap();
+    let wp = HfWordPiece::from_file(path.to_str().unwrap()).unk_token("[UNK]".into()).build().unwrap();
+    let mut hf = Tokenizer::new(wp);
+    hf.with_normalizer(Some(BertNormalizer::new(true, true, None, true))).unwrap();
+    hf.with_pre_tokenizer(Some(BertPreTokenizer));
+    for text in ["the films good", "goodly badly the", "films the film thes"] {
+        assert_eq!(encode(&w, text), hf.encode(text, false).unwrap().get_ids(), "{text:?}");
+    }
+    assert_eq!(encode(&w, "the films badly"), vec![8, 10, 9, 13, 14]);
+    // One vocabulary, whichever file: the tokenizer.json HF saves for it has the same identity.
+    let json = dir.path().join("tokenizer.json");
+    hf.save(&json, false).unwrap();
+    let from_json = bertpipe::tokenize::file_vocab(&json, None).unwrap();
+    let from_txt = bertpipe::tokenize::file_vocab(&path, None).unwrap();
+    assert_ne!(from_json.sha256, from_txt.sha256);
+    assert_eq!(from_json.id, from_txt.id);
+    assert_eq!(from_txt.id.as_deref(), Some(w.vocab_id.as_str()));
+}
+
+/// A tokenizer.json whose ids are far beyond its token count would make every table indexed by
+/// id (and a model's embeddings) that large: refused by name before anything is allocated.
+#[test]
+fn a_tokenizer_json_with_an_absurd_id_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("tokenizer.json");
+    reference(true).save(&json, false).unwrap();
+    let text = std::fs::read_to_string(&json).unwrap().replace("\"[MASK]\":103", "\"[MASK]\":4000000000");
+    assert!(text.contains("4000000000"));
+    std::fs::write(&json, text).unwrap();
+    let err = format!("{:#}", bertpipe::tokenize::file_vocab(&json, None).unwrap_err());
+    assert!(err.contains("tokenizer.json") && err.contains("4000000000"), "{err}");
+}

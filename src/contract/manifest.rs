@@ -188,7 +188,39 @@ impl Manifest {
         if m.format != FORMAT {
             bail!("'{shown}' has format `{}`; this bertpipe reads `{FORMAT}`", m.format);
         }
+        m.check_layout(shown)?;
         Ok(m)
+    }
+
+    /// Every name a reader joins to a folder is of the layout's own shape: split names are
+    /// plain folder names, and each shard is `SPLIT/part-NNNNN.parquet` (`_rejects/…` for
+    /// rejects), under `tasks/NNNNN/` in a merged task array. An absolute path or `..` could
+    /// otherwise make a reader write or remove files outside its folder. Counts are checked
+    /// too: a split's rows are its shards' rows.
+    fn check_layout(&self, shown: &str) -> Result<()> {
+        let merged = matches!(self.tasks, Some(TasksInfo { index: None, .. }));
+        let folders = self.splits.iter().map(|(name, s)| (name.as_str(), &s.shards, s.rows, "splits"));
+        for (folder, shards, rows, field) in
+            folders.chain([(REJECTS, &self.rejects.shards, self.rejects.rows, "rejects")])
+        {
+            if field == "splits" && !is_split_name(folder) {
+                bail!("'{shown}': split name {folder:?} is not a plain folder name (letters, digits, `_`, `-`, `.`; not starting with `.` or `_`)");
+            }
+            for s in shards {
+                if !is_shard_path(&s.file, folder, merged) {
+                    bail!(
+                        "'{shown}': shard {:?} of {field} `{folder}` is not a path of the shard layout ({folder}/part-NNNNN.parquet{})",
+                        s.file,
+                        if merged { format!(" under {TASKS_DIR}/NNNNN/") } else { String::new() }
+                    );
+                }
+            }
+            let listed: u64 = shards.iter().map(|s| s.rows).fold(0u64, u64::saturating_add);
+            if listed != rows {
+                bail!("'{shown}': {field} `{folder}` has rows {rows}, but its shards list {listed} rows");
+            }
+        }
+        Ok(())
     }
 }
 
@@ -208,6 +240,73 @@ impl ShardInfo {
     pub fn under(mut self, prefix: &str) -> ShardInfo {
         self.file = format!("{prefix}{}", self.file);
         self
+    }
+}
+
+/// A split's name as a folder: letters, digits, `_`, `-`, `.`, not starting with `.` or `_`
+/// (`_rejects` and hidden names are the layout's own) and not `tasks`.
+pub fn is_split_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name != TASKS_DIR
+        && !name.starts_with(['.', '_'])
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// `part-NNNNN.parquet` (five digits or more), as [`shard_name`] writes it.
+pub fn is_shard_name(name: &str) -> bool {
+    name.strip_prefix("part-")
+        .and_then(|n| n.strip_suffix(".parquet"))
+        .is_some_and(|n| n.len() >= 5 && n.len() <= 10 && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// `tasks/NNNNN`'s last part: five digits.
+pub fn is_task_name(name: &str) -> bool {
+    name.len() == 5 && name.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `FOLDER/part-NNNNN.parquet`, or with `merged` `tasks/NNNNN/FOLDER/part-NNNNN.parquet`.
+pub fn is_shard_path(rel: &str, folder: &str, merged: bool) -> bool {
+    let parts: Vec<&str> = rel.split('/').collect();
+    match parts.as_slice() {
+        [f, name] if !merged => *f == folder && is_shard_name(name),
+        [t, n, f, name] if merged => *t == TASKS_DIR && is_task_name(n) && *f == folder && is_shard_name(name),
+        _ => false,
+    }
+}
+
+/// Whether `rel` (a file's path relative to an output folder, `/`-separated) is one the shard
+/// layout has: the manifest and journal (and their temporaries), `SPLIT/part-NNNNN.parquet`,
+/// `_rejects/…`, a shard being written (`.part-NNNNN.parquet.tmp`), a task array's
+/// `tasks/NNNNN/…` and `tasks/scan/NNNNN.bin`. What `--overwrite` may remove.
+pub fn is_layout_file(rel: &str) -> bool {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let shard_or_temp = |n: &str| {
+        is_shard_name(n) || n.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")).is_some_and(is_shard_name)
+    };
+    match parts.as_slice() {
+        [name] => matches!(*name, MANIFEST | JOURNAL | ".manifest.json.tmp"),
+        [t, s, f] if *t == TASKS_DIR && *s == "scan" => {
+            let f = f.strip_prefix('.').and_then(|f| f.strip_suffix(".tmp")).unwrap_or(f);
+            f.strip_suffix(".bin").is_some_and(is_task_name)
+        }
+        [t, n, rest @ ..] if *t == TASKS_DIR && is_task_name(n) && !rest.is_empty() => {
+            rest.first() != Some(&TASKS_DIR) && is_layout_file(&rest.join("/"))
+        }
+        [folder, name] => (*folder == REJECTS || is_split_name(folder)) && shard_or_temp(name),
+        _ => false,
+    }
+}
+
+/// Whether `rel` is a folder the shard layout has (a split, `_rejects`, `tasks`, a task's).
+pub fn is_layout_dir(rel: &str) -> bool {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let split_or_rejects = |f: &str| f == REJECTS || is_split_name(f);
+    match parts.as_slice() {
+        [f] => *f == TASKS_DIR || split_or_rejects(f),
+        [t, n] => *t == TASKS_DIR && (*n == "scan" || is_task_name(n)),
+        [t, n, f] => *t == TASKS_DIR && is_task_name(n) && split_or_rejects(f),
+        _ => false,
     }
 }
 
@@ -264,27 +363,83 @@ impl PretrainStats {
 }
 
 impl TokenizerInfo {
-    /// The one vocabulary check of the chain: refuses `vocab_sha256`, the vocabulary of
-    /// `theirs` ("the model 'm.onnx'"), when it is not this tokenizer's, which `ours` names
-    /// ("the shards in 'out' were tokenized with 'vocab.txt'", "pipeline `imdb` tokenizes with …").
-    pub fn expect_vocab(&self, ours: &str, vocab_sha256: &str, theirs: &str) -> Result<()> {
-        if self.vocab_sha256 != vocab_sha256 {
-            bail!(
-                "vocab mismatch: {ours} (vocab sha256 {}), but {theirs} has vocab sha256 {}; tokenize with the vocabulary the model was trained with, or use a model trained on this vocabulary",
-                self.vocab_sha256,
-                if vocab_sha256.is_empty() { "(none recorded)" } else { vocab_sha256 }
-            );
-        }
-        Ok(())
+    /// This tokenizer's vocabulary, as the chain compares it.
+    pub fn vocab(&self) -> VocabRef {
+        VocabRef { sha256: self.vocab_sha256.clone(), id: self.vocab_id.clone() }
     }
+
+    /// The one vocabulary check of the chain: refuses `theirs`, the vocabulary of `whose` ("the
+    /// model 'm.onnx'"), when it is not this tokenizer's, which `ours` names ("the shards in
+    /// 'out' were tokenized with 'vocab.txt'", "pipeline `imdb` tokenizes with …"). Two
+    /// vocabularies are the same when their contents are ([`vocab_id`]: the tokens in id order
+    /// and the normaliser settings), whichever files they came from; a side that recorded only
+    /// the file's SHA-256 (made before bertpipe recorded content) is compared by that.
+    pub fn expect_vocab(&self, ours: &str, theirs: &VocabRef, whose: &str) -> Result<()> {
+        let ours_ref = self.vocab();
+        if ours_ref.same_as(theirs) {
+            return Ok(());
+        }
+        let (what, mine, other) = match (&ours_ref.id, &theirs.id) {
+            (Some(a), Some(b)) => ("vocab content id", a.as_str(), b.as_str()),
+            _ => ("vocab sha256", ours_ref.sha256.as_str(), theirs.sha256.as_str()),
+        };
+        bail!(
+            "vocab mismatch: {ours} ({what} {mine}), but {whose} has {what} {}; tokenize with the vocabulary the model was trained with, or use a model trained on this vocabulary",
+            if other.is_empty() { "(none recorded)" } else { other }
+        );
+    }
+}
+
+/// A vocabulary as the chain compares it: the SHA-256 of the file it was read from (what older
+/// manifests and models record) and, when known, its content identity ([`vocab_id`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VocabRef {
+    pub sha256: String,
+    pub id: Option<String>,
+}
+
+impl VocabRef {
+    /// The content identities when both sides have one, else the file hashes.
+    pub fn same_as(&self, other: &VocabRef) -> bool {
+        match (&self.id, &other.id) {
+            (Some(a), Some(b)) => a == b,
+            _ => !self.sha256.is_empty() && self.sha256 == other.sha256,
+        }
+    }
+}
+
+/// A vocabulary's content identity: the SHA-256 of its tokens in id order (the token → id map a
+/// WordPiece model uses, ids without a token left out) and of the normaliser settings that
+/// change ids. A `vocab.txt` and a `tokenizer.json` of the same tokens and options have the
+/// same identity.
+pub fn vocab_id<'a>(entries: impl IntoIterator<Item = (&'a str, u32)>, lowercase: bool, strip_accents: bool) -> String {
+    use sha2::{Digest, Sha256};
+    let mut by_id: Vec<(u32, &str)> = entries.into_iter().map(|(t, id)| (id, t)).collect();
+    by_id.sort_unstable();
+    let mut h = Sha256::new();
+    h.update(format!("bertpipe-vocab/1 lowercase={lowercase} strip_accents={strip_accents}\n").as_bytes());
+    for (id, token) in by_id {
+        h.update(id.to_le_bytes());
+        h.update((token.len() as u32).to_le_bytes());
+        h.update(token.as_bytes());
+    }
+    hex::encode(h.finalize())
 }
 
 /// What downstream steps and the manifest need to know about the tokenizer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TokenizerInfo {
+    /// The SHA-256 of the vocabulary file's bytes.
     pub vocab_sha256: String,
+    /// The vocabulary's content identity ([`vocab_id`]); absent in manifests written before it
+    /// was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vocab_id: Option<String>,
     pub vocab_size: usize,
     pub lowercase: bool,
+    /// Whether accents are stripped (absent in older manifests: then it follows `lowercase`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strip_accents: Option<bool>,
     pub special_ids: SpecialIds,
     /// `wordpiece` (the fast path) or `tokenizers` (the HF crate).
     pub encoder: String,

@@ -456,7 +456,7 @@ fn run_stage(
             if *verify {
                 let rt = crate::onnx::runtime::init(None)?;
                 let checked = crate::onnx::verify::verify_export(rt, &done)?;
-                let worst = checked.iter().map(|c| c.max_abs_diff).fold(0f32, f32::max);
+                let worst = crate::metrics::worst_of(checked.iter().map(|c| c.max_abs_diff as f64));
                 f["verify_max_abs_diff"] = json!(worst);
             }
             f

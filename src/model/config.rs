@@ -134,8 +134,14 @@ impl BertConfig {
 
     pub fn read(path: &Path) -> Result<BertConfig> {
         let text = std::fs::read_to_string(path).with_context(|| format!("could not read '{}'", path.display()))?;
-        let c: BertConfig =
-            serde_json::from_str(&text).with_context(|| format!("'{}' is not a BERT config.json", path.display()))?;
+        // The failing field is named (`vocab_size: invalid value …`), not just a column.
+        let c: BertConfig = serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text))
+            .map_err(|e| {
+                let field = e.path().to_string();
+                let at = if field == "." { String::new() } else { format!("`{field}`: ") };
+                anyhow::anyhow!("{at}{}", e.into_inner())
+            })
+            .with_context(|| format!("'{}' is not a BERT config.json", path.display()))?;
         c.check().with_context(|| format!("in '{}'", path.display()))?;
         Ok(c)
     }
@@ -146,6 +152,45 @@ impl BertConfig {
         }
         if self.position_embedding_type != "absolute" {
             bail!("position_embedding_type `{}` is not supported (only `absolute`)", self.position_embedding_type);
+        }
+        // Sizes are bounded before anything is allocated by them: a crafted config.json
+        // (10⁹ positions, a 0-wide layer) is an error naming the field, never an abort.
+        let sizes = [
+            ("vocab_size", self.vocab_size, crate::tokenize::wordpiece::MAX_VOCAB_IDS),
+            ("hidden_size", self.hidden_size, 1 << 16),
+            ("num_hidden_layers", self.num_hidden_layers, 1024),
+            ("num_attention_heads", self.num_attention_heads, 1024),
+            ("intermediate_size", self.intermediate_size, 1 << 18),
+            ("max_position_embeddings", self.max_position_embeddings, 1 << 17),
+            ("type_vocab_size", self.type_vocab_size, 1 << 10),
+        ];
+        for (field, value, most) in sizes {
+            if value == 0 || value > most {
+                bail!("`{field}` is {value}; it must be between 1 and {most}");
+            }
+        }
+        let h = self.hidden_size as u128;
+        let params = (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) as u128 * h
+            + self.num_hidden_layers as u128 * (4 * h * h + 2 * h * self.intermediate_size as u128);
+        if params > 1 << 34 {
+            bail!("these sizes make {params} parameters (over 2^34 = 64 GiB of f32): a damaged config.json?");
+        }
+        for (field, value) in [
+            ("hidden_dropout_prob", self.hidden_dropout_prob),
+            ("attention_probs_dropout_prob", self.attention_probs_dropout_prob),
+        ] {
+            if !(0.0..1.0).contains(&value) {
+                bail!("`{field}` is {value}; it must be in [0, 1)");
+            }
+        }
+        if !(self.layer_norm_eps.is_finite() && self.layer_norm_eps > 0.0) {
+            bail!("`layer_norm_eps` is {}; it must be a positive number", self.layer_norm_eps);
+        }
+        if !(self.initializer_range.is_finite() && self.initializer_range >= 0.0) {
+            bail!("`initializer_range` is {}; it must be a number ≥ 0", self.initializer_range);
+        }
+        if self.pad_token_id.is_some_and(|p| p >= self.vocab_size) {
+            bail!("`pad_token_id` {} is not below `vocab_size` {}", self.pad_token_id.unwrap_or(0), self.vocab_size);
         }
         if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
             bail!(

@@ -86,6 +86,13 @@ impl ParamLoader {
                 }
             }
             let t = if t.dtype().is_float() { t.to_dtype(DType::F32)? } else { t };
+            // A damaged file (a flipped exponent bit) shows as values no trained weight has.
+            if t.dtype() == DType::F32 && t.elem_count() > 0 {
+                let finite = t.flatten_all()?.to_vec1::<f32>()?.iter().all(|v| v.is_finite());
+                if !finite {
+                    bail!("tensor `{name}` in '{}' holds NaN or infinite values: the file is damaged", path.display());
+                }
+            }
             checkpoint.insert(name, t.to_device(device)?);
         }
         let mut loader = ParamLoader::fresh(device, seed);

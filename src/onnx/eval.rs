@@ -12,15 +12,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use arrow_array::cast::AsArray;
-use arrow_array::types::Float32Type;
-use arrow_array::Array;
 use serde::Serialize;
 
 use super::runtime::{self, Model, Provider};
 use crate::contract::manifest::DEFAULT_MAX_LEN;
 use crate::metrics::{argmax, softmax, ClassificationMetrics, Predictions};
-use crate::shards::ShardSet;
+use crate::shards::{columns, ShardSet};
 
 #[derive(Debug, Clone)]
 pub struct EvalOptions {
@@ -201,8 +198,7 @@ fn open_shards(opts: &EvalOptions, model: &Model) -> Result<ShardSet> {
             shards.manifest.task
         );
     }
-    let model_vocab = model.metadata.get("vocab_sha256").map_or("", String::as_str);
-    shards.expect_vocab(model_vocab, &format!("the model '{}'", opts.model.display()))?;
+    shards.expect_vocab(&model.vocab(), &format!("the model '{}'", opts.model.display()))?;
     shards.verify()?;
     Ok(shards)
 }
@@ -247,7 +243,8 @@ fn infer(opts: &EvalOptions, model: &mut Model, names: &[String], shards: ShardS
         4,
         "eval [{elapsed_precise}] {wide_bar:.cyan/blue} {pos}/{len} rows ETA {eta}",
     );
-    let mut results: Vec<RowResult> = Vec::with_capacity(total_rows as usize);
+    // The manifest's count is a claim: the capacity is a hint bounded by it, not an allocation.
+    let mut results: Vec<RowResult> = Vec::with_capacity(total_rows.min(1 << 20) as usize);
     let mut latencies = Vec::new();
     let (mut tokens, mut padded) = (0u64, 0u64);
     let start = Instant::now();
@@ -391,9 +388,12 @@ fn read_batches(
         let mut rows = Vec::new();
         for b in shards.shard_batches(split, shard, None)? {
             let b = b?;
-            let noise = b.column_by_name("noise_score").map(|c| c.as_primitive::<Float32Type>().clone());
-            let text = b.column_by_name("text").map(|c| c.as_string::<i32>().clone());
-            for (i, row) in crate::shards::classify_rows(&b)?.into_iter().enumerate() {
+            let shown = || shards.shard_shown(split, shard);
+            let noise = b.column_by_name("noise_score").map(|c| columns::floats(c, "noise_score")).transpose();
+            let text = b.column_by_name("text").map(|c| columns::strings(c, "text")).transpose();
+            let (noise, mut text) = (noise.with_context(shown)?, text.with_context(shown)?);
+            let read = crate::shards::classify_rows(&b, shards.vocab_size()).with_context(shown)?;
+            for (i, row) in read.into_iter().enumerate() {
                 if row.input_ids.len() > max_len || pad_to.is_some_and(|p| row.input_ids.len() > p) {
                     bail!(
                         "row `{}` of split `{split}` has {} tokens, longer than {} {}",
@@ -410,8 +410,8 @@ fn read_batches(
                     doc_id: row.doc_id,
                     chunk: row.chunk,
                     tokens: row.input_ids.len(),
-                    noise: noise.as_ref().and_then(|c| (!c.is_null(i)).then(|| c.value(i))),
-                    text: text.as_ref().and_then(|c| (!c.is_null(i)).then(|| c.value(i).to_string())),
+                    noise: noise.as_ref().and_then(|c| c[i]),
+                    text: text.as_mut().and_then(|c| c[i].take()),
                 };
                 index += 1;
                 rows.push((meta, row.input_ids, row.token_type_ids));

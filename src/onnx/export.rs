@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use prost::Message;
-use sha2::{Digest, Sha256};
 
 use super::graph::{externalize, Attr, Graph};
 use super::proto::{data_type, ModelProto, OperatorSetIdProto, StringStringEntryProto, ValueInfoProto, IR_VERSION};
@@ -102,8 +101,7 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
             )
         })?,
     };
-    let vocab_bytes =
-        std::fs::read(&vocab_file).with_context(|| format!("could not read '{}'", vocab_file.display()))?;
+    let vocab = crate::tokenize::file_vocab(&vocab_file, Some(&opts.checkpoint))?;
     let max_len = match opts.max_len {
         Some(n) => n,
         None => checkpoint_max_len(&opts.checkpoint).unwrap_or(model.config.max_position_embeddings),
@@ -119,7 +117,8 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
         .map(|(i, n)| (i.to_string(), serde_json::Value::String(n)))
         .collect();
     let mut metadata = vec![
-        ("vocab_sha256".to_string(), hex::encode(Sha256::digest(&vocab_bytes))),
+        ("vocab_sha256".to_string(), vocab.sha256.clone()),
+        ("vocab_id".to_string(), vocab.id.clone().unwrap_or_default()),
         ("max_len".to_string(), max_len.to_string()),
         ("id2label".to_string(), serde_json::Value::Object(id2label).to_string()),
         ("created_by".to_string(), format!("bertpipe {}", env!("CARGO_PKG_VERSION"))),

@@ -89,8 +89,7 @@ pub fn prepare(pipeline: &Pipeline, model: &Model) -> Result<(Vec<PipelineStep>,
         bail!("pipeline `{}` has no classify_sequences step; predict needs a classification pipeline", pipeline.name);
     }
     let info = crate::pipeline::prepare_steps(&mut steps)?.context("the pipeline has no tokenize step")?;
-    let theirs = model.metadata.get("vocab_sha256").map_or("", String::as_str);
-    info.expect_vocab(&format!("pipeline `{}` tokenizes", pipeline.name), theirs, "the model")?;
+    info.expect_vocab(&format!("pipeline `{}` tokenizes", pipeline.name), &model.vocab(), "the model")?;
     Ok((steps, info.special_ids.pad))
 }
 

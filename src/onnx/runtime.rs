@@ -334,6 +334,14 @@ impl Runtime {
 }
 
 impl Model {
+    /// The vocabulary the model was exported with (`vocab_sha256`, `vocab_id` metadata).
+    pub fn vocab(&self) -> crate::contract::manifest::VocabRef {
+        crate::contract::manifest::VocabRef {
+            sha256: self.metadata.get("vocab_sha256").cloned().unwrap_or_default(),
+            id: self.metadata.get("vocab_id").cloned(),
+        }
+    }
+
     /// Class names in label order, from the `id2label` metadata (`LABEL_i` where one is
     /// missing); empty when the model records none.
     pub fn label_names(&self) -> Vec<String> {

@@ -477,10 +477,56 @@ fn prepare_output(out: &Path, opts: &RunOptions, config_sha256: &str) -> Result<
         if !ours {
             bail!("refusing to overwrite '{}': it has no manifest.json or journal, so it does not look like bertpipe output", out.display());
         }
-        std::fs::remove_dir_all(out).with_context(|| format!("could not clear '{}'", out.display()))?;
+        let entries = own_entries(out)?;
+        // The manifest first, so a reader never sees it next to missing shards.
+        let manifest = out.join(manifest::MANIFEST);
+        if manifest.exists() {
+            std::fs::remove_file(&manifest).with_context(|| format!("could not remove '{}'", manifest.display()))?;
+        }
+        for entry in entries.iter().filter(|p| **p != manifest) {
+            let removed = if entry.is_dir() { std::fs::remove_dir_all(entry) } else { std::fs::remove_file(entry) };
+            removed.with_context(|| format!("could not remove '{}'", entry.display()))?;
+        }
     }
     std::fs::create_dir_all(out).with_context(|| format!("could not create '{}'", out.display()))?;
     Ok(BTreeMap::new())
+}
+
+/// The top-level entries of an output folder that `--overwrite` removes, after checking that
+/// everything under it is of the shard layout ([`manifest::is_layout_file`]): a folder that
+/// holds anything else (a user's file, a link) is refused, naming it.
+fn own_entries(out: &Path) -> Result<Vec<PathBuf>> {
+    fn walk(out: &Path, dir: &Path, rel: &str) -> Result<()> {
+        let entries = std::fs::read_dir(dir).with_context(|| format!("could not list '{}'", dir.display()))?;
+        for entry in entries {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let rel = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+            let kind = entry.file_type()?;
+            let ours = if kind.is_dir() {
+                manifest::is_layout_dir(&rel)
+            } else {
+                kind.is_file() && manifest::is_layout_file(&rel)
+            };
+            if !ours {
+                bail!(
+                    "refusing to overwrite '{}': it holds '{}', which is not part of bertpipe's output (move it away, or choose another sink.path)",
+                    out.display(),
+                    entry.path().display()
+                );
+            }
+            if kind.is_dir() {
+                walk(out, &entry.path(), &rel)?;
+            }
+        }
+        Ok(())
+    }
+    walk(out, out, "")?;
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(out)? {
+        entries.push(entry?.path());
+    }
+    Ok(entries)
 }
 
 /// The closing summary printed after a run.

@@ -4,7 +4,7 @@
 //! manifest readers use. Contiguous parts, listed in task order, are the input in its order,
 //! so the merged rows are those of a single run, in the same order.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use crate::clean::dedup::DedupIndex;
 use crate::config::{Pipeline, PipelineStep};
 use crate::contract::document::DedupKey;
-use crate::contract::manifest::{self, Manifest, TasksInfo, TASKS_DIR};
+use crate::contract::manifest::{self, is_task_name, Manifest, TasksInfo, TASKS_DIR};
 use crate::contract::partition::Partition;
 use crate::contract::progress::{Progress, Total};
 use crate::pipeline::corpus::{noise_scores, quantile_threshold};
@@ -183,15 +183,16 @@ impl Root {
                 let Ok(entries) = std::fs::read_dir(&dir) else { return Ok(Vec::new()) };
                 for entry in entries {
                     let entry = entry?;
-                    if let (Ok(i), true) = (entry.file_name().to_string_lossy().parse::<u32>(), entry.path().is_dir()) {
-                        found.insert(i);
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    if is_task_name(&name) && entry.path().is_dir() {
+                        found.insert(name.parse::<u32>().expect("five digits"));
                     }
                 }
             }
             Root::Remote(r) => {
                 for (rel, _) in r.child(TASKS_DIR).list()? {
-                    if let Some(i) = rel.split('/').next().and_then(|d| d.parse::<u32>().ok()) {
-                        found.insert(i);
+                    if let Some(d) = rel.split('/').next().filter(|d| is_task_name(d) && rel.len() > d.len()) {
+                        found.insert(d.parse::<u32>().expect("five digits"));
                     }
                 }
             }
@@ -325,13 +326,18 @@ fn write_scan(out: &Path, config_sha256: &str, task: TaskSpec, scan: &Scan) -> R
 
 fn read_scan(root: &Root, config_sha256: &str, task: TaskSpec) -> Result<Scan> {
     let rel = scan_file(task.index);
-    let shown = root.display(&rel);
-    let bytes = root.read(&rel)?;
-    let mut r = BufReader::new(bytes.as_slice());
-    let mut line = String::new();
-    r.read_line(&mut line)?;
+    parse_scan(&root.read(&rel)?, &root.display(&rel), config_sha256, task)
+}
+
+/// A scan file's contents (`shown` names it in errors). Every count and length in it is
+/// checked against the bytes that are left before anything is allocated for it.
+pub fn parse_scan(bytes: &[u8], shown: &str, config_sha256: &str, task: TaskSpec) -> Result<Scan> {
+    let Some(end) = bytes.iter().position(|&b| b == b'\n') else {
+        bail!("'{shown}' is not a bertpipe scan file (no header line)");
+    };
     let header: ScanHeader =
-        serde_json::from_str(&line).with_context(|| format!("'{shown}' is not a bertpipe scan file"))?;
+        serde_json::from_slice(&bytes[..end]).with_context(|| format!("'{shown}' is not a bertpipe scan file"))?;
+    let mut r = &bytes[end + 1..];
     if header.format != SCAN_FORMAT {
         bail!("'{shown}' has format `{}`; this bertpipe reads `{SCAN_FORMAT}`", header.format);
     }
@@ -351,15 +357,28 @@ fn read_scan(root: &Root, config_sha256: &str, task: TaskSpec) -> Result<Scan> {
         );
     }
     let truncated = || format!("'{shown}' is truncated");
+    // A key takes at least 20 bytes and a score 4: counts beyond what is left are corrupt.
+    let left = r.len() as u64;
+    if header.keys.saturating_mul(20).saturating_add(header.scores.saturating_mul(4)) > left {
+        bail!(
+            "'{shown}' is truncated or corrupt: its header lists {} keys and {} scores, but only {left} bytes follow",
+            header.keys,
+            header.scores
+        );
+    }
     let mut scan = Scan::default();
     for _ in 0..header.keys {
         let mut key = [0u8; 16];
         let mut len = [0u8; 4];
         r.read_exact(&mut key).with_context(truncated)?;
         r.read_exact(&mut len).with_context(truncated)?;
-        let mut id = vec![0u8; u32::from_le_bytes(len) as usize];
-        r.read_exact(&mut id).with_context(truncated)?;
-        scan.keys.push((key, String::from_utf8(id).with_context(|| format!("'{shown}' is corrupt"))?));
+        let len = u32::from_le_bytes(len) as usize;
+        if len > r.len() {
+            bail!("'{shown}' is truncated or corrupt: a document id of {len} bytes, but only {} bytes follow", r.len());
+        }
+        let (id, rest) = r.split_at(len);
+        r = rest;
+        scan.keys.push((key, String::from_utf8(id.to_vec()).with_context(|| format!("'{shown}' is corrupt"))?));
     }
     for _ in 0..header.scores {
         let mut b = [0u8; 4];

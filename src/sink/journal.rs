@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::contract::checksum::sha256_file;
-use crate::contract::manifest::{shard_name, ShardInfo, JOURNAL};
+use crate::contract::manifest::{is_split_name, shard_name, ShardInfo, JOURNAL, REJECTS};
 
 #[derive(Serialize, Deserialize)]
 #[serde(untagged)]
@@ -87,12 +87,19 @@ impl Journal {
                     }
                 }
                 JournalLine::Shard { folder, shard } => {
+                    if folder != REJECTS && !is_split_name(&folder) {
+                        bail!(
+                            "'{}' line {}: folder {folder:?} is not a split name of the shard layout",
+                            path.display(),
+                            i + 1
+                        );
+                    }
                     if broken.contains(&folder) {
                         continue;
                     }
-                    let ok = intact(&shard)?;
+                    // The name is checked before anything is read or kept by it.
                     let expected = format!("{folder}/{}", shard_name(kept.get(&folder).map_or(0, Vec::len)));
-                    if ok && shard.file == expected {
+                    if shard.file == expected && intact(&shard)? {
                         kept.entry(folder).or_default().push(shard);
                     } else {
                         broken.insert(folder);

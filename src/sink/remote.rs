@@ -79,6 +79,15 @@ impl RemoteOut {
             if !has(MANIFEST) && !has(JOURNAL) {
                 bail!("refusing to overwrite '{url}': it has no manifest.json or journal, so it does not look like bertpipe output");
             }
+            if self.remote.is_bucket_root() {
+                bail!("refusing to overwrite '{url}': it is a whole bucket; write shards under a prefix (s3://bucket/NAME)");
+            }
+            if let Some((rel, _)) = objects.iter().find(|(rel, _)| !crate::contract::manifest::is_layout_file(rel)) {
+                bail!(
+                    "refusing to overwrite '{url}': it holds '{}', which is not part of bertpipe's output (move it away, or choose another sink.path)",
+                    self.remote.url_of(rel)
+                );
+            }
             // The manifest goes first, so a reader never sees it next to missing shards.
             self.remote.delete(MANIFEST)?;
             for (rel, _) in &objects {

@@ -294,7 +294,9 @@ impl AclImdb {
                 }
                 continue;
             }
-            let mut bytes = Vec::with_capacity(entry.size() as usize);
+            // The header's size is only a hint (a crafted one can claim terabytes): the
+            // buffer grows with what is really read.
+            let mut bytes = Vec::with_capacity(entry.size().min(1 << 24) as usize);
             entry
                 .read_to_end(&mut bytes)
                 .with_context(|| format!("could not read '{}' in '{}'", path.display(), self.path.display()))?;

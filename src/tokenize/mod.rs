@@ -3,7 +3,7 @@
 pub mod sentences;
 pub mod wordpiece;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::contract::document::Document;
-use crate::contract::manifest::{SpecialIds, TokenizerInfo};
+use crate::contract::manifest::{SpecialIds, TokenizerInfo, VocabRef};
 use crate::contract::{Step, Verdict};
 pub use wordpiece::WordPiece;
 
@@ -90,8 +90,10 @@ impl Encoder {
         match self {
             Encoder::WordPiece(w) => TokenizerInfo {
                 vocab_sha256: w.vocab_sha256.clone(),
+                vocab_id: Some(w.vocab_id.clone()),
                 vocab_size: w.vocab_size,
                 lowercase: w.lowercase,
+                strip_accents: Some(w.strip_accents),
                 special_ids: w.specials,
                 encoder: "wordpiece".into(),
             },
@@ -124,6 +126,48 @@ impl Tokenize {
     }
 }
 
+/// The vocabulary of a `vocab.txt` or `tokenizer.json`, as the chain compares it. A
+/// `vocab.txt` carries no normaliser settings: they come from the `tokenizer_config.json` in
+/// `config_dir` (`do_lower_case`, `strip_accents`), else HF's `BertTokenizer` defaults
+/// (lower-case, accents stripped with it).
+pub fn file_vocab(path: &Path, config_dir: Option<&Path>) -> Result<VocabRef> {
+    if path.extension().is_some_and(|e| e == "json") {
+        return Ok(load_tokenizer_json(path)?.info().vocab());
+    }
+    let (mut lowercase, mut strip_accents) = (true, None);
+    let config = config_dir.or(path.parent()).map(|d| d.join("tokenizer_config.json"));
+    if let Some(config) = config.filter(|c| c.is_file()) {
+        let text = std::fs::read(&config).with_context(|| format!("could not read '{}'", config.display()))?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&text).with_context(|| format!("'{}' is not JSON", config.display()))?;
+        match v.get("do_lower_case") {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::Bool(b)) => lowercase = *b,
+            Some(other) => bail!("'{}': `do_lower_case` is {other}, not true or false", config.display()),
+        }
+        match v.get("strip_accents") {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::Bool(b)) => strip_accents = Some(*b),
+            Some(other) => bail!("'{}': `strip_accents` is {other}, not true, false or null", config.display()),
+        }
+    }
+    let w = WordPiece::from_vocab_file(path, lowercase, strip_accents, default_max_word_chars())?;
+    Ok(Encoder::WordPiece(w).info().vocab())
+}
+
+/// A model folder's vocabulary file (its `tokenizer.json`, which carries its normaliser, else
+/// its `vocab.txt`) and what it holds; `None` when it has neither.
+pub fn folder_vocab(dir: &Path) -> Result<Option<(PathBuf, VocabRef)>> {
+    for name in ["tokenizer.json", "vocab.txt"] {
+        let path = dir.join(name);
+        if path.is_file() {
+            let vocab = file_vocab(&path, Some(dir))?;
+            return Ok(Some((path, vocab)));
+        }
+    }
+    Ok(None)
+}
+
 fn load_tokenizer_json(path: &std::path::Path) -> Result<Encoder> {
     use tokenizers::{ModelWrapper, NormalizerWrapper, PreTokenizerWrapper};
     let bytes = std::fs::read(path).with_context(|| format!("could not read tokenizer '{}'", path.display()))?;
@@ -139,8 +183,8 @@ fn load_tokenizer_json(path: &std::path::Path) -> Result<Encoder> {
     {
         if norm.clean_text && norm.handle_chinese_chars && wp.continuing_subword_prefix == "##" {
             let vocab = tokenizers::Model::get_vocab(wp);
-            let w =
-                WordPiece::from_tokens(vocab, norm.lowercase, norm.strip_accents, wp.max_input_chars_per_word, sha)?;
+            let w = WordPiece::from_tokens(vocab, norm.lowercase, norm.strip_accents, wp.max_input_chars_per_word, sha)
+                .with_context(|| format!("tokenizer '{}'", path.display()))?;
             return Ok(Encoder::WordPiece(w));
         }
     }
@@ -148,10 +192,26 @@ fn load_tokenizer_json(path: &std::path::Path) -> Result<Encoder> {
         |t: &str| tokenizer.token_to_id(t).with_context(|| format!("tokenizer '{}' has no {t} token", path.display()));
     let special_ids =
         SpecialIds { pad: id("[PAD]")?, unk: id("[UNK]")?, cls: id("[CLS]")?, sep: id("[SEP]")?, mask: id("[MASK]")? };
+    let vocab = tokenizer.get_vocab(true);
+    let largest = vocab.values().copied().max().unwrap_or(0) as usize;
+    if largest >= wordpiece::MAX_VOCAB_IDS || largest >= 2 * vocab.len() + 1024 {
+        bail!(
+            "tokenizer '{}': the largest token id is {largest}, but it has {} tokens: ids must run from 0 without large gaps",
+            path.display(),
+            vocab.len()
+        );
+    }
     let info = TokenizerInfo {
         vocab_sha256: sha,
+        // Its normaliser is the tokenizer's own; the content identity records the tokens only.
+        vocab_id: Some(crate::contract::manifest::vocab_id(
+            vocab.iter().map(|(t, &id)| (t.as_str(), id)),
+            false,
+            false,
+        )),
         vocab_size: tokenizer.get_vocab_size(true),
         lowercase: false,
+        strip_accents: None,
         special_ids,
         encoder: "tokenizers".into(),
     };

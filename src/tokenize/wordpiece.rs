@@ -20,6 +20,9 @@ use crate::contract::manifest::SpecialIds;
 /// The special tokens, in BERT's vocabulary order of importance.
 pub const SPECIALS: [&str; 5] = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"];
 
+/// The most token ids a vocabulary may have (16.7 million; BERT's have 30,522).
+pub const MAX_VOCAB_IDS: usize = 1 << 24;
+
 pub struct WordPiece {
     vocab: FxHashMap<Box<str>, u32>,
     /// `vocab` again, for the per-word lookups.
@@ -32,6 +35,8 @@ pub struct WordPiece {
     pub max_word_chars: usize,
     pub vocab_size: usize,
     pub vocab_sha256: String,
+    /// The vocabulary's content identity (`contract::manifest::vocab_id`).
+    pub vocab_id: String,
     /// Longest vocabulary entry in bytes: no match can be longer.
     max_piece_bytes: usize,
 }
@@ -53,7 +58,8 @@ impl WordPiece {
         let bytes = std::fs::read(path).with_context(|| format!("could not read vocab '{}'", path.display()))?;
         let sha = hex::encode(Sha256::digest(&bytes));
         let text = String::from_utf8(bytes).with_context(|| format!("vocab '{}' is not UTF-8", path.display()))?;
-        let tokens: Vec<&str> = text.lines().map(|l| l.trim_end_matches('\r')).collect();
+        // As HF's `WordPiece::read_file`: each line without its trailing whitespace.
+        let tokens: Vec<&str> = text.lines().map(str::trim_end).collect();
         Self::from_tokens(
             tokens.iter().enumerate().map(|(i, t)| (t.to_string(), i as u32)),
             lowercase,
@@ -72,18 +78,35 @@ impl WordPiece {
         max_word_chars: usize,
         vocab_sha256: String,
     ) -> Result<Self> {
+        // HF keeps the last id of a repeated token (its vocabulary is a map filled in line
+        // order); the earlier id is then no token's. So do we, for whole words and `##` pieces.
+        let mut all: FxHashMap<String, u32> = FxHashMap::default();
+        for (token, id) in tokens {
+            all.insert(token, id);
+        }
+        // Tables indexed by id (and a model's embeddings) are as long as the largest id: a
+        // crafted file must not make them huge.
+        let largest = all.values().copied().max().unwrap_or(0) as usize;
+        if largest >= MAX_VOCAB_IDS || largest >= 2 * all.len() + 1024 {
+            bail!(
+                "the largest token id is {largest}, but the vocabulary has {} tokens: ids must run from 0 without large gaps (at most {MAX_VOCAB_IDS})",
+                all.len()
+            );
+        }
+        let strip_accents = strip_accents.unwrap_or(lowercase);
+        let vocab_id =
+            crate::contract::manifest::vocab_id(all.iter().map(|(t, &id)| (t.as_str(), id)), lowercase, strip_accents);
         let mut vocab: FxHashMap<Box<str>, u32> = FxHashMap::default();
         let mut continuations: FxHashMap<Box<str>, u32> = FxHashMap::default();
         let mut max_piece_bytes = 0;
-        for (token, id) in tokens {
+        for (token, id) in all {
             if token.is_empty() {
                 continue;
             }
             max_piece_bytes = max_piece_bytes.max(token.len());
             if let Some(rest) = token.strip_prefix("##") {
-                continuations.entry(rest.into()).or_insert(id);
+                continuations.insert(rest.into(), id);
             }
-            // HF keeps the last id of a repeated token; so do we.
             vocab.insert(token.into_boxed_str(), id);
         }
         let special = |name: &str| {
@@ -108,10 +131,11 @@ impl WordPiece {
             continuations,
             specials,
             lowercase,
-            strip_accents: strip_accents.unwrap_or(lowercase),
+            strip_accents,
             max_word_chars,
             vocab_size,
             vocab_sha256,
+            vocab_id,
             max_piece_bytes,
         })
     }

@@ -169,11 +169,21 @@ fn checkpoint_files(cfg: &TrainConfig, shards: &ShardSet) -> Result<Vec<(String,
     let m = &shards.manifest;
     let tok = shards.tokenizer()?;
     let mut files = Vec::new();
-    let init_vocab = cfg.model.init_from.as_ref().map(|d| d.join("vocab.txt")).filter(|p| p.exists());
-    if let Some(v) = &init_vocab {
-        let bytes = std::fs::read(v).with_context(|| format!("could not read '{}'", v.display()))?;
-        shards.expect_vocab(&sha256_hex(&bytes), &format!("the checkpoint's '{}'", v.display()))?;
-        files.push(("vocab.txt".to_string(), bytes));
+    let init_vocab = match &cfg.model.init_from {
+        Some(dir) => crate::tokenize::folder_vocab(dir)?,
+        None => None,
+    };
+    if let Some((v, vocab)) = &init_vocab {
+        shards.expect_vocab(vocab, &format!("the checkpoint's '{}'", v.display()))?;
+        // The checkpoint's own files travel on: the vocabulary as it was, in either format.
+        let dir = cfg.model.init_from.as_ref().expect("a checkpoint folder");
+        for name in ["vocab.txt", "tokenizer.json"] {
+            let path = dir.join(name);
+            if path.is_file() {
+                let bytes = std::fs::read(&path).with_context(|| format!("could not read '{}'", path.display()))?;
+                files.push((name.to_string(), bytes));
+            }
+        }
     } else if let Some(v) = m.vocab_file() {
         let bytes =
             std::fs::read(&v).with_context(|| format!("could not read the shards' vocabulary '{}'", v.display()))?;
@@ -191,6 +201,7 @@ fn checkpoint_files(cfg: &TrainConfig, shards: &ShardSet) -> Result<Vec<(String,
     let tokenizer_config = serde_json::json!({
         "tokenizer_class": "BertTokenizer",
         "do_lower_case": tok.lowercase,
+        "strip_accents": tok.strip_accents.unwrap_or(tok.lowercase),
         "model_max_length": m.longest_row(),
     });
     files.push((

@@ -169,3 +169,31 @@ pub fn write_tarball(path: &Path, files: &[(String, Vec<u8>)]) {
     }
     tar.into_inner().unwrap().finish().unwrap().flush().unwrap();
 }
+
+/// The ONNX Runtime library the tests use: found as a user's would be, else the pinned wheel
+/// installed into bertpipe's cache folder with pip (`bertpipe doctor --install`). A test that
+/// still cannot load it fails and says why: none pass by skipping.
+pub fn ort_lib() -> &'static PathBuf {
+    use bertpipe::onnx::runtime;
+    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    LIB.get_or_init(|| {
+        let found = runtime::search(None).expect("searching for ONNX Runtime").0;
+        let path = match found {
+            Some(f) => f.path,
+            None => bertpipe::doctor::install(false).unwrap_or_else(|e| {
+                panic!(
+                    "ONNX Runtime is not on this machine and could not be installed with pip: {e:#}\n{}",
+                    runtime::install_hint()
+                )
+            }),
+        };
+        runtime::init(Some(&path))
+            .unwrap_or_else(|e| panic!("ONNX Runtime at '{}' does not load: {e:#}", path.display()));
+        path
+    })
+}
+
+/// `ORT_DYLIB_PATH` for a child `bertpipe`.
+pub fn ort_env() -> Vec<(&'static str, String)> {
+    vec![("ORT_DYLIB_PATH", ort_lib().display().to_string())]
+}

@@ -15,14 +15,16 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use arrow_array::cast::AsArray;
-use arrow_array::types::{Int32Type, Int64Type, Int8Type};
-use arrow_array::{Array, RecordBatch};
+use arrow_array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 
+pub mod columns;
+
+use columns::{int_lists, ints, ints_in, required, strings_required};
+
 use crate::contract::checksum::sha256_file;
-use crate::contract::manifest::{Manifest, TokenizerInfo};
+use crate::contract::manifest::{Manifest, TokenizerInfo, VocabRef};
 
 /// A verified-on-open shard folder.
 pub struct ShardSet {
@@ -85,6 +87,16 @@ impl ShardSet {
                         shard.sha256
                     );
                 }
+                // The rows are a claim too (readers size their work by them): the footer's count.
+                let f = File::open(&path).with_context(|| format!("could not open '{}'", path.display()))?;
+                let rows = ParquetRecordBatchReaderBuilder::try_new(f)
+                    .with_context(|| format!("'{}' is not a Parquet file", path.display()))?
+                    .metadata()
+                    .file_metadata()
+                    .num_rows();
+                if rows as u64 != shard.rows {
+                    bail!("shard '{}' holds {rows} rows, but the manifest says {}", path.display(), shard.rows);
+                }
             }
         }
         Ok(())
@@ -101,14 +113,14 @@ impl ShardSet {
         })
     }
 
-    /// Refuses shards tokenized with another vocabulary than `vocab_sha256`, the vocabulary of
+    /// Refuses shards tokenized with another vocabulary than `theirs`, the vocabulary of
     /// `whose` ("the checkpoint's 'x/vocab.txt'", "the model 'm.onnx'"): train from a
     /// checkpoint and eval call it; [`TokenizerInfo::expect_vocab`] words the error.
-    pub fn expect_vocab(&self, vocab_sha256: &str, whose: &str) -> Result<&TokenizerInfo> {
+    pub fn expect_vocab(&self, theirs: &VocabRef, whose: &str) -> Result<&TokenizerInfo> {
         let tok = self.tokenizer()?;
         let file = self.manifest.vocab_file().map_or("their vocabulary".into(), |p| format!("'{}'", p.display()));
         let ours = format!("the shards in '{}' were tokenized with {file}", self.root.display());
-        tok.expect_vocab(&ours, vocab_sha256, whose)?;
+        tok.expect_vocab(&ours, theirs, whose)?;
         Ok(tok)
     }
 
@@ -176,7 +188,8 @@ impl ShardSet {
 
     /// Classification rows of one split, in order.
     pub fn rows(&self, split: &str) -> Result<impl Iterator<Item = Result<ClassifyRow>> + '_> {
-        Ok(self.batches(split)?.flat_map(|batch| match batch.and_then(|b| classify_rows(&b)) {
+        let vocab = self.vocab_size();
+        Ok(self.batches(split)?.flat_map(move |batch| match batch.and_then(|b| classify_rows(&b, vocab)) {
             Ok(rows) => rows.into_iter().map(Ok).collect::<Vec<_>>(),
             Err(e) => vec![Err(e)],
         }))
@@ -186,16 +199,27 @@ impl ShardSet {
     pub fn classify_shard(&self, split: &str, shard: usize) -> Result<Vec<ClassifyRow>> {
         let mut out = Vec::new();
         for b in self.shard_batches(split, shard, None)? {
-            out.extend(classify_rows(&b?)?);
+            out.extend(classify_rows(&b?, self.vocab_size()).with_context(|| self.shard_shown(split, shard))?);
         }
         Ok(out)
+    }
+
+    /// The vocabulary's size, from the manifest's tokenizer record.
+    pub fn vocab_size(&self) -> Option<usize> {
+        self.manifest.tokenizer.as_ref().map(|t| t.vocab_size)
+    }
+
+    /// "shard 'PATH'", for errors about what is in it.
+    pub fn shard_shown(&self, split: &str, shard: usize) -> String {
+        let file = self.manifest.splits.get(split).and_then(|s| s.shards.get(shard)).map(|s| s.file.as_str());
+        format!("shard '{}'", self.root.join(file.unwrap_or("?")).display())
     }
 
     /// Pretraining rows of one shard.
     pub fn pretrain_shard(&self, split: &str, shard: usize) -> Result<Vec<PretrainRow>> {
         let mut out = Vec::new();
         for b in self.shard_batches(split, shard, None)? {
-            out.extend(pretrain_rows(&b?)?);
+            out.extend(pretrain_rows(&b?, self.vocab_size()).with_context(|| self.shard_shown(split, shard))?);
         }
         Ok(out)
     }
@@ -206,9 +230,7 @@ impl ShardSet {
         for i in 0..self.split_stats(split)?.shards.len() {
             for b in self.shard_batches(split, i, Some(&["label"]))? {
                 let b = b?;
-                let col = b.column_by_name("label").context("shard has no `label` column")?;
-                let labels = col.as_primitive::<Int64Type>();
-                out.extend((0..labels.len()).map(|i| (!labels.is_null(i)).then(|| labels.value(i))));
+                out.extend(ints(required(&b, "label")?, "label").with_context(|| self.shard_shown(split, i))?);
             }
         }
         Ok(out)
@@ -229,47 +251,97 @@ pub struct PretrainRow {
     pub doc_boundaries: Option<Vec<i32>>,
 }
 
-fn pretrain_rows(batch: &RecordBatch) -> Result<Vec<PretrainRow>> {
-    let col = |name: &str| batch.column_by_name(name).with_context(|| format!("shard has no `{name}` column"));
-    let input_ids = col("input_ids")?.as_list::<i32>();
-    let types = col("token_type_ids")?.as_list::<i32>();
-    let nsp = batch.column_by_name("next_sentence_label").map(|c| c.as_primitive::<Int8Type>().clone());
-    let list = |name: &str| batch.column_by_name(name).map(|c| c.as_list::<i32>().clone());
-    let (positions, ids, bounds) = (list("masked_lm_positions"), list("masked_lm_ids"), list("doc_boundaries"));
-    let ints = |l: &Option<arrow_array::ListArray>, i: usize| {
-        l.as_ref().map(|l| l.value(i).as_primitive::<Int32Type>().values().to_vec())
-    };
-    Ok((0..batch.num_rows())
-        .map(|i| PretrainRow {
-            input_ids: input_ids.value(i).as_primitive::<Int32Type>().values().to_vec(),
-            token_type_ids: types.value(i).as_primitive::<Int8Type>().values().to_vec(),
-            next_sentence_label: nsp.as_ref().map(|c| c.value(i)),
-            masked_lm_positions: ints(&positions, i),
-            masked_lm_ids: ints(&ids, i),
-            doc_boundaries: ints(&bounds, i),
-        })
-        .collect())
+/// The id lists of one row: `input_ids` and `token_type_ids` of the same length, at least one
+/// token, ids below the vocabulary's size, token types 0 or 1.
+fn check_row(i: usize, input_ids: &[i64], types: &[i64]) -> Result<()> {
+    if input_ids.is_empty() {
+        bail!("row {i}: `input_ids` is empty (a row holds at least [CLS] and [SEP])");
+    }
+    if types.len() != input_ids.len() {
+        bail!(
+            "row {i}: `token_type_ids` has {} values, `input_ids` {}: they must be the same length",
+            types.len(),
+            input_ids.len()
+        );
+    }
+    Ok(())
 }
 
-/// Classification rows of one record batch.
-pub fn classify_rows(batch: &RecordBatch) -> Result<Vec<ClassifyRow>> {
-    let col = |name: &str| batch.column_by_name(name).with_context(|| format!("shard has no `{name}` column"));
-    let ids = col("id")?.as_string::<i32>();
-    let labels = col("label")?.as_primitive::<Int64Type>();
-    let input_ids = col("input_ids")?.as_list::<i32>();
-    let types = col("token_type_ids")?.as_list::<i32>();
-    let doc_id = batch.column_by_name("doc_id").map(|c| c.as_string::<i32>().clone());
-    let chunk = batch.column_by_name("chunk").map(|c| c.as_primitive::<Int32Type>().clone());
-    let num_chunks = batch.column_by_name("num_chunks").map(|c| c.as_primitive::<Int32Type>().clone());
-    Ok((0..batch.num_rows())
-        .map(|i| ClassifyRow {
-            id: ids.value(i).to_string(),
-            label: (!labels.is_null(i)).then(|| labels.value(i)),
-            input_ids: input_ids.value(i).as_primitive::<Int32Type>().values().to_vec(),
-            token_type_ids: types.value(i).as_primitive::<Int8Type>().values().to_vec(),
-            doc_id: doc_id.as_ref().map(|c| c.value(i).to_string()),
-            chunk: chunk.as_ref().map(|c| c.value(i)),
-            num_chunks: num_chunks.as_ref().map(|c| c.value(i)),
-        })
-        .collect())
+/// The largest token id a row may hold: one below the vocabulary's size.
+fn max_id(vocab_size: Option<usize>) -> i64 {
+    vocab_size.map_or(i32::MAX as i64, |n| (n as i64 - 1).min(i32::MAX as i64))
+}
+
+fn pretrain_rows(batch: &RecordBatch, vocab_size: Option<usize>) -> Result<Vec<PretrainRow>> {
+    let top = max_id(vocab_size);
+    let input_ids = int_lists(required(batch, "input_ids")?, "input_ids", 0, top)?;
+    let types = int_lists(required(batch, "token_type_ids")?, "token_type_ids", 0, 1)?;
+    let nsp = match batch.column_by_name("next_sentence_label") {
+        Some(c) => Some(ints_in(c, "next_sentence_label", 0, 1)?),
+        None => None,
+    };
+    let list = |name: &str, hi: i64| -> Result<Option<Vec<Vec<i64>>>> {
+        batch.column_by_name(name).map(|c| int_lists(c, name, 0, hi)).transpose()
+    };
+    let positions = list("masked_lm_positions", i32::MAX as i64)?;
+    let ids = list("masked_lm_ids", top)?;
+    let bounds = list("doc_boundaries", i32::MAX as i64)?;
+    let narrow = |v: &[i64]| v.iter().map(|&x| x as i32).collect::<Vec<i32>>();
+    let mut rows = Vec::with_capacity(batch.num_rows());
+    for i in 0..batch.num_rows() {
+        check_row(i, &input_ids[i], &types[i])?;
+        let n = input_ids[i].len() as i64;
+        if let Some(p) = positions.as_ref().and_then(|p| p[i].iter().find(|&&p| p >= n)) {
+            bail!("row {i}: `masked_lm_positions` holds {p}, past the row's {n} tokens");
+        }
+        if let (Some(p), Some(m)) = (&positions, &ids) {
+            if p[i].len() != m[i].len() {
+                bail!("row {i}: `masked_lm_positions` has {} values, `masked_lm_ids` {}", p[i].len(), m[i].len());
+            }
+        }
+        if let Some(b) = bounds.as_ref().and_then(|b| b[i].iter().find(|&&b| b > n)) {
+            bail!("row {i}: `doc_boundaries` holds {b}, past the row's {n} tokens");
+        }
+        rows.push(PretrainRow {
+            input_ids: narrow(&input_ids[i]),
+            token_type_ids: types[i].iter().map(|&t| t as i8).collect(),
+            next_sentence_label: nsp.as_ref().map(|c| c[i] as i8),
+            masked_lm_positions: positions.as_ref().map(|p| narrow(&p[i])),
+            masked_lm_ids: ids.as_ref().map(|p| narrow(&p[i])),
+            doc_boundaries: bounds.as_ref().map(|p| narrow(&p[i])),
+        });
+    }
+    Ok(rows)
+}
+
+/// Classification rows of one record batch; with `vocab_size`, every id must be below it.
+/// Columns of other Arrow types that mean the same are read as the contract's (see
+/// [`columns`]); anything else is an error naming the column and row.
+pub fn classify_rows(batch: &RecordBatch, vocab_size: Option<usize>) -> Result<Vec<ClassifyRow>> {
+    let ids = strings_required(required(batch, "id")?, "id")?;
+    let labels = ints(required(batch, "label")?, "label")?;
+    let input_ids = int_lists(required(batch, "input_ids")?, "input_ids", 0, max_id(vocab_size))?;
+    let types = int_lists(required(batch, "token_type_ids")?, "token_type_ids", 0, 1)?;
+    let doc_id = batch.column_by_name("doc_id").map(|c| strings_required(c, "doc_id")).transpose()?;
+    let int32 = |name: &str| -> Result<Option<Vec<i64>>> {
+        batch.column_by_name(name).map(|c| ints_in(c, name, 0, i32::MAX as i64)).transpose()
+    };
+    let (chunk, num_chunks) = (int32("chunk")?, int32("num_chunks")?);
+    let mut rows = Vec::with_capacity(batch.num_rows());
+    for (i, id) in ids.into_iter().enumerate() {
+        check_row(i, &input_ids[i], &types[i])?;
+        if let Some(l) = labels[i].filter(|&l| !(0..=i32::MAX as i64).contains(&l)) {
+            bail!("row {i} (`{id}`): column `label` holds {l}; labels are class indices 0, 1, …");
+        }
+        rows.push(ClassifyRow {
+            id,
+            label: labels[i],
+            input_ids: input_ids[i].iter().map(|&x| x as i32).collect(),
+            token_type_ids: types[i].iter().map(|&t| t as i8).collect(),
+            doc_id: doc_id.as_ref().map(|d| d[i].clone()),
+            chunk: chunk.as_ref().map(|c| c[i] as i32),
+            num_chunks: num_chunks.as_ref().map(|c| c[i] as i32),
+        });
+    }
+    Ok(rows)
 }

@@ -1,0 +1,156 @@
+//! Shard columns read as the contract's types from any Arrow type that means the same: what
+//! pyarrow, polars or `datasets` write when a user rewrites a shard (`int32` labels,
+//! `large_string` ids, `large_list` or fixed-size lists of ids, unsigned or wider integers).
+//! Any other type, a null where the contract has none, or a value out of range is an error
+//! naming the column (the caller adds the file): never a panic.
+
+use anyhow::{bail, Context, Result};
+use arrow_array::cast::AsArray;
+use arrow_array::types::*;
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::DataType;
+
+/// `batch`'s column `name`, which the contract requires.
+pub fn required<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef> {
+    batch.column_by_name(name).with_context(|| format!("shard has no `{name}` column"))
+}
+
+const INTS: &str = "an integer type (int8 … int64, uint8 … uint64)";
+
+/// Every value of an integer array (no nulls allowed).
+fn int_values(values: &dyn Array, name: &str) -> Result<Vec<i64>> {
+    if values.null_count() > 0 {
+        bail!("column `{name}` holds nulls inside its values");
+    }
+    raw_ints(values, name)
+}
+
+/// An integer array's values, whatever is behind its nulls; uint64 beyond int64 saturates
+/// (range checks then refuse it).
+fn raw_ints(values: &dyn Array, name: &str) -> Result<Vec<i64>> {
+    fn widen<T: ArrowPrimitiveType>(a: &dyn Array) -> Vec<i64>
+    where
+        T::Native: Into<i64>,
+    {
+        a.as_primitive::<T>().values().iter().map(|&v| v.into()).collect()
+    }
+    Ok(match values.data_type() {
+        DataType::Int8 => widen::<Int8Type>(values),
+        DataType::Int16 => widen::<Int16Type>(values),
+        DataType::Int32 => widen::<Int32Type>(values),
+        DataType::Int64 => widen::<Int64Type>(values),
+        DataType::UInt8 => widen::<UInt8Type>(values),
+        DataType::UInt16 => widen::<UInt16Type>(values),
+        DataType::UInt32 => widen::<UInt32Type>(values),
+        DataType::UInt64 => {
+            values.as_primitive::<UInt64Type>().values().iter().map(|&v| i64::try_from(v).unwrap_or(i64::MAX)).collect()
+        }
+        other => bail!("column `{name}` holds {other}; bertpipe reads {INTS} there"),
+    })
+}
+
+/// An integer column, nulls as `None`.
+pub fn ints(col: &dyn Array, name: &str) -> Result<Vec<Option<i64>>> {
+    if matches!(col.data_type(), DataType::Null) {
+        return Ok(vec![None; col.len()]);
+    }
+    let values = raw_ints(col, name)?;
+    Ok(values.into_iter().enumerate().map(|(i, v)| (!col.is_null(i)).then_some(v)).collect())
+}
+
+/// An integer column without nulls, each value in `lo..=hi`.
+pub fn ints_in(col: &dyn Array, name: &str, lo: i64, hi: i64) -> Result<Vec<i64>> {
+    let mut out = Vec::with_capacity(col.len());
+    for (i, v) in ints(col, name)?.into_iter().enumerate() {
+        let v = v.with_context(|| format!("row {i}: column `{name}` is null"))?;
+        if v < lo || v > hi {
+            bail!("row {i}: column `{name}` holds {v}, outside {lo}..={hi}");
+        }
+        out.push(v);
+    }
+    Ok(out)
+}
+
+/// A string column (utf8, large_utf8 or utf8_view), nulls as `None`.
+pub fn strings(col: &dyn Array, name: &str) -> Result<Vec<Option<String>>> {
+    let get = |i: usize| -> Option<String> {
+        if col.is_null(i) {
+            return None;
+        }
+        Some(match col.data_type() {
+            DataType::Utf8 => col.as_string::<i32>().value(i).to_string(),
+            DataType::LargeUtf8 => col.as_string::<i64>().value(i).to_string(),
+            _ => col.as_string_view().value(i).to_string(),
+        })
+    };
+    match col.data_type() {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Ok((0..col.len()).map(get).collect()),
+        DataType::Null => Ok(vec![None; col.len()]),
+        other => {
+            bail!("column `{name}` holds {other}; bertpipe reads a string type (utf8, large_utf8, utf8_view) there")
+        }
+    }
+}
+
+/// A string column without nulls.
+pub fn strings_required(col: &dyn Array, name: &str) -> Result<Vec<String>> {
+    strings(col, name)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| s.with_context(|| format!("row {i}: column `{name}` is null")))
+        .collect()
+}
+
+/// A float column (float16, float32 or float64), nulls as `None`.
+pub fn floats(col: &dyn Array, name: &str) -> Result<Vec<Option<f32>>> {
+    let value = |i: usize| -> f32 {
+        match col.data_type() {
+            DataType::Float16 => col.as_primitive::<Float16Type>().value(i).to_f32(),
+            DataType::Float32 => col.as_primitive::<Float32Type>().value(i),
+            _ => col.as_primitive::<Float64Type>().value(i) as f32,
+        }
+    };
+    match col.data_type() {
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => {
+            Ok((0..col.len()).map(|i| (!col.is_null(i)).then(|| value(i))).collect())
+        }
+        DataType::Null => Ok(vec![None; col.len()]),
+        other => bail!("column `{name}` holds {other}; bertpipe reads a float type there"),
+    }
+}
+
+/// A list-of-integers column (list, large_list or fixed_size_list), no null rows or values;
+/// each value in `lo..=hi`.
+pub fn int_lists(col: &dyn Array, name: &str, lo: i64, hi: i64) -> Result<Vec<Vec<i64>>> {
+    if col.null_count() > 0 {
+        let i = (0..col.len()).find(|&i| col.is_null(i)).unwrap_or(0);
+        bail!("row {i}: column `{name}` is null");
+    }
+    let (offsets, values): (Vec<usize>, ArrayRef) = match col.data_type() {
+        DataType::List(_) => {
+            let l = col.as_list::<i32>();
+            (l.offsets().iter().map(|&o| o as usize).collect(), l.values().clone())
+        }
+        DataType::LargeList(_) => {
+            let l = col.as_list::<i64>();
+            (l.offsets().iter().map(|&o| o as usize).collect(), l.values().clone())
+        }
+        DataType::FixedSizeList(_, n) => {
+            let l = col.as_fixed_size_list();
+            let (n, start) = (*n as usize, l.offset() * *n as usize);
+            ((0..=l.len()).map(|i| start + i * n).collect(), l.values().clone())
+        }
+        other => bail!("column `{name}` holds {other}; bertpipe reads a list of integers there (list, large_list or fixed_size_list of {INTS})"),
+    };
+    let flat = int_values(values.as_ref(), name)?;
+    let mut rows = Vec::with_capacity(col.len());
+    for (i, w) in offsets.windows(2).enumerate() {
+        let row =
+            flat.get(w[0]..w[1]).with_context(|| format!("row {i}: column `{name}` has offsets past its values"))?;
+        if let Some(v) = row.iter().find(|&&v| v < lo || v > hi) {
+            bail!("row {i}: column `{name}` holds {v}, outside {lo}..={hi}");
+        }
+        rows.push(row.to_vec());
+    }
+    Ok(rows)
+}
