@@ -6,7 +6,15 @@ model.safetensors, vocab.txt) and tests/fixtures/golden_model.json: for a padded
 last hidden states, classification logits, pretraining (MLM at chosen positions + NSP)
 logits, both losses, gradients of several tensors after one backward of the classification
 loss, and those tensors after one AdamW step (weight decay 0.01 except biases and LayerNorm,
-global-norm clipping). Dropout is 0 so train and eval agree.
+global-norm clipping), and then — from the same starting weights — five AdamW steps under
+a linear warmup/decay schedule (moments carried, bias correction past the first step, a 0
+learning rate at step 0), recomputing loss and gradients each step. Dropout is 0 so train
+and eval agree.
+
+The weights are drawn 10x wider than BERT's 0.02 (initializer_range 0.2): with the usual
+range, a 2-layer random model's [CLS] output hardly depends on the input, and the fixture's
+rows gave logits within 2e-4 of each other — a 1e-4 comparison could not see the input. The
+script checks the rows' logits differ by far more than the tolerance.
 
     python3 -m venv .venv && .venv/bin/pip install torch transformers safetensors
     .venv/bin/python scripts/make_golden_model.py
@@ -16,31 +24,41 @@ import torch
 from transformers import BertConfig, BertForPreTraining, BertForSequenceClassification
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
-torch.manual_seed(1234)
 VOCAB = 120
-cfg = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                 intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                 attention_probs_dropout_prob=0.0, attn_implementation="eager")
-cfg.id2label = {0: "neg", 1: "pos"}; cfg.label2id = {"neg": 0, "pos": 1}
 vocab = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 vocab += [f"w{i}" for i in range(VOCAB - len(vocab))]
 
-pre = BertForPreTraining(cfg).eval()
-# Random, not-zero biases and LayerNorm parameters, so a wrong broadcast cannot hide.
-with torch.no_grad():
-    for n, p in pre.named_parameters():
-        if n.endswith("bias") or "LayerNorm" in n:
-            p.add_(torch.randn_like(p) * 0.1)
-cls = BertForSequenceClassification(cfg).eval()
-cls.bert.load_state_dict(pre.bert.state_dict())
-with torch.no_grad():
-    cls.classifier.bias.add_(torch.randn_like(cls.classifier.bias) * 0.1)
 
-for name, model in [("tiny-bert-pretrain", pre), ("tiny-bert-cls", cls)]:
-    d = os.path.join(root, name)
-    model.save_pretrained(d, safe_serialization=True)
-    with open(os.path.join(d, "vocab.txt"), "w") as f:
-        f.write("\n".join(vocab) + "\n")
+def build(init_range):
+    """A pretraining model and a classifier sharing its encoder, weights N(0, init_range)."""
+    torch.manual_seed(1234)
+    cfg = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0, initializer_range=init_range, attn_implementation="eager")
+    cfg.id2label = {0: "neg", 1: "pos"}; cfg.label2id = {"neg": 0, "pos": 1}
+    pre = BertForPreTraining(cfg).eval()
+    # Random, not-zero biases and LayerNorm parameters, so a wrong broadcast cannot hide.
+    with torch.no_grad():
+        for n, p in pre.named_parameters():
+            if n.endswith("bias") or "LayerNorm" in n:
+                p.add_(torch.randn_like(p) * 0.1)
+    cls = BertForSequenceClassification(cfg).eval()
+    cls.bert.load_state_dict(pre.bert.state_dict())
+    with torch.no_grad():
+        cls.classifier.bias.add_(torch.randn_like(cls.classifier.bias) * 0.1)
+    return pre, cls
+
+
+# The bf16 fixture (make_golden_bf16.py) keeps BERT's own 0.02: with wide weights one bf16
+# rounding step of a near-saturated activation moves the logits by 2^-7, and the bf16 check
+# compares how bf16 is applied, not how chaotic a random model is.
+for prefix, init_range in [("tiny-bert-narrow", 0.02), ("tiny-bert", 0.2)]:
+    pre, cls = build(init_range)
+    for name, model in [(f"{prefix}-pretrain", pre), (f"{prefix}-cls", cls)]:
+        d = os.path.join(root, name)
+        model.save_pretrained(d, safe_serialization=True)
+        with open(os.path.join(d, "vocab.txt"), "w") as f:
+            f.write("\n".join(vocab) + "\n")
 
 # A padded batch: rows of 11, 7 and 4 real tokens, second segment in row 0.
 B, S = 3, 11
@@ -74,7 +92,15 @@ with torch.no_grad():
         lab[b, s] = l
     out["pretrain_loss"] = pre(input_ids=ids, attention_mask=mask, token_type_ids=tt, labels=lab,
                                next_sentence_label=nsp_labels).loss.item()
-    out["cls_logits"] = cls(input_ids=ids, attention_mask=mask, token_type_ids=tt).logits.tolist()
+    cls_logits = cls(input_ids=ids, attention_mask=mask, token_type_ids=tt).logits
+    out["cls_logits"] = cls_logits.tolist()
+    # The rows must be told apart by a 1e-4 comparison many times over.
+    spread = min((cls_logits[a] - cls_logits[b]).abs().max().item() for a in range(B) for b in range(a + 1, B))
+    assert spread > 0.05, f"the rows' logits differ by only {spread:.2e}: the fixture would not test the input"
+    out["cls_logits_min_row_spread"] = spread
+    hidden_spread = (h[0, 0] - h[1, 0]).abs().max().item()
+    assert hidden_spread > 0.05, f"[CLS] hidden states of rows 0 and 1 differ by only {hidden_spread:.2e}"
+initial = {k: v.detach().clone() for k, v in cls.state_dict().items()}
 
 # One training step of the classifier: loss, backward, clip, AdamW.
 cls.train()
@@ -97,7 +123,33 @@ opt.step()
 out["step"] = {"lr": LR, "weight_decay": WD, "max_grad_norm": CLIP}
 out["after_step"] = {n: named[n].detach().flatten().tolist() for n in watch}
 
+# Several steps under a schedule, from the same starting weights: warmup 2, total 6 (HF's
+# get_linear_schedule_with_warmup: lr 0, .5, 1, .75, .5 of the base at steps 0..4).
+from transformers import get_linear_schedule_with_warmup
+cls.load_state_dict(initial)
+named = dict(cls.named_parameters())
+decay = [p for n, p in named.items() if not (n.endswith("bias") or "LayerNorm" in n)]
+no_decay = [p for n, p in named.items() if n.endswith("bias") or "LayerNorm" in n]
+opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
+                        lr=LR, betas=(0.9, 0.999), eps=1e-8)
+WARMUP, TOTAL, STEPS = 2, 6, 5
+sched = get_linear_schedule_with_warmup(opt, WARMUP, TOTAL)
+steps = []
+for i in range(STEPS):
+    opt.zero_grad()
+    loss = cls(input_ids=ids, attention_mask=mask, token_type_ids=tt, labels=labels).loss
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(cls.parameters(), CLIP).item()
+    lr = opt.param_groups[0]["lr"]
+    opt.step()
+    sched.step()
+    steps.append({"lr": lr, "loss": loss.item(), "grad_norm": norm,
+                  "after": {n: named[n].detach().flatten().tolist() for n in watch}})
+out["schedule"] = {"lr": LR, "weight_decay": WD, "max_grad_norm": CLIP, "warmup": WARMUP, "total": TOTAL,
+                   "steps": steps}
+
 with open(os.path.join(root, "golden_model.json"), "w") as f:
     json.dump(out, f)
 print(f"wrote {root}/golden_model.json (torch {torch.__version__}, transformers {transformers.__version__}); "
-      f"grad norm {out['grad_norm']:.4f} clipped to {CLIP}")
+      f"grad norm {out['grad_norm']:.4f} clipped to {CLIP}; rows' logits differ by >= {out['cls_logits_min_row_spread']:.3f}; "
+      f"losses over {STEPS} scheduled steps {[round(s['loss'], 4) for s in steps]}")

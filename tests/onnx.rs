@@ -579,10 +579,10 @@ fn verify_fails_when_the_outputs_are_not_finite_on_both_sides() {
     // The pooler saturates (tanh of 1e30 is 1 everywhere), and 1 × 3e38 summed over the hidden
     // size is +inf in any order of summation.
     let cpu = candle_core::Device::Cpu;
-    let shape = |name: &str| tensors[name].dims().to_vec();
     let pooler = tensors.keys().find(|k| k.ends_with("pooler.dense.bias")).unwrap().clone();
-    tensors.insert(pooler.clone(), candle_core::Tensor::full(1e30f32, shape(&pooler), &cpu).unwrap());
-    let weight = candle_core::Tensor::full(3e38f32, shape("classifier.weight"), &cpu).unwrap();
+    let (pooler_shape, weight_shape) = (tensors[&pooler].dims().to_vec(), tensors["classifier.weight"].dims().to_vec());
+    tensors.insert(pooler.clone(), candle_core::Tensor::full(1e30f32, pooler_shape, &cpu).unwrap());
+    let weight = candle_core::Tensor::full(3e38f32, weight_shape, &cpu).unwrap();
     tensors.insert("classifier.weight".into(), weight);
     candle_core::safetensors::save(&tensors, ckpt.join("model.safetensors")).unwrap();
     let out = dir.path().join("m.onnx");

@@ -46,7 +46,7 @@ pub fn cache_install_dir(gpu: bool) -> PathBuf {
 }
 
 /// `libonnxruntime.so.X.Y.Z` (highest version first) or `libonnxruntime.so` in `dir`.
-pub(crate) fn libs_in(dir: &Path) -> Vec<PathBuf> {
+pub fn libs_in(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     let mut libs: Vec<(Vec<u32>, PathBuf)> = entries
         .flatten()

@@ -170,23 +170,29 @@ pub fn write_tarball(path: &Path, files: &[(String, Vec<u8>)]) {
     tar.into_inner().unwrap().finish().unwrap().flush().unwrap();
 }
 
-/// The ONNX Runtime library the tests use: found as a user's would be, else the pinned wheel
-/// installed into bertpipe's cache folder with pip (`bertpipe doctor --install`). A test that
-/// still cannot load it fails and says why: none pass by skipping.
+/// The ONNX Runtime library the tests use: the pinned version ([`runtime::PINNED_VERSION`],
+/// 1.31.1) — found as a user's would be when that is the version found, else from bertpipe's
+/// cache folder, else installed there with pip (`bertpipe doctor --install`). Another version
+/// on the machine is not used: the tests test what the README says they pin. A test that
+/// cannot load it fails and says why: none pass by skipping.
 pub fn ort_lib() -> &'static PathBuf {
     use bertpipe::onnx::runtime;
     static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     LIB.get_or_init(|| {
-        let found = runtime::search(None).expect("searching for ONNX Runtime").0;
-        let path = match found {
-            Some(f) => f.path,
+        let pinned = |p: &Path| runtime::library_version(p).ok().as_deref() == Some(runtime::PINNED_VERSION);
+        let found = runtime::search(None).expect("searching for ONNX Runtime").0.map(|f| f.path);
+        let cached = runtime::libs_in(&runtime::cache_install_dir(false).join("onnxruntime/capi")).into_iter().next();
+        let path = match found.into_iter().chain(cached).find(|p| pinned(p)) {
+            Some(p) => p,
             None => bertpipe::doctor::install(false).unwrap_or_else(|e| {
                 panic!(
-                    "ONNX Runtime is not on this machine and could not be installed with pip: {e:#}\n{}",
+                    "ONNX Runtime {} is not on this machine and could not be installed with pip: {e:#}\n{}",
+                    runtime::PINNED_VERSION,
                     runtime::install_hint()
                 )
             }),
         };
+        assert!(pinned(&path), "'{}' is not ONNX Runtime {}", path.display(), runtime::PINNED_VERSION);
         runtime::init(Some(&path))
             .unwrap_or_else(|e| panic!("ONNX Runtime at '{}' does not load: {e:#}", path.display()));
         path
