@@ -24,46 +24,66 @@ for f in .gpu/*.xz; do
     "$f" "$bin/$(basename "$f" .xz)"
 done
 chmod +x "$bin"/*
-# libcudart from the build; cuBLAS, cuRAND and NVRTC (loaded at run time) from PyTorch's wheels.
+# libcudart from the build; cuBLAS, cuRAND and NVRTC (loaded at run time) from PyTorch's wheels,
+# wherever Python has them: site-packages, the user's site-packages (pip install --user), or
+# any other folder on sys.path.
 libs=$(python3 - <<'PY'
-import glob, os, site
+import glob, os, site, sys
+roots = list(site.getsitepackages()) + [site.getusersitepackages()] + [p for p in sys.path if p]
 dirs = set()
-for root in site.getsitepackages():
-    for pat in ("nvidia/*/lib", "nvidia/cu13/lib"):
+for root in roots:
+    for pat in ("nvidia/*/lib", "nvidia/cu13/lib", "torch/lib"):
         for d in glob.glob(os.path.join(root, pat)):
             dirs.add(d)
 print(":".join(sorted(dirs)))
 PY
 )
+[ -n "$libs" ] || echo "note: no CUDA libraries of PyTorch's wheels found on Python's paths"
 export LD_LIBRARY_PATH="$PWD/.gpu:$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$bin:$PATH"
 bertpipe doctor || true
 
 work=$(mktemp -d)
 bertpipe pipeline run pipelines/imdb.yaml --quiet --set sink.path="$work/imdb" || exit 1
-# The reference model for the comparisons below, trained on the CPU.
-bertpipe train pipelines/imdb-finetune.yaml --quiet --set data="$work/imdb" --set output_dir="$work/ft-cpu" \
+# The reference model for the comparisons below, trained on the CPU, and the same run with
+# candle's graph ops instead of the fused CPU kernels (what CUDA runs): how far two correct
+# implementations drift apart bounds how far CUDA may. Every step is logged.
+every="--set logging_steps=1"
+bertpipe train pipelines/imdb-finetune.yaml --quiet $every --set data="$work/imdb" --set output_dir="$work/ft-cpu" \
   2>&1 | grep -E '^trained|^eval' || exit 1
+BERTPIPE_UNFUSED=1 bertpipe train pipelines/imdb-finetune.yaml --quiet $every --set max_steps=10 --set eval_split=null \
+  --set data="$work/imdb" --set output_dir="$work/ft-cpu-graph" >/dev/null 2>&1 || { echo "CPU graph-op run FAILED"; fail=1; }
 for dt in f32 bf16; do
   echo "== fine-tune on CUDA (tiny, sample, $dt)"
-  if ! bertpipe train pipelines/imdb-finetune.yaml --quiet --device cuda --set dtype=$dt \
+  if ! bertpipe train pipelines/imdb-finetune.yaml --quiet $every --device cuda --set dtype=$dt \
       --set data="$work/imdb" --set output_dir="$work/ft-$dt"; then
     echo "CUDA fine-tune ($dt) FAILED"; fail=1
   fi
 done
-echo "== CPU vs CUDA training losses (same data order and dropout masks on every device)"
-python3 - "$work" <<'PY' || { echo "CPU vs CUDA losses FAILED"; fail=1; }
+echo "== CPU vs CUDA training (same data order and dropout masks on every device)"
+python3 - "$work" <<'PY' || { echo "CPU vs CUDA training FAILED"; fail=1; }
 import json, sys
 work = sys.argv[1]
-def losses(run):
-    return [(r["step"], r["loss"]) for r in map(json.loads, open(f"{work}/{run}/metrics.jsonl")) if "loss" in r]
-cpu, gpu = losses("ft-cpu"), losses("ft-f32")
-print("step  cpu loss   cuda loss")
-for (s, a), (_, b) in zip(cpu[:4], gpu[:4]):
-    print(f"{s:4d}  {a:.6f}  {b:.6f}")
-d = max(abs(a - b) / max(abs(a), 1e-9) for (_, a), (_, b) in zip(cpu[:2], gpu[:2]))
-print(f"max relative difference over the first two logged steps: {d:.1e} ({'ok' if d < 1e-4 else 'TOO LARGE'})")
-sys.exit(0 if d < 1e-4 else 1)
+def log(run):
+    return {r["step"]: r for r in map(json.loads, open(f"{work}/{run}/metrics.jsonl")) if "loss" in r}
+cpu, graph, gpu = log("ft-cpu"), log("ft-cpu-graph"), log("ft-f32")
+rel = lambda a, b: abs(a - b) / max(abs(a), 1e-9)
+ok = True
+# Step 1 starts from the same weights: its loss and gradient norm can be equal.
+for key in ("loss", "grad_norm"):
+    d = rel(cpu[1][key], gpu[1][key])
+    print(f"step 1 {key}: cpu {cpu[1][key]:.7f} cuda {gpu[1][key]:.7f}, relative difference {d:.1e} ({'ok' if d < 1e-5 else 'TOO LARGE'})")
+    ok &= d < 1e-5
+# Later steps: float differences compound; CUDA may drift from the fused CPU run as far as the
+# CPU's own graph-op run does (x10, and at least 1e-5).
+print("step  cpu fused   cpu graph   cuda       |fused-graph|  |fused-cuda|")
+for s in sorted(set(cpu) & set(graph) & set(gpu)):
+    dg, dc = rel(cpu[s]["loss"], graph[s]["loss"]), rel(cpu[s]["loss"], gpu[s]["loss"])
+    bound = max(10 * dg, 1e-5)
+    flag = "ok" if dc <= bound else "TOO LARGE"
+    ok &= dc <= bound
+    print(f"{s:4d}  {cpu[s]['loss']:.6f}  {graph[s]['loss']:.6f}  {gpu[s]['loss']:.6f}  {dg:.1e}        {dc:.1e} ({flag}, bound {bound:.1e})")
+sys.exit(0 if ok else 1)
 PY
 echo "== CPU vs CUDA logits of the CPU-trained model"
 python3 - "$work" "$bin/model_outputs" <<'PY' || { echo "CPU vs CUDA logits FAILED"; fail=1; }
@@ -109,9 +129,12 @@ for L, H, A in [(4, 256, 4), (12, 768, 12)]:
 PY
 fi
 echo "== ONNX: export (plain and --optimize), eval on CPU and on CUDA"
-bertpipe export onnx --checkpoint "$work/ft-cpu/final" --out "$work/model.onnx" --verify 2>&1 | tail -1
-bertpipe export onnx --checkpoint "$work/ft-cpu/final" --out "$work/model-opt.onnx" --optimize --verify 2>&1 | tail -1
-bertpipe eval --model "$work/model.onnx" --data "$work/imdb" --quiet --out "$work/eval-cpu" | grep -E '^rows|docs/s|^eval'
+bertpipe export onnx --checkpoint "$work/ft-cpu/final" --out "$work/model.onnx" --verify 2>&1 | tail -1 \
+  || { echo "ONNX export --verify FAILED"; fail=1; }
+bertpipe export onnx --checkpoint "$work/ft-cpu/final" --out "$work/model-opt.onnx" --optimize --verify 2>&1 | tail -1 \
+  || { echo "ONNX export --optimize --verify FAILED"; fail=1; }
+bertpipe eval --model "$work/model.onnx" --data "$work/imdb" --quiet --out "$work/eval-cpu" | grep -E '^rows|docs/s|^eval' \
+  || { echo "CPU eval FAILED"; fail=1; }
 if python3 -c "import onnxruntime as o; assert 'CUDAExecutionProvider' in o.get_available_providers()" 2>/dev/null; then
   for m in model model-opt; do
     bertpipe eval --model "$work/$m.onnx" --data "$work/imdb" --device cuda --batch-size 64 --quiet \

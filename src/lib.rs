@@ -28,6 +28,7 @@ pub mod contract;
 pub mod device;
 pub mod doctor;
 pub mod experiment;
+pub mod fuzz;
 pub mod metrics;
 pub mod model;
 pub mod onnx;

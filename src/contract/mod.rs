@@ -31,6 +31,28 @@ pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("could not write '{}'", path.display()))
 }
 
+/// The fault-injection switches the tests use to simulate a crash, a Ctrl-C or a diverging
+/// loss (`BERTPIPE_CRASH_AFTER_SHARDS`, `BERTPIPE_STOP_AT_STEP`, `BERTPIPE_NAN_AT_STEP`):
+/// test-only, documented as such in the README. A set one is announced on stderr (once per
+/// process), so it can never act unnoticed in a real run.
+pub const TEST_HOOKS: [&str; 3] = ["BERTPIPE_CRASH_AFTER_SHARDS", "BERTPIPE_STOP_AT_STEP", "BERTPIPE_NAN_AT_STEP"];
+
+/// The value of test hook `name` (one of [`TEST_HOOKS`]), when it is set to a number.
+pub fn test_hook(name: &str) -> Option<u64> {
+    static HOOKS: std::sync::OnceLock<Vec<Option<u64>>> = std::sync::OnceLock::new();
+    let hooks = HOOKS.get_or_init(|| {
+        TEST_HOOKS
+            .iter()
+            .map(|h| {
+                let value = std::env::var(h).ok()?;
+                eprintln!("warning: test hook {h}={value} is set (fault injection for bertpipe's tests; unset it)");
+                value.parse().ok()
+            })
+            .collect()
+    });
+    TEST_HOOKS.iter().position(|h| *h == name).and_then(|i| hooks[i])
+}
+
 /// bertpipe's cache folder — ONNX Runtime installed by `doctor --install`, object-storage
 /// staging and fetched shard folders: `$BERTPIPE_CACHE_DIR`, else `$XDG_CACHE_HOME/bertpipe`,
 /// else `~/.cache/bertpipe`.

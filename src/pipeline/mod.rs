@@ -56,9 +56,6 @@ pub struct RunSummary {
     pub out: std::path::PathBuf,
 }
 
-/// Set by tests to simulate a crash: the process aborts after this many shards are complete.
-const CRASH_ENV: &str = "BERTPIPE_CRASH_AFTER_SHARDS";
-
 pub fn threads_or_default(threads: usize) -> usize {
     if threads > 0 {
         threads
@@ -244,7 +241,8 @@ fn write_rows(
     remote: Option<&RemoteOut>,
     mut journal: Journal,
 ) -> Result<Written> {
-    let crash_after: Option<usize> = std::env::var(CRASH_ENV).ok().and_then(|v| v.parse().ok());
+    // Test hook: the process aborts after this many shards are complete (a simulated crash).
+    let crash_after = crate::contract::test_hook("BERTPIPE_CRASH_AFTER_SHARDS").map(|n| n as usize);
     let mut shards_done = 0usize;
     let mut on_shard = |folder: &str, info: &ShardInfo| -> Result<()> {
         journal.record(folder, info)?;

@@ -103,12 +103,12 @@ static STOP: AtomicBool = AtomicBool::new(false);
 
 /// Test hook: behave as if Ctrl-C came during optimiser step N (`BERTPIPE_STOP_AT_STEP=N`).
 fn stop_at_step() -> Option<u64> {
-    std::env::var("BERTPIPE_STOP_AT_STEP").ok()?.parse().ok()
+    crate::contract::test_hook("BERTPIPE_STOP_AT_STEP")
 }
 
 /// Test hook: a loss that is NaN from this optimiser step on (`BERTPIPE_NAN_AT_STEP=N`).
 fn nan_at_step() -> Option<u64> {
-    std::env::var("BERTPIPE_NAN_AT_STEP").ok()?.parse().ok()
+    crate::contract::test_hook("BERTPIPE_NAN_AT_STEP")
 }
 
 pub fn run(cfg: &TrainConfig, opts: &TrainOptions) -> Result<TrainSummary> {
