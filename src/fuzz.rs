@@ -15,8 +15,11 @@ use crate::pipeline::tasks::{parse_scan, TaskSpec};
 use crate::sink::journal::Journal;
 use crate::source::{Emit, Source, SourceItem};
 
+/// A fuzz target: arbitrary bytes in, nothing out.
+pub type Target = fn(&[u8]);
+
 /// Every target, by name (the names of `fuzz/fuzz_targets/*.rs`).
-pub const TARGETS: [(&str, fn(&[u8])); 5] = [
+pub const TARGETS: [(&str, Target); 5] = [
     ("pipeline_yaml", pipeline_yaml),
     ("tokenizer", tokenizer),
     ("sources", sources),
@@ -65,22 +68,12 @@ pub fn pipeline_yaml(data: &[u8]) {
 /// `tokenizers` crate's BERT tokenizer with the bundled bert-base-uncased vocabulary: the ids
 /// must be equal.
 pub fn tokenizer(data: &[u8]) {
-    use tokenizers::models::wordpiece::WordPiece as HfWordPiece;
-    use tokenizers::normalizers::BertNormalizer;
-    use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
-    use tokenizers::{AddedToken, Tokenizer};
+    use tokenizers::Tokenizer;
     const VOCAB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/vocab/bert-base-uncased.txt");
     type Pair = (crate::tokenize::WordPiece, Tokenizer);
     fn pair(lowercase: bool) -> Pair {
         let ours = crate::tokenize::WordPiece::from_vocab_file(VOCAB.as_ref(), lowercase, None, 100).unwrap();
-        let wp = HfWordPiece::from_file(VOCAB).unk_token("[UNK]".into()).build().unwrap();
-        let mut hf = Tokenizer::new(wp);
-        hf.with_normalizer(Some(BertNormalizer::new(true, true, None, lowercase))).unwrap();
-        hf.with_pre_tokenizer(Some(BertPreTokenizer));
-        let specials: Vec<AddedToken> =
-            ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].iter().map(|s| AddedToken::from(*s, true)).collect();
-        hf.add_special_tokens(specials).unwrap();
-        (ours, hf)
+        (ours, crate::tokenize::hf_bert_tokenizer(VOCAB.as_ref(), lowercase).unwrap())
     }
     static PAIRS: OnceLock<[Pair; 2]> = OnceLock::new();
     let pairs = PAIRS.get_or_init(|| [pair(true), pair(false)]);

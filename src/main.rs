@@ -352,9 +352,10 @@ fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
         eprintln!("weights: {}", d.display());
     }
     eprintln!(
-        "metadata: vocab_sha256 {} (of {}), max_len {}, id2label {}",
+        "metadata: vocab_sha256 {} (of {}), vocab_id {}, max_len {}, id2label {}",
         meta("vocab_sha256"),
         done.vocab_file.display(),
+        meta("vocab_id"),
         meta("max_len"),
         meta("id2label")
     );

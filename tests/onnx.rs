@@ -350,17 +350,7 @@ fn model_metadata(model: &Path) -> std::collections::BTreeMap<String, String> {
 
 /// The `tokenizer.json` HF's `BertTokenizerFast` saves for an uncased `vocab.txt`.
 fn bert_tokenizer_json(vocab: &Path, to: &Path) {
-    use tokenizers::models::wordpiece::WordPiece;
-    use tokenizers::normalizers::BertNormalizer;
-    use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
-    use tokenizers::{AddedToken, Tokenizer};
-    let wp = WordPiece::from_file(vocab.to_str().unwrap()).unk_token("[UNK]".into()).build().unwrap();
-    let mut t = Tokenizer::new(wp);
-    t.with_normalizer(Some(BertNormalizer::new(true, true, None, true))).unwrap();
-    t.with_pre_tokenizer(Some(BertPreTokenizer));
-    let specials: Vec<AddedToken> =
-        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].iter().map(|s| AddedToken::from(*s, true)).collect();
-    t.add_special_tokens(specials).unwrap();
+    let t = bertpipe::tokenize::hf_bert_tokenizer(vocab, true).unwrap();
     std::fs::create_dir_all(to.parent().unwrap()).unwrap();
     t.save(to, false).unwrap();
 }

@@ -5,10 +5,7 @@
 use std::path::PathBuf;
 
 use bertpipe::tokenize::WordPiece;
-use tokenizers::models::wordpiece::WordPiece as HfWordPiece;
-use tokenizers::normalizers::BertNormalizer;
-use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
-use tokenizers::{AddedToken, Tokenizer};
+use tokenizers::Tokenizer;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -30,14 +27,7 @@ fn encode(w: &WordPiece, text: &str) -> Vec<u32> {
 
 /// HF's BertWordPieceTokenizer, built from the crate's parts.
 fn reference(lowercase: bool) -> Tokenizer {
-    let wp = HfWordPiece::from_file(vocab().to_str().unwrap()).unk_token("[UNK]".into()).build().unwrap();
-    let mut t = Tokenizer::new(wp);
-    t.with_normalizer(Some(BertNormalizer::new(true, true, None, lowercase))).unwrap();
-    t.with_pre_tokenizer(Some(BertPreTokenizer));
-    let specials: Vec<AddedToken> =
-        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].iter().map(|s| AddedToken::from(*s, true)).collect();
-    t.add_special_tokens(specials).unwrap();
-    t
+    bertpipe::tokenize::hf_bert_tokenizer(&vocab(), lowercase).unwrap()
 }
 
 #[test]
@@ -211,10 +201,8 @@ fn vocab_txt_lines_and_repeated_tokens_read_as_hf_reads_them() {
     ];
     std::fs::write(&path, lines.join("\n") + "\r\n").unwrap();
     let w = WordPiece::from_vocab_file(&path, true, None, 100).unwrap();
-    let wp = HfWordPiece::from_file(path.to_str().unwrap()).unk_token("[UNK]".into()).build().unwrap();
-    let mut hf = Tokenizer::new(wp);
-    hf.with_normalizer(Some(BertNormalizer::new(true, true, None, true))).unwrap();
-    hf.with_pre_tokenizer(Some(BertPreTokenizer));
+    // HF's own reading of the file (its WordPiece::from_file), not ours.
+    let hf = bertpipe::tokenize::hf_bert_tokenizer(&path, true).unwrap();
     for text in ["the films good", "goodly badly the", "films the film thes"] {
         assert_eq!(encode(&w, text), hf.encode(text, false).unwrap().get_ids(), "{text:?}");
     }

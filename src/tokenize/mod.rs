@@ -168,6 +168,28 @@ pub fn folder_vocab(dir: &Path) -> Result<Option<(PathBuf, VocabRef)>> {
     Ok(None)
 }
 
+/// HF's `BertWordPieceTokenizer` for a `vocab.txt`, built from the `tokenizers` crate's parts
+/// (BertNormalizer, BertPreTokenizer, WordPiece, the five specials as added tokens): the
+/// reference the fast path is compared with (tests, the tokenizer fuzz target), and the
+/// `tokenizer.json` HF's `BertTokenizerFast` saves for that vocabulary.
+pub fn hf_bert_tokenizer(vocab: &Path, lowercase: bool) -> Result<tokenizers::Tokenizer> {
+    use tokenizers::models::wordpiece::WordPiece as HfWordPiece;
+    use tokenizers::normalizers::BertNormalizer;
+    use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
+    use tokenizers::AddedToken;
+    let err = |e: tokenizers::Error| anyhow::anyhow!("vocab '{}': {e}", vocab.display());
+    let path = vocab.to_str().with_context(|| format!("'{}' is not a UTF-8 path", vocab.display()))?;
+    let wp = HfWordPiece::from_file(path).unk_token("[UNK]".into()).build().map_err(err)?;
+    let mut t = tokenizers::Tokenizer::new(wp);
+    t.with_normalizer(Some(BertNormalizer::new(true, true, None, lowercase))).map_err(err)?;
+    t.with_pre_tokenizer(Some(BertPreTokenizer));
+    let specials: Vec<AddedToken> = SPECIAL_NAMES.iter().map(|s| AddedToken::from(*s, true)).collect();
+    t.add_special_tokens(specials).map_err(err)?;
+    Ok(t)
+}
+
+const SPECIAL_NAMES: [&str; 5] = wordpiece::SPECIALS;
+
 fn load_tokenizer_json(path: &std::path::Path) -> Result<Encoder> {
     use tokenizers::{ModelWrapper, NormalizerWrapper, PreTokenizerWrapper};
     let bytes = std::fs::read(path).with_context(|| format!("could not read tokenizer '{}'", path.display()))?;
