@@ -244,3 +244,33 @@ fn jsonl_csv_text_and_parquet_sources() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("has no column `body` (text_column); columns: id, label"), "{}", stderr(&o));
 }
+
+/// A tar entry whose header claims a terabyte (a crafted or cut archive): the reader must not
+/// allocate what the header says — the run stops with an error naming the archive, no abort.
+#[test]
+fn a_tar_entry_claiming_a_terabyte_is_an_error_not_an_abort() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tarball = tmp.path().join("aclImdb_v1.tar.gz");
+    let mut raw = Vec::new();
+    let mut header = tar::Header::new_gnu();
+    header.set_path("aclImdb/train/pos/0_9.txt").unwrap();
+    header.set_size(1 << 40);
+    header.set_mode(0o644);
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_cksum();
+    raw.extend_from_slice(header.as_bytes());
+    raw.extend_from_slice(&[b'a'; 512]);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&raw).unwrap();
+    std::fs::write(&tarball, gz.finish().unwrap()).unwrap();
+    let out = tmp.path().join("out");
+    let p = pipeline_for(tmp.path(), &format!("{{ type: aclimdb, path: {} }}", tarball.display()), &out);
+    let o = run(&p);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("aclImdb_v1.tar.gz") && !err.contains("panicked") && !err.contains("memory allocation"),
+        "{err}"
+    );
+    assert!(!out.join("manifest.json").exists());
+}

@@ -556,6 +556,32 @@ pub fn merge(out: &Path, quiet: bool) -> Result<Manifest> {
 mod tests {
     use super::*;
 
+    /// Counts and lengths in a scan file are checked against the bytes that follow before
+    /// anything is allocated for them.
+    #[test]
+    fn a_scan_file_with_absurd_counts_or_lengths_is_refused_by_name() {
+        let task = TaskSpec { index: 0, count: 1 };
+        let header = |keys: u64, scores: u64| {
+            format!("{{\"format\":\"{SCAN_FORMAT}\",\"config_sha256\":\"c\",\"task\":{{\"index\":0,\"count\":1}},\"keys\":{keys},\"scores\":{scores}}}\n").into_bytes()
+        };
+        let mut ok = header(1, 1);
+        ok.extend_from_slice(&[7u8; 16]);
+        ok.extend_from_slice(&3u32.to_le_bytes());
+        ok.extend_from_slice(b"abc");
+        ok.extend_from_slice(&2.5f32.to_le_bytes());
+        let scan = parse_scan(&ok, "s.bin", "c", task).unwrap();
+        assert_eq!((scan.keys[0].1.as_str(), scan.scores[0]), ("abc", 2.5));
+        let e = parse_scan(&header(u64::MAX / 2, 0), "s.bin", "c", task).unwrap_err().to_string();
+        assert!(e.contains("s.bin") && e.contains("keys"), "{e}");
+        let mut long_id = header(1, 0);
+        long_id.extend_from_slice(&[7u8; 16]);
+        long_id.extend_from_slice(&u32::MAX.to_le_bytes());
+        long_id.extend_from_slice(&[0u8; 8]);
+        let e = parse_scan(&long_id, "s.bin", "c", task).unwrap_err().to_string();
+        assert!(e.contains("s.bin") && e.contains("4294967295 bytes"), "{e}");
+        assert!(parse_scan(b"no header line", "s.bin", "c", task).unwrap_err().to_string().contains("s.bin"));
+    }
+
     #[test]
     fn task_from_flags_and_schedulers() {
         let none = |_: &str| None;
