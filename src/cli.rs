@@ -155,6 +155,10 @@ pub struct EvalArgs {
     /// How many of the most confident mistakes to list.
     #[arg(long, default_value_t = 10)]
     pub mistakes: usize,
+    /// Fixed upper edges of the length slices in tokens, e.g. 64,128,256,512 (default: the
+    /// split's length quartiles, so each slice holds about a quarter of the rows).
+    #[arg(long, value_name = "N,N,…", value_delimiter = ',')]
+    pub length_edges: Option<Vec<usize>>,
     /// No progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,

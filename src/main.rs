@@ -389,6 +389,7 @@ fn eval(args: bertpipe::cli::EvalArgs) -> anyhow::Result<()> {
         ort_lib: args.ort.ort_lib,
         quiet: args.quiet,
         mistakes: args.mistakes,
+        length_edges: args.length_edges,
     };
     let r = eval::run(&opts)?;
     if args.json {

@@ -474,6 +474,7 @@ fn run_stage(
                 ort_lib: None,
                 quiet,
                 mistakes: *mistakes,
+                length_edges: None,
             };
             let r = crate::onnx::eval::run(&opts)?;
             if !quiet {

@@ -35,6 +35,9 @@ pub struct EvalOptions {
     pub quiet: bool,
     /// How many confident mistakes to list.
     pub mistakes: usize,
+    /// Fixed upper edges (tokens) of the length slices, e.g. `[64, 128, 256, 512]`; `None`:
+    /// the split's own quartiles, so every slice holds about a quarter of the rows on any corpus.
+    pub length_edges: Option<Vec<usize>>,
 }
 
 /// One row's place and what is known about it before inference.
@@ -138,6 +141,11 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport> {
     if opts.batch_size == 0 {
         bail!("--batch-size must be at least 1");
     }
+    if let Some(e) = &opts.length_edges {
+        if e.is_empty() || e[0] == 0 || e.windows(2).any(|w| w[0] >= w[1]) {
+            bail!("--length-edges must be increasing token counts above 0, e.g. 64,128,256,512 (got {e:?})");
+        }
+    }
     let mut model = open_model(&opts.model, &opts.device, opts.threads, opts.ort_lib.as_deref())?;
     let names = model.label_names();
     if names.is_empty() {
@@ -146,7 +154,7 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport> {
     let shards = open_shards(opts, &model)?;
     let inferred = infer(opts, &mut model, &names, shards)?;
     let results = &inferred.results;
-    let scores = score(results, &names, opts.mistakes);
+    let scores = score(results, &names, opts.mistakes, opts.length_edges.as_deref());
     let throughput = inferred.throughput(scores.documents);
 
     let out = opts.out.clone().unwrap_or_else(|| {
@@ -319,7 +327,7 @@ struct Scores {
     unlabelled: usize,
 }
 
-fn score(results: &[RowResult], names: &[String], max_mistakes: usize) -> Scores {
+fn score(results: &[RowResult], names: &[String], max_mistakes: usize, length_edges: Option<&[usize]>) -> Scores {
     let labelled: Vec<&RowResult> = results.iter().filter(|r| r.meta.label.is_some()).collect();
     let mut preds = Predictions::new(names.len());
     for r in &labelled {
@@ -338,7 +346,14 @@ fn score(results: &[RowResult], names: &[String], max_mistakes: usize) -> Scores
         d.len()
     };
 
-    let by_length = slices(&labelled, names, |r| Some(length_bucket(r.meta.tokens)), &LENGTH_ORDER);
+    let edges = match length_edges {
+        Some(e) => e.to_vec(),
+        None => length_quartiles(labelled.iter().map(|r| r.meta.tokens).collect()),
+    };
+    let length_names = length_bucket_names(&edges);
+    let length_order: Vec<&str> = length_names.iter().map(String::as_str).collect();
+    let by_length =
+        slices(&labelled, names, |r| Some(length_bucket(r.meta.tokens, &edges, &length_names)), &length_order);
     let noise_edges = quartile_edges(labelled.iter().filter_map(|r| r.meta.noise).collect());
     let noise_labels: Vec<String> = noise_bucket_names(&noise_edges);
     let noise_order: Vec<&str> = noise_labels.iter().map(String::as_str).collect();
@@ -447,18 +462,42 @@ fn read_batches(
     Ok(())
 }
 
-const LENGTH_ORDER: [&str; 5] = ["1-64", "65-128", "129-256", "257-512", ">512"];
-
-/// Token-length buckets (with [CLS]/[SEP]), powers of two.
-fn length_bucket(tokens: usize) -> String {
-    match tokens {
-        0..=64 => LENGTH_ORDER[0],
-        65..=128 => LENGTH_ORDER[1],
-        129..=256 => LENGTH_ORDER[2],
-        257..=512 => LENGTH_ORDER[3],
-        _ => LENGTH_ORDER[4],
+/// The upper edges of the length slices at the rows' token-length quartiles (Q1, median, Q3;
+/// the lower of two middle values, so edges are lengths that occur). Equal edges merge: on a
+/// corpus where most rows have one length there are fewer, fuller slices, never empty ones.
+fn length_quartiles(mut tokens: Vec<usize>) -> Vec<usize> {
+    if tokens.is_empty() {
+        return Vec::new();
     }
-    .to_string()
+    tokens.sort_unstable();
+    let q = |p: f64| tokens[((tokens.len() - 1) as f64 * p).floor() as usize];
+    let mut edges = vec![q(0.25), q(0.5), q(0.75)];
+    edges.dedup();
+    if edges.last() == tokens.last() {
+        edges.pop();
+    }
+    edges
+}
+
+/// Slice names for upper edges `e1 < e2 < …`: `1-e1`, `e1+1-e2`, …, `>eN`.
+fn length_bucket_names(edges: &[usize]) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut lo = 1;
+    for &e in edges {
+        names.push(if lo == e { format!("{e}") } else { format!("{lo}-{e}") });
+        lo = e + 1;
+    }
+    names.push(match edges.last() {
+        Some(e) => format!(">{e}"),
+        None => "all".to_string(),
+    });
+    names
+}
+
+/// A row's length slice (token count with [CLS]/[SEP]).
+fn length_bucket(tokens: usize, edges: &[usize], names: &[String]) -> String {
+    let i = edges.iter().position(|&e| tokens <= e).unwrap_or(edges.len());
+    names[i].clone()
 }
 
 /// The split's noise-score quartiles (Q1, median, Q3), when the shards carry the score.
@@ -746,10 +785,24 @@ mod tests {
 
     #[test]
     fn length_and_noise_buckets() {
-        assert_eq!(length_bucket(64), "1-64");
-        assert_eq!(length_bucket(65), "65-128");
-        assert_eq!(length_bucket(512), "257-512");
-        assert_eq!(length_bucket(513), ">512");
+        // Fixed edges, as `--length-edges 64,128,256,512`.
+        let fixed = [64, 128, 256, 512];
+        let names = length_bucket_names(&fixed);
+        assert_eq!(names, ["1-64", "65-128", "129-256", "257-512", ">512"]);
+        let b = |t| length_bucket(t, &fixed, &names);
+        assert_eq!((b(64), b(65), b(512), b(513)), ("1-64".into(), "65-128".into(), "257-512".into(), ">512".into()));
+        // Quartiles of the data: short texts get slices of their own, each about a quarter.
+        let tokens: Vec<usize> = (0..100).map(|i| 5 + i % 20).collect();
+        let edges = length_quartiles(tokens.clone());
+        assert_eq!(edges, [9, 14, 19]);
+        let names = length_bucket_names(&edges);
+        for name in &names {
+            let n = tokens.iter().filter(|&&t| &length_bucket(t, &edges, &names) == name).count();
+            assert!((20..=30).contains(&n), "{name}: {n} of 100");
+        }
+        // One length everywhere: one slice, not four (three of them empty).
+        assert_eq!(length_bucket_names(&length_quartiles(vec![7; 10])), ["all"]);
+        assert_eq!(length_bucket_names(&length_quartiles(vec![7, 7, 7, 9])), ["1-7", ">7"]);
         let edges = quartile_edges(vec![4.0, 1.0, 3.0, 2.0]).unwrap();
         assert_eq!(edges, [1.75, 2.5, 3.25]);
         let names = noise_bucket_names(&Some(edges));
