@@ -287,6 +287,13 @@ fn merge_refuses_missing_and_unfinished_tasks_and_a_failed_task_resumes_alone() 
     std::fs::write(&shard, bytes).unwrap();
     let e = stderr(&merge());
     assert!(e.contains("checksum mismatch") && e.contains(shard.file_name().unwrap().to_str().unwrap()), "{e}");
+    // Only folders of the layout's shape are read as tasks: anything else is refused by name.
+    for odd in ["7", "..00001", "00001.bak"] {
+        std::fs::create_dir_all(many.join("tasks").join(odd)).unwrap();
+        let e = stderr(&merge());
+        assert!(e.contains("is not a task folder") && e.contains(odd), "{odd}: {e}");
+        std::fs::remove_dir(many.join("tasks").join(odd)).unwrap();
+    }
     // A single run's output is not a place for tasks.
     let out_set = format!("sink.path={}", one.display());
     let o = bertpipe(&[

@@ -184,15 +184,26 @@ impl Root {
                 for entry in entries {
                     let entry = entry?;
                     let name = entry.file_name().to_string_lossy().into_owned();
-                    if is_task_name(&name) && entry.path().is_dir() {
+                    if is_task_name(&name) && entry.file_type()?.is_dir() {
                         found.insert(name.parse::<u32>().expect("five digits"));
+                    } else if name != SCAN_DIR {
+                        bail!(
+                            "'{}' is not a task folder of the layout ({TASKS_DIR}/NNNNN, five digits, or {TASKS_DIR}/{SCAN_DIR}); move it away",
+                            entry.path().display()
+                        );
                     }
                 }
             }
             Root::Remote(r) => {
                 for (rel, _) in r.child(TASKS_DIR).list()? {
-                    if let Some(d) = rel.split('/').next().filter(|d| is_task_name(d) && rel.len() > d.len()) {
+                    let d = rel.split('/').next().unwrap_or_default();
+                    if is_task_name(d) && rel.len() > d.len() {
                         found.insert(d.parse::<u32>().expect("five digits"));
+                    } else if d != SCAN_DIR {
+                        bail!(
+                            "'{}' is not in a task folder of the layout ({TASKS_DIR}/NNNNN/…, five digits, or {TASKS_DIR}/{SCAN_DIR}/…); move it away",
+                            r.child(TASKS_DIR).url_of(&rel)
+                        );
                     }
                 }
             }
