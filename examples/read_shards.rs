@@ -13,7 +13,9 @@ fn main() -> Result<()> {
     let shards = ShardSet::open(dir.as_ref())?;
     shards.verify()?;
     if let Some(vocab) = args.next() {
-        let theirs = bertpipe::tokenize::file_vocab(vocab.as_ref(), None)?;
+        let vocab_path: &std::path::Path = vocab.as_ref();
+        let config = bertpipe::tokenize::TokenizerConfig::read(vocab_path.parent().unwrap_or(".".as_ref()))?;
+        let theirs = bertpipe::tokenize::file_vocab(vocab_path, &config)?;
         shards.expect_vocab(&theirs, &format!("'{vocab}'"))?;
     }
     println!("{dir}: task {}, max_len {:?}, verified", shards.manifest.task, shards.manifest.max_len);

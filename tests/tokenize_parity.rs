@@ -210,8 +210,9 @@ fn vocab_txt_lines_and_repeated_tokens_read_as_hf_reads_them() {
     // One vocabulary, whichever file: the tokenizer.json HF saves for it has the same identity.
     let json = dir.path().join("tokenizer.json");
     hf.save(&json, false).unwrap();
-    let from_json = bertpipe::tokenize::file_vocab(&json, None).unwrap();
-    let from_txt = bertpipe::tokenize::file_vocab(&path, None).unwrap();
+    let defaults = bertpipe::tokenize::TokenizerConfig::default();
+    let from_json = bertpipe::tokenize::file_vocab(&json, &defaults).unwrap();
+    let from_txt = bertpipe::tokenize::file_vocab(&path, &defaults).unwrap();
     assert_ne!(from_json.sha256, from_txt.sha256);
     assert_eq!(from_json.id, from_txt.id);
     assert_eq!(from_txt.id.as_deref(), Some(w.vocab_id.as_str()));
@@ -227,6 +228,6 @@ fn a_tokenizer_json_with_an_absurd_id_is_refused() {
     let text = std::fs::read_to_string(&json).unwrap().replace("\"[MASK]\":103", "\"[MASK]\":4000000000");
     assert!(text.contains("4000000000"));
     std::fs::write(&json, text).unwrap();
-    let err = format!("{:#}", bertpipe::tokenize::file_vocab(&json, None).unwrap_err());
+    let err = format!("{:#}", bertpipe::tokenize::file_vocab(&json, &Default::default()).unwrap_err());
     assert!(err.contains("tokenizer.json") && err.contains("4000000000"), "{err}");
 }

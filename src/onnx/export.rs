@@ -101,10 +101,11 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
             )
         })?,
     };
-    let vocab = crate::tokenize::file_vocab(&vocab_file, Some(&opts.checkpoint))?;
+    let tokenizer_config = crate::tokenize::TokenizerConfig::read(&opts.checkpoint)?;
+    let vocab = crate::tokenize::file_vocab(&vocab_file, &tokenizer_config)?;
     let max_len = match opts.max_len {
         Some(n) => n,
-        None => checkpoint_max_len(&opts.checkpoint).unwrap_or(model.config.max_position_embeddings),
+        None => tokenizer_config.model_max_length.unwrap_or(model.config.max_position_embeddings),
     };
     if max_len > model.config.max_position_embeddings {
         bail!("max_len {max_len} exceeds the model's {} position embeddings", model.config.max_position_embeddings);
@@ -146,7 +147,7 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
     let bytes = proto.encode_to_vec();
     crate::contract::write_file_atomic(out, &bytes)?;
     Ok(Exported {
-        lowercase: checkpoint_lowercase(&opts.checkpoint),
+        lowercase: tokenizer_config.lowercase,
         model,
         max_len,
         path: out.clone(),
@@ -157,23 +158,6 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
         metadata,
         vocab_file,
     })
-}
-
-/// Whether the checkpoint's tokenizer lower-cases (tokenizer_config.json's `do_lower_case`;
-/// default true, as for BERT's uncased vocabularies).
-pub fn checkpoint_lowercase(dir: &Path) -> bool {
-    std::fs::read_to_string(dir.join("tokenizer_config.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| v["do_lower_case"].as_bool())
-        .unwrap_or(true)
-}
-
-fn checkpoint_max_len(dir: &Path) -> Option<usize> {
-    let text = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    // HF writes a huge sentinel when unknown.
-    v["model_max_length"].as_u64().filter(|&n| n <= 1 << 20).map(|n| n as usize)
 }
 
 /// The ONNX model of `model` (a classifier), and its node count.

@@ -127,32 +127,59 @@ impl Tokenize {
 }
 
 /// The vocabulary of a `vocab.txt` or `tokenizer.json`, as the chain compares it. A
-/// `vocab.txt` carries no normaliser settings: they come from the `tokenizer_config.json` in
-/// `config_dir` (`do_lower_case`, `strip_accents`), else HF's `BertTokenizer` defaults
-/// (lower-case, accents stripped with it).
-pub fn file_vocab(path: &Path, config_dir: Option<&Path>) -> Result<VocabRef> {
+/// `tokenizer.json` carries its own normaliser; a `vocab.txt` none, so its settings come from
+/// `config` (the model folder's `tokenizer_config.json`, see [`TokenizerConfig::read`]).
+pub fn file_vocab(path: &Path, config: &TokenizerConfig) -> Result<VocabRef> {
     if path.extension().is_some_and(|e| e == "json") {
         return Ok(load_tokenizer_json(path)?.info().vocab());
     }
-    let (mut lowercase, mut strip_accents) = (true, None);
-    let config = config_dir.or(path.parent()).map(|d| d.join("tokenizer_config.json"));
-    if let Some(config) = config.filter(|c| c.is_file()) {
-        let text = std::fs::read(&config).with_context(|| format!("could not read '{}'", config.display()))?;
-        let v: serde_json::Value =
-            serde_json::from_slice(&text).with_context(|| format!("'{}' is not JSON", config.display()))?;
+    let w = WordPiece::from_vocab_file(path, config.lowercase, config.strip_accents, default_max_word_chars())?;
+    Ok(Encoder::WordPiece(w).info().vocab())
+}
+
+/// What a model folder's `tokenizer_config.json` says about tokenizing (HF's `BertTokenizer`
+/// defaults where it is absent or silent: lower-case, accents stripped with it, no length).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenizerConfig {
+    pub lowercase: bool,
+    pub strip_accents: Option<bool>,
+    /// `model_max_length`, unless HF's "unknown" sentinel (a huge number).
+    pub model_max_length: Option<usize>,
+}
+
+impl Default for TokenizerConfig {
+    fn default() -> Self {
+        TokenizerConfig { lowercase: true, strip_accents: None, model_max_length: None }
+    }
+}
+
+impl TokenizerConfig {
+    /// `dir/tokenizer_config.json`, or the defaults when there is none; a field of the wrong
+    /// type is an error naming it.
+    pub fn read(dir: &Path) -> Result<TokenizerConfig> {
+        use serde_json::Value;
+        let path = dir.join("tokenizer_config.json");
+        let mut c = TokenizerConfig::default();
+        if !path.is_file() {
+            return Ok(c);
+        }
+        let text = std::fs::read(&path).with_context(|| format!("could not read '{}'", path.display()))?;
+        let v: Value = serde_json::from_slice(&text).with_context(|| format!("'{}' is not JSON", path.display()))?;
         match v.get("do_lower_case") {
-            None | Some(serde_json::Value::Null) => {}
-            Some(serde_json::Value::Bool(b)) => lowercase = *b,
-            Some(other) => bail!("'{}': `do_lower_case` is {other}, not true or false", config.display()),
+            None | Some(Value::Null) => {}
+            Some(Value::Bool(b)) => c.lowercase = *b,
+            Some(other) => bail!("'{}': `do_lower_case` is {other}, not true or false", path.display()),
         }
         match v.get("strip_accents") {
-            None | Some(serde_json::Value::Null) => {}
-            Some(serde_json::Value::Bool(b)) => strip_accents = Some(*b),
-            Some(other) => bail!("'{}': `strip_accents` is {other}, not true, false or null", config.display()),
+            None | Some(Value::Null) => {}
+            Some(Value::Bool(b)) => c.strip_accents = Some(*b),
+            Some(other) => bail!("'{}': `strip_accents` is {other}, not true, false or null", path.display()),
         }
+        // HF writes a huge sentinel when the length is unknown.
+        c.model_max_length =
+            v.get("model_max_length").and_then(Value::as_u64).filter(|&n| n <= 1 << 20).map(|n| n as usize);
+        Ok(c)
     }
-    let w = WordPiece::from_vocab_file(path, lowercase, strip_accents, default_max_word_chars())?;
-    Ok(Encoder::WordPiece(w).info().vocab())
 }
 
 /// A model folder's vocabulary file (its `tokenizer.json`, which carries its normaliser, else
@@ -161,7 +188,7 @@ pub fn folder_vocab(dir: &Path) -> Result<Option<(PathBuf, VocabRef)>> {
     for name in ["tokenizer.json", "vocab.txt"] {
         let path = dir.join(name);
         if path.is_file() {
-            let vocab = file_vocab(&path, Some(dir))?;
+            let vocab = file_vocab(&path, &TokenizerConfig::read(dir)?)?;
             return Ok(Some((path, vocab)));
         }
     }
@@ -183,12 +210,10 @@ pub fn hf_bert_tokenizer(vocab: &Path, lowercase: bool) -> Result<tokenizers::To
     let mut t = tokenizers::Tokenizer::new(wp);
     t.with_normalizer(Some(BertNormalizer::new(true, true, None, lowercase))).map_err(err)?;
     t.with_pre_tokenizer(Some(BertPreTokenizer));
-    let specials: Vec<AddedToken> = SPECIAL_NAMES.iter().map(|s| AddedToken::from(*s, true)).collect();
+    let specials: Vec<AddedToken> = wordpiece::SPECIALS.iter().map(|s| AddedToken::from(*s, true)).collect();
     t.add_special_tokens(specials).map_err(err)?;
     Ok(t)
 }
-
-const SPECIAL_NAMES: [&str; 5] = wordpiece::SPECIALS;
 
 fn load_tokenizer_json(path: &std::path::Path) -> Result<Encoder> {
     use tokenizers::{ModelWrapper, NormalizerWrapper, PreTokenizerWrapper};
