@@ -6,9 +6,11 @@
 //! - [`step`]: the trait every step implements and its verdict;
 //! - [`manifest`]: the shard folder's layout and `manifest.json`, the tokenizer record;
 //! - [`partition`]: which part of the input a task of an array reads;
+//! - [`columns`]: Arrow columns read as the contract's types from any type that means the same;
 //! - [`checksum`], [`progress`], and the cache folder and atomic writes below.
 
 pub mod checksum;
+pub mod columns;
 pub mod document;
 pub mod manifest;
 pub mod partition;

@@ -15,9 +15,10 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use super::runtime::{self, Model, Provider};
+use crate::contract::columns;
 use crate::contract::manifest::DEFAULT_MAX_LEN;
 use crate::metrics::{argmax, softmax, ClassificationMetrics, Predictions};
-use crate::shards::{columns, ShardSet};
+use crate::shards::ShardSet;
 
 #[derive(Debug, Clone)]
 pub struct EvalOptions {

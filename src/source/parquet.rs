@@ -11,6 +11,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::{file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta, Split};
+use crate::contract::columns::string_at;
 use crate::contract::partition::Partition;
 use crate::contract::progress::Total;
 
@@ -56,19 +57,6 @@ pub struct ParquetSource {
 
 fn default_text_column() -> String {
     "text".into()
-}
-
-/// A cell of a string-like column, whatever its Arrow string type.
-fn string_at(col: &dyn Array, i: usize) -> Option<&str> {
-    if col.is_null(i) {
-        return None;
-    }
-    match col.data_type() {
-        DataType::Utf8 => Some(col.as_string::<i32>().value(i)),
-        DataType::LargeUtf8 => Some(col.as_string::<i64>().value(i)),
-        DataType::Utf8View => Some(col.as_string_view().value(i)),
-        _ => None,
-    }
 }
 
 fn cell_json(col: &dyn Array, i: usize) -> serde_json::Value {

@@ -71,20 +71,26 @@ pub fn ints_in(col: &dyn Array, name: &str, lo: i64, hi: i64) -> Result<Vec<i64>
     Ok(out)
 }
 
+/// A cell of a string column, whatever its Arrow string type (utf8, large_utf8, utf8_view);
+/// `None` for a null, or when the column holds no strings.
+pub fn string_at(col: &dyn Array, i: usize) -> Option<&str> {
+    if col.is_null(i) {
+        return None;
+    }
+    match col.data_type() {
+        DataType::Utf8 => Some(col.as_string::<i32>().value(i)),
+        DataType::LargeUtf8 => Some(col.as_string::<i64>().value(i)),
+        DataType::Utf8View => Some(col.as_string_view().value(i)),
+        _ => None,
+    }
+}
+
 /// A string column (utf8, large_utf8 or utf8_view), nulls as `None`.
 pub fn strings(col: &dyn Array, name: &str) -> Result<Vec<Option<String>>> {
-    let get = |i: usize| -> Option<String> {
-        if col.is_null(i) {
-            return None;
-        }
-        Some(match col.data_type() {
-            DataType::Utf8 => col.as_string::<i32>().value(i).to_string(),
-            DataType::LargeUtf8 => col.as_string::<i64>().value(i).to_string(),
-            _ => col.as_string_view().value(i).to_string(),
-        })
-    };
     match col.data_type() {
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Ok((0..col.len()).map(get).collect()),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+            Ok((0..col.len()).map(|i| string_at(col, i).map(str::to_string)).collect())
+        }
         DataType::Null => Ok(vec![None; col.len()]),
         other => {
             bail!("column `{name}` holds {other}; bertpipe reads a string type (utf8, large_utf8, utf8_view) there")
@@ -120,8 +126,8 @@ pub fn floats(col: &dyn Array, name: &str) -> Result<Vec<Option<f32>>> {
 }
 
 /// A list-of-integers column (list, large_list or fixed_size_list), no null rows or values;
-/// each value in `lo..=hi`.
-pub fn int_lists(col: &dyn Array, name: &str, lo: i64, hi: i64) -> Result<Vec<Vec<i64>>> {
+/// each value in `lo..=hi` (a range `T` holds), each row built straight as `T`.
+pub fn int_lists<T: TryFrom<i64>>(col: &dyn Array, name: &str, lo: i64, hi: i64) -> Result<Vec<Vec<T>>> {
     if col.null_count() > 0 {
         let i = (0..col.len()).find(|&i| col.is_null(i)).unwrap_or(0);
         bail!("row {i}: column `{name}` is null");
@@ -150,7 +156,7 @@ pub fn int_lists(col: &dyn Array, name: &str, lo: i64, hi: i64) -> Result<Vec<Ve
         if let Some(v) = row.iter().find(|&&v| v < lo || v > hi) {
             bail!("row {i}: column `{name}` holds {v}, outside {lo}..={hi}");
         }
-        rows.push(row.to_vec());
+        rows.push(row.iter().map(|&v| T::try_from(v).ok().expect("a value in lo..=hi fits T")).collect());
     }
     Ok(rows)
 }

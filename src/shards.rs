@@ -19,11 +19,8 @@ use arrow_array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 
-pub mod columns;
-
-use columns::{int_lists, ints, ints_in, required, strings_required};
-
 use crate::contract::checksum::sha256_file;
+use crate::contract::columns::{int_lists, ints, ints_in, required, strings_required};
 use crate::contract::manifest::{Manifest, TokenizerInfo, VocabRef};
 
 /// A verified-on-open shard folder.
@@ -252,17 +249,13 @@ pub struct PretrainRow {
 }
 
 /// The id lists of one row: `input_ids` and `token_type_ids` of the same length, at least one
-/// token, ids below the vocabulary's size, token types 0 or 1.
-fn check_row(i: usize, input_ids: &[i64], types: &[i64]) -> Result<()> {
-    if input_ids.is_empty() {
+/// token (ids below the vocabulary's size and token types 0 or 1 are the readers' ranges).
+fn check_row(i: usize, ids: usize, types: usize) -> Result<()> {
+    if ids == 0 {
         bail!("row {i}: `input_ids` is empty (a row holds at least [CLS] and [SEP])");
     }
-    if types.len() != input_ids.len() {
-        bail!(
-            "row {i}: `token_type_ids` has {} values, `input_ids` {}: they must be the same length",
-            types.len(),
-            input_ids.len()
-        );
+    if types != ids {
+        bail!("row {i}: `token_type_ids` has {types} values, `input_ids` {ids}: they must be the same length");
     }
     Ok(())
 }
@@ -272,25 +265,26 @@ fn max_id(vocab_size: Option<usize>) -> i64 {
     vocab_size.map_or(i32::MAX as i64, |n| (n as i64 - 1).min(i32::MAX as i64))
 }
 
+const I32_MAX: i64 = i32::MAX as i64;
+
 fn pretrain_rows(batch: &RecordBatch, vocab_size: Option<usize>) -> Result<Vec<PretrainRow>> {
     let top = max_id(vocab_size);
-    let input_ids = int_lists(required(batch, "input_ids")?, "input_ids", 0, top)?;
-    let types = int_lists(required(batch, "token_type_ids")?, "token_type_ids", 0, 1)?;
+    let input_ids = int_lists::<i32>(required(batch, "input_ids")?, "input_ids", 0, top)?;
+    let types = int_lists::<i8>(required(batch, "token_type_ids")?, "token_type_ids", 0, 1)?;
     let nsp = match batch.column_by_name("next_sentence_label") {
         Some(c) => Some(ints_in(c, "next_sentence_label", 0, 1)?),
         None => None,
     };
-    let list = |name: &str, hi: i64| -> Result<Option<Vec<Vec<i64>>>> {
+    let list = |name: &str, hi: i64| -> Result<Option<Vec<Vec<i32>>>> {
         batch.column_by_name(name).map(|c| int_lists(c, name, 0, hi)).transpose()
     };
-    let positions = list("masked_lm_positions", i32::MAX as i64)?;
-    let ids = list("masked_lm_ids", top)?;
-    let bounds = list("doc_boundaries", i32::MAX as i64)?;
-    let narrow = |v: &[i64]| v.iter().map(|&x| x as i32).collect::<Vec<i32>>();
+    let mut positions = list("masked_lm_positions", I32_MAX)?;
+    let mut ids = list("masked_lm_ids", top)?;
+    let mut bounds = list("doc_boundaries", I32_MAX)?;
     let mut rows = Vec::with_capacity(batch.num_rows());
-    for i in 0..batch.num_rows() {
-        check_row(i, &input_ids[i], &types[i])?;
-        let n = input_ids[i].len() as i64;
+    for (i, (input_ids, token_type_ids)) in input_ids.into_iter().zip(types).enumerate() {
+        check_row(i, input_ids.len(), token_type_ids.len())?;
+        let n = input_ids.len() as i32;
         if let Some(p) = positions.as_ref().and_then(|p| p[i].iter().find(|&&p| p >= n)) {
             bail!("row {i}: `masked_lm_positions` holds {p}, past the row's {n} tokens");
         }
@@ -302,13 +296,14 @@ fn pretrain_rows(batch: &RecordBatch, vocab_size: Option<usize>) -> Result<Vec<P
         if let Some(b) = bounds.as_ref().and_then(|b| b[i].iter().find(|&&b| b > n)) {
             bail!("row {i}: `doc_boundaries` holds {b}, past the row's {n} tokens");
         }
+        let take = |l: &mut Option<Vec<Vec<i32>>>| l.as_mut().map(|l| std::mem::take(&mut l[i]));
         rows.push(PretrainRow {
-            input_ids: narrow(&input_ids[i]),
-            token_type_ids: types[i].iter().map(|&t| t as i8).collect(),
+            input_ids,
+            token_type_ids,
             next_sentence_label: nsp.as_ref().map(|c| c[i] as i8),
-            masked_lm_positions: positions.as_ref().map(|p| narrow(&p[i])),
-            masked_lm_ids: ids.as_ref().map(|p| narrow(&p[i])),
-            doc_boundaries: bounds.as_ref().map(|p| narrow(&p[i])),
+            masked_lm_positions: take(&mut positions),
+            masked_lm_ids: take(&mut ids),
+            doc_boundaries: take(&mut bounds),
         });
     }
     Ok(rows)
@@ -316,29 +311,29 @@ fn pretrain_rows(batch: &RecordBatch, vocab_size: Option<usize>) -> Result<Vec<P
 
 /// Classification rows of one record batch; with `vocab_size`, every id must be below it.
 /// Columns of other Arrow types that mean the same are read as the contract's (see
-/// [`columns`]); anything else is an error naming the column and row.
+/// [`crate::contract::columns`]); anything else is an error naming the column and row.
 pub fn classify_rows(batch: &RecordBatch, vocab_size: Option<usize>) -> Result<Vec<ClassifyRow>> {
     let ids = strings_required(required(batch, "id")?, "id")?;
     let labels = ints(required(batch, "label")?, "label")?;
-    let input_ids = int_lists(required(batch, "input_ids")?, "input_ids", 0, max_id(vocab_size))?;
-    let types = int_lists(required(batch, "token_type_ids")?, "token_type_ids", 0, 1)?;
-    let doc_id = batch.column_by_name("doc_id").map(|c| strings_required(c, "doc_id")).transpose()?;
+    let input_ids = int_lists::<i32>(required(batch, "input_ids")?, "input_ids", 0, max_id(vocab_size))?;
+    let types = int_lists::<i8>(required(batch, "token_type_ids")?, "token_type_ids", 0, 1)?;
+    let mut doc_id = batch.column_by_name("doc_id").map(|c| strings_required(c, "doc_id")).transpose()?;
     let int32 = |name: &str| -> Result<Option<Vec<i64>>> {
-        batch.column_by_name(name).map(|c| ints_in(c, name, 0, i32::MAX as i64)).transpose()
+        batch.column_by_name(name).map(|c| ints_in(c, name, 0, I32_MAX)).transpose()
     };
     let (chunk, num_chunks) = (int32("chunk")?, int32("num_chunks")?);
     let mut rows = Vec::with_capacity(batch.num_rows());
-    for (i, id) in ids.into_iter().enumerate() {
-        check_row(i, &input_ids[i], &types[i])?;
-        if let Some(l) = labels[i].filter(|&l| !(0..=i32::MAX as i64).contains(&l)) {
+    for (i, ((id, input_ids), token_type_ids)) in ids.into_iter().zip(input_ids).zip(types).enumerate() {
+        check_row(i, input_ids.len(), token_type_ids.len())?;
+        if let Some(l) = labels[i].filter(|&l| !(0..=I32_MAX).contains(&l)) {
             bail!("row {i} (`{id}`): column `label` holds {l}; labels are class indices 0, 1, …");
         }
         rows.push(ClassifyRow {
             id,
             label: labels[i],
-            input_ids: input_ids[i].iter().map(|&x| x as i32).collect(),
-            token_type_ids: types[i].iter().map(|&t| t as i8).collect(),
-            doc_id: doc_id.as_ref().map(|d| d[i].clone()),
+            input_ids,
+            token_type_ids,
+            doc_id: doc_id.as_mut().map(|d| std::mem::take(&mut d[i])),
             chunk: chunk.as_ref().map(|c| c[i] as i32),
             num_chunks: num_chunks.as_ref().map(|c| c[i] as i32),
         });
