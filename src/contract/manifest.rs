@@ -198,14 +198,14 @@ impl Manifest {
     /// otherwise make a reader write or remove files outside its folder. Counts are checked
     /// too: a split's rows are its shards' rows.
     fn check_layout(&self, shown: &str) -> Result<()> {
+        if let Some(name) = self.splits.keys().find(|name| !is_split_name(name)) {
+            bail!("'{shown}': split name {name:?} is not a plain folder name (letters, digits, `_`, `-`, `.`; not starting with `.` or `_`)");
+        }
         let merged = matches!(self.tasks, Some(TasksInfo { index: None, .. }));
-        let folders = self.splits.iter().map(|(name, s)| (name.as_str(), &s.shards, s.rows, "splits"));
-        for (folder, shards, rows, field) in
-            folders.chain([(REJECTS, &self.rejects.shards, self.rejects.rows, "rejects")])
+        let splits = self.splits.iter().map(|(name, s)| ("splits", name.as_str(), &s.shards, s.rows));
+        for (field, folder, shards, rows) in
+            splits.chain([("rejects", REJECTS, &self.rejects.shards, self.rejects.rows)])
         {
-            if field == "splits" && !is_split_name(folder) {
-                bail!("'{shown}': split name {folder:?} is not a plain folder name (letters, digits, `_`, `-`, `.`; not starting with `.` or `_`)");
-            }
             for s in shards {
                 if !is_shard_path(&s.file, folder, merged) {
                     bail!(

@@ -86,12 +86,14 @@ impl ParamLoader {
                 }
             }
             let t = if t.dtype().is_float() { t.to_dtype(DType::F32)? } else { t };
-            // A damaged file (a flipped exponent bit) shows as values no trained weight has.
-            if t.dtype() == DType::F32 && t.elem_count() > 0 {
-                let finite = t.flatten_all()?.to_vec1::<f32>()?.iter().all(|v| v.is_finite());
-                if !finite {
-                    bail!("tensor `{name}` in '{}' holds NaN or infinite values: the file is damaged", path.display());
-                }
+            // A damaged file (a flipped exponent bit) shows as values no trained weight has. One
+            // reduction settles it for every sound tensor (a NaN or an infinity makes the sum
+            // non-finite); only a tensor whose sum is not finite is copied and looked at value by
+            // value, since huge finite values can overflow a sum too.
+            let suspect =
+                t.dtype() == DType::F32 && t.elem_count() > 0 && !t.sum_all()?.to_scalar::<f32>()?.is_finite();
+            if suspect && !t.flatten_all()?.to_vec1::<f32>()?.iter().all(|v| v.is_finite()) {
+                bail!("tensor `{name}` in '{}' holds NaN or infinite values: the file is damaged", path.display());
             }
             checkpoint.insert(name, t.to_device(device)?);
         }
