@@ -59,7 +59,8 @@ pub enum Command {
     #[command(after_help = "Examples:
   bertpipe eval --model out/imdb-finetune.onnx --data out/imdb --split test
   bertpipe eval --model model.onnx --data out/imdb --device cuda --batch-size 128 --json > metrics.json
-  bertpipe eval --model model.onnx --data out/imdb --max-len 512     # fixed padding instead of per batch")]
+  bertpipe eval --model model.onnx --data out/imdb --max-len 512     # fixed padding instead of per batch
+  bertpipe eval --model model-int8.onnx --data out/imdb --baseline model.onnx --max-drop 0.5")]
     Eval(EvalArgs),
     /// Classify raw text with an exported model, through exactly a pipeline's cleaning,
     /// tokenisation and sequence building (windows voted per document).
@@ -79,7 +80,9 @@ pub enum ExportCommand {
     /// logits; opset 17; vocab_sha256, max_len and id2label in the metadata.
     #[command(after_help = "Examples:
   bertpipe export onnx --checkpoint out/imdb-finetune/final --out out/imdb-finetune.onnx --verify
-  bertpipe export onnx --checkpoint out/imdb-finetune/final --out model-opt.onnx --optimize --verify")]
+  bertpipe export onnx --checkpoint out/imdb-finetune/final --out model-opt.onnx --optimize --verify
+  bertpipe export onnx --checkpoint out/imdb-finetune/final --out model-int8.onnx --quantize int8 --verify
+  bertpipe export onnx --checkpoint out/imdb-finetune/final --out model-fp16.onnx --fp16 --optimize   # for CUDA")]
     Onnx(ExportOnnxArgs),
 }
 
@@ -108,6 +111,15 @@ pub struct ExportOnnxArgs {
     /// BiasGelu, EmbedLayerNormalization); the model then runs in ONNX Runtime only.
     #[arg(long)]
     pub optimize: bool,
+    /// Quantise: `int8` is dynamic quantisation of the encoder's linear layers (weights int8
+    /// per output channel, activations at run time), for fast CPU inference; gate it with
+    /// `eval --baseline FP32.onnx`.
+    #[arg(long, value_name = "int8", value_parser = ["int8"], conflicts_with = "fp16")]
+    pub quantize: Option<String>,
+    /// fp16 weights and arithmetic (LayerNorm statistics and softmax in fp32), for CUDA; int64
+    /// inputs and float32 logits as always.
+    #[arg(long)]
+    pub fp16: bool,
     /// The vocabulary to record (default: the checkpoint's vocab.txt or tokenizer.json).
     #[arg(long, value_name = "FILE")]
     pub vocab: Option<PathBuf>,
@@ -159,11 +171,24 @@ pub struct EvalArgs {
     /// split's length quartiles, so each slice holds about a quarter of the rows).
     #[arg(long, value_name = "N,N,…", value_delimiter = ',')]
     pub length_edges: Option<Vec<usize>>,
+    /// Also run this model (e.g. the fp32 export an int8 one came from) on the same rows and
+    /// report what changed: agreement, accuracy / F1 / loss overall and per slice, the largest
+    /// probability shifts, the flipped predictions (`gate` in metrics.json).
+    #[arg(long, value_name = "BASE.onnx")]
+    pub baseline: Option<PathBuf>,
+    /// With --baseline: exit 1 when the model loses more than this many accuracy points
+    /// (on documents when rows are windows).
+    #[arg(long, value_name = "POINTS", default_value_t = bertpipe_default_max_drop(), requires = "baseline")]
+    pub max_drop: f64,
     /// No progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,
     #[command(flatten)]
     pub ort: OrtArgs,
+}
+
+const fn bertpipe_default_max_drop() -> f64 {
+    crate::onnx::gate::DEFAULT_MAX_DROP
 }
 
 #[derive(Debug, Args)]

@@ -330,6 +330,11 @@ fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
         checkpoint: args.checkpoint.clone(),
         out: args.out.clone(),
         optimize: args.optimize,
+        precision: match (&args.quantize, args.fp16) {
+            (Some(_), _) => export::Precision::Int8,
+            (None, true) => export::Precision::Fp16,
+            (None, false) => export::Precision::Fp32,
+        },
         vocab: args.vocab.clone(),
         max_len: args.max_len,
         external_data: args.external_data,
@@ -339,8 +344,9 @@ fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
     let done = export::export(&opts)?;
     let meta = |k: &str| done.metadata.iter().find(|(m, _)| m == k).map(|(_, v)| v.clone()).unwrap_or_default();
     eprintln!(
-        "exported {} ({} nodes{}, {} parameters, {}) in {:.1}s: {}",
+        "exported {} ({} {} nodes{}, {} parameters, {}) in {:.1}s: {}",
         args.checkpoint.display(),
+        done.precision.name(),
         done.nodes,
         if args.optimize { ", com.microsoft fused ops" } else { "" },
         done.parameters,
@@ -366,10 +372,11 @@ fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
             eprintln!("verify {:<32} {:>3} × {:<4} max |Δ logits| {:.3e}", c.name, c.batch, c.seq, c.max_abs_diff);
         }
         let worst = bertpipe::metrics::worst_of(checked.iter().map(|c| c.max_abs_diff as f64));
+        let tol = verify::Tolerance::of(done.precision);
         eprintln!(
-            "verified against candle with ONNX Runtime {}: max |Δ logits| {worst:.3e} < {:.0e}",
+            "verified against candle (float32) with ONNX Runtime {}: max |Δ logits| {worst:.3e}, within {}",
             rt.version,
-            verify::TOLERANCE
+            tol.describe()
         );
     }
     Ok(())
@@ -390,12 +397,25 @@ fn eval(args: bertpipe::cli::EvalArgs) -> anyhow::Result<()> {
         quiet: args.quiet,
         mistakes: args.mistakes,
         length_edges: args.length_edges,
+        baseline: args.baseline,
+        max_drop: args.max_drop,
     };
     let r = eval::run(&opts)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         println!("{}", eval::format_report(&r));
+    }
+    if let Some(g) = r.gate.as_ref().filter(|g| !g.passed) {
+        anyhow::bail!(
+            "the model loses {:.2} accuracy points on {} against the baseline {} (--max-drop {}): agreement {:.2}%, {} flipped",
+            g.drop,
+            g.level,
+            g.baseline,
+            g.max_drop,
+            100.0 * g.agreement,
+            g.flipped
+        );
     }
     Ok(())
 }

@@ -112,6 +112,7 @@ fn export_matches_pytorch_and_candle_on_dynamic_shapes_plain_and_optimized() {
             checkpoint: tiny_cls(),
             out: out.clone(),
             optimize,
+            precision: export::Precision::Fp32,
             vocab: None,
             max_len: None,
             external_data: false,
@@ -580,4 +581,232 @@ fn verify_fails_when_the_outputs_are_not_finite_on_both_sides() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let err = stderr(&o);
     assert!(err.contains("not finite") && !err.contains("panicked"), "{err}");
+}
+
+/// A MiniLM-L6-sized classifier (6 layers, 384 hidden, 12 heads, bert-base-uncased's vocabulary)
+/// trained for one step on the sample: made once.
+fn minilm_sized() -> &'static Path {
+    static M: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    &M.get_or_init(|| {
+        let t = trained();
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.json");
+        let c = serde_json::json!({
+            "architectures": ["BertForSequenceClassification"], "model_type": "bert", "vocab_size": 30522,
+            "hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12, "intermediate_size": 1536,
+            "hidden_act": "gelu", "max_position_embeddings": 512, "type_vocab_size": 2, "layer_norm_eps": 1e-12,
+            "pad_token_id": 0, "id2label": {"0": "neg", "1": "pos"}, "label2id": {"neg": 0, "pos": 1}
+        });
+        std::fs::write(&config, c.to_string()).unwrap();
+        let out = dir.path().join("ft");
+        let sets = [
+            format!("data={}", t.shards.display()),
+            format!("output_dir={}", out.display()),
+            format!("model.config={}", config.display()),
+        ];
+        let mut args = vec!["train", "pipelines/imdb-finetune.yaml", "--quiet"];
+        for s in &sets {
+            args.extend(["--set", s.as_str()]);
+        }
+        args.extend(["--set", "model.preset=null", "--set", "max_steps=1", "--set", "eval_split=null"]);
+        args.extend(["--set", "per_device_train_batch_size=4"]);
+        assert_ok(&run(&args));
+        let checkpoint = out.join("final");
+        (dir, checkpoint)
+    })
+    .1
+}
+
+#[test]
+fn int8_and_fp16_exports_stay_within_their_tolerance_of_float32_on_padded_real_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime::init(Some(ort_lib())).unwrap();
+    let t = trained();
+    for (name, checkpoint) in [("tiny", t.checkpoint.as_path()), ("minilm-sized", minilm_sized())] {
+        for precision in [export::Precision::Int8, export::Precision::Fp16] {
+            for optimize in [false, true] {
+                let out = dir.path().join(format!("{name}-{}-{optimize}.onnx", precision.name()));
+                let opts = export::ExportOptions {
+                    checkpoint: checkpoint.to_path_buf(),
+                    out: out.clone(),
+                    optimize,
+                    precision,
+                    vocab: None,
+                    max_len: None,
+                    external_data: false,
+                    metadata: Vec::new(),
+                };
+                let done = export::export(&opts).unwrap();
+                // verify: random padded batches up to max_len and tokenized sentences, against
+                // candle in float32, within the precision's tolerance (it errs past it).
+                let checked = verify::verify_export(rt, &done)
+                    .unwrap_or_else(|e| panic!("{name} {} optimize={optimize}: {e:#}", precision.name()));
+                let tol = verify::Tolerance::of(precision);
+                for c in &checked {
+                    assert!(c.max_abs_diff <= tol.limit(c.max_abs_logit), "{name}: {c:?}");
+                    // Not float32 in disguise: every case changes, a little.
+                    assert!(c.max_abs_diff > 1e-7, "{name} {} {}: {c:?}", precision.name(), c.name);
+                }
+                let m = rt.open(&out, runtime::Provider::Cpu, 1).unwrap();
+                assert_eq!(m.metadata["precision"], precision.name());
+                assert!(m.metadata["quantization"].contains(if precision == export::Precision::Int8 {
+                    "per output channel"
+                } else {
+                    "fp16"
+                }));
+                let proto = ModelProto::decode(std::fs::read(&out).unwrap().as_slice()).unwrap();
+                let graph = proto.graph.as_ref().unwrap();
+                let count = |op: &str| graph.node.iter().filter(|n| n.op_type == op).count();
+                let layers = done.model.config.num_hidden_layers;
+                let out_type = graph.output[0].r#type.as_ref().unwrap().tensor_type.as_ref().unwrap().elem_type;
+                assert_eq!(out_type, 1, "logits stay float32");
+                match (precision, optimize) {
+                    (export::Precision::Int8, false) => assert_eq!(count("DynamicQuantizeMatMul"), 6 * layers),
+                    (export::Precision::Int8, true) => {
+                        assert_eq!((count("QAttention"), count("DynamicQuantizeMatMul")), (layers, 3 * layers))
+                    }
+                    _ => {
+                        let f16 = graph.initializer.iter().filter(|i| i.data_type == 10).count();
+                        assert!(f16 >= 8 * layers, "{f16} fp16 initializers");
+                    }
+                }
+                let weights: usize = graph.initializer.iter().map(|i| i.raw_data.len()).sum();
+                let fp32 = done.parameters * 4;
+                // int8 stores the encoder's matrices in a quarter of the bytes (the embeddings
+                // stay float32); fp16 halves everything.
+                let c = &done.model.config;
+                let matrices = layers * (4 * c.hidden_size * c.hidden_size + 2 * c.hidden_size * c.intermediate_size);
+                let most = match precision {
+                    export::Precision::Int8 => fp32 - matrices * 3 + matrices / 10,
+                    _ => fp32 * 6 / 10,
+                };
+                assert!(weights < most, "{name} {}: {weights} B of {fp32}", precision.name());
+            }
+        }
+    }
+}
+
+/// `(id, predicted class, P(label), label)` of every row of a predictions.parquet, in order.
+fn prediction_rows(predictions: &Path) -> Vec<(String, i64, f64, i64)> {
+    let mut out = Vec::new();
+    for b in read_parquet(predictions) {
+        let id = b.column_by_name("id").unwrap().as_string::<i32>().clone();
+        let l = b.column_by_name("label").unwrap().as_primitive::<Int64Type>().clone();
+        let pr = b.column_by_name("prediction").unwrap().as_primitive::<Int64Type>().clone();
+        let probs = b.column_by_name("probabilities").unwrap().as_list::<i32>().clone();
+        for i in 0..b.num_rows() {
+            let p = probs.value(i);
+            let p = p.as_primitive::<Float32Type>().value(l.value(i) as usize) as f64;
+            out.push((id.value(i).to_string(), pr.value(i), p, l.value(i)));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_int8_gate_agrees_on_the_sample_and_its_figures_follow_from_the_two_prediction_files() {
+    let t = trained();
+    let dir = tempfile::tempdir().unwrap();
+    let int8 = dir.path().join("int8.onnx");
+    let o = export_cli(&t.checkpoint, &int8, &["--quantize", "int8", "--verify"]);
+    assert_ok(&o);
+    assert!(stderr(&o).contains("int8") && stderr(&o).contains("verified against candle"), "{}", stderr(&o));
+    let out = dir.path().join("gate");
+    let base = t.model.display().to_string();
+    let o = eval_cli(&int8, &t.shards, &out, &["--baseline", &base, "--json"]);
+    assert_ok(&o);
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["precision"], "int8");
+    let g = &report["gate"];
+    assert_eq!((g["precision"].as_str(), g["baseline_precision"].as_str()), (Some("int8"), Some("fp32")));
+    assert!(g["agreement"].as_f64().unwrap() >= 0.99, "int8 agrees with fp32 on ≥ 99% of rows: {g}");
+    assert_eq!(g["passed"], true);
+
+    // The figures again, from the two prediction files alone.
+    let model = prediction_rows(&out.join("predictions.parquet"));
+    let baseline = prediction_rows(&out.join("baseline_predictions.parquet"));
+    assert_eq!(model.len(), baseline.len());
+    assert!(model.iter().zip(&baseline).all(|(a, b)| a.0 == b.0 && a.3 == b.3), "same rows, same order");
+    let n = model.len() as f64;
+    let agree = model.iter().zip(&baseline).filter(|(a, b)| a.1 == b.1).count();
+    let acc = |rows: &[(String, i64, f64, i64)]| rows.iter().filter(|r| r.1 == r.3).count() as f64 / n;
+    let loss = |rows: &[(String, i64, f64, i64)]| rows.iter().map(|r| -r.2.max(1e-12).ln()).sum::<f64>() / n;
+    assert!((g["agreement"].as_f64().unwrap() - agree as f64 / n).abs() < 1e-12);
+    assert_eq!(g["flipped"].as_u64().unwrap() as usize, model.len() - agree);
+    assert_eq!(g["flips"].as_array().unwrap().len(), model.len() - agree);
+    assert!((g["accuracy"]["baseline"].as_f64().unwrap() - acc(&baseline)).abs() < 1e-12);
+    assert!((g["accuracy"]["model"].as_f64().unwrap() - acc(&model)).abs() < 1e-12);
+    assert!((g["drop"].as_f64().unwrap() - 100.0 * (acc(&baseline) - acc(&model))).abs() < 1e-9);
+    // Probabilities are stored as float32.
+    assert!((g["loss"]["baseline"].as_f64().unwrap() - loss(&baseline)).abs() < 1e-5);
+    assert!((g["loss"]["change"].as_f64().unwrap() - (loss(&model) - loss(&baseline))).abs() < 1e-5);
+    let slices: u64 = g["by_length"].as_array().unwrap().iter().map(|s| s["examples"].as_u64().unwrap()).sum();
+    assert_eq!(slices as usize, model.len(), "every row in one length slice");
+    // The baseline's side is the plain eval of the fp32 model.
+    let plain = eval_cli(&t.model, &t.shards, &dir.path().join("plain"), &["--json"]);
+    assert_ok(&plain);
+    let plain: Value = serde_json::from_slice(&plain.stdout).unwrap();
+    assert_eq!(plain["metrics"]["accuracy"], g["accuracy"]["baseline"]);
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    assert_eq!(saved["gate"], *g);
+}
+
+/// A copy of `checkpoint` whose classifier gives the opposite logits (−W, −b).
+fn negated_classifier(checkpoint: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(checkpoint).unwrap().flatten() {
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+    let bytes = std::fs::read(checkpoint.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (name, view) in st.tensors() {
+        let mut data = view.data().to_vec();
+        if name.starts_with("classifier.") {
+            assert_eq!(view.dtype(), safetensors::Dtype::F32);
+            for c in data.chunks_exact_mut(4) {
+                let v = -f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                c.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        tensors.push((name, view.dtype(), view.shape().to_vec(), data));
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
+        .iter()
+        .map(|(n, d, s, b)| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap()))
+        .collect();
+    std::fs::write(to.join("model.safetensors"), safetensors::serialize(views, None).unwrap()).unwrap();
+}
+
+#[test]
+fn a_model_that_loses_more_than_max_drop_fails_the_gate_with_exit_1() {
+    let t = trained();
+    let dir = tempfile::tempdir().unwrap();
+    let flipped_ckpt = dir.path().join("flipped");
+    negated_classifier(&t.checkpoint, &flipped_ckpt);
+    let flipped = dir.path().join("flipped.onnx");
+    assert_ok(&export_cli(&flipped_ckpt, &flipped, &[]));
+    // The better of the two is the baseline: the other loses |2·accuracy − 1| of the rows.
+    let plain = eval_cli(&t.model, &t.shards, &dir.path().join("plain"), &["--json"]);
+    assert_ok(&plain);
+    let acc = serde_json::from_slice::<Value>(&plain.stdout).unwrap()["metrics"]["accuracy"].as_f64().unwrap();
+    let (baseline, model) = if acc >= 0.5 { (&t.model, &flipped) } else { (&flipped, &t.model) };
+    assert!((2.0 * acc - 1.0).abs() > 0.01, "a degenerate fixture: accuracy {acc}");
+    let out = dir.path().join("gate");
+    let base = baseline.display().to_string();
+    let o = eval_cli(model, &t.shards, &out, &["--baseline", &base]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("accuracy points") && err.contains("--max-drop 0.5"), "{err}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("gate: FAILED"));
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    let g = &saved["gate"];
+    assert_eq!(g["passed"], false);
+    assert!((g["drop"].as_f64().unwrap() - 100.0 * (2.0 * acc - 1.0).abs()).abs() < 1e-6, "{g}");
+    assert_eq!(g["agreement"].as_f64().unwrap(), 0.0, "every prediction flips");
+    // A looser gate passes the same pair.
+    assert_ok(&eval_cli(model, &t.shards, &out, &["--baseline", &base, "--max-drop", "100"]));
+    // --max-drop means nothing without a baseline.
+    let o = eval_cli(model, &t.shards, &out, &["--max-drop", "1"]);
+    assert!(!o.status.success() && stderr(&o).contains("--baseline"), "{}", stderr(&o));
 }

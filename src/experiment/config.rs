@@ -21,6 +21,7 @@ use serde_json::Value;
 
 use crate::config::yaml::{self, Node, PathSeg, Pos};
 use crate::config::{suggest, ConfigError, ConfigErrors, Pipeline, PipelineStep, YamlFile};
+use crate::onnx::export::Precision;
 use crate::train::config::TrainConfig;
 
 /// What a stage does: the command it runs.
@@ -71,10 +72,32 @@ pub struct Stage {
 #[derive(Debug, Clone)]
 pub enum Spec {
     Pipeline(Box<Pipeline>),
-    Vocab { pipeline: Box<Pipeline>, size: usize, min_frequency: u64, lowercase: bool },
+    Vocab {
+        pipeline: Box<Pipeline>,
+        size: usize,
+        min_frequency: u64,
+        lowercase: bool,
+    },
     Train(Box<TrainConfig>),
-    Export { checkpoint: PathBuf, optimize: bool, max_len: Option<usize>, verify: bool },
-    Eval { model: PathBuf, data: PathBuf, split: String, batch_size: usize, device: String, mistakes: usize },
+    Export {
+        checkpoint: PathBuf,
+        optimize: bool,
+        max_len: Option<usize>,
+        verify: bool,
+        precision: Precision,
+    },
+    Eval {
+        model: PathBuf,
+        data: PathBuf,
+        split: String,
+        batch_size: usize,
+        device: String,
+        mistakes: usize,
+        /// The model to gate against (`baseline:`, an export stage or a path) and the accuracy
+        /// points it may lose.
+        baseline: Option<PathBuf>,
+        max_drop: f64,
+    },
 }
 
 impl Spec {
@@ -87,13 +110,28 @@ impl Spec {
                 "pipeline": pipeline, "size": size, "min_frequency": min_frequency, "lowercase": lowercase
             }),
             Spec::Train(c) => serde_json::to_value(c).expect("a train config serialises"),
-            Spec::Export { checkpoint, optimize, max_len, verify } => serde_json::json!({
-                "checkpoint": checkpoint, "optimize": optimize, "max_len": max_len, "verify": verify
-            }),
-            Spec::Eval { model, data, split, batch_size, device, mistakes } => serde_json::json!({
-                "model": model, "data": data, "split": split, "batch_size": batch_size, "device": device,
-                "mistakes": mistakes
-            }),
+            // Keys added later (precision, baseline) appear only when set: a stage written before
+            // them keeps its key.
+            Spec::Export { checkpoint, optimize, max_len, verify, precision } => {
+                let mut v = serde_json::json!({
+                    "checkpoint": checkpoint, "optimize": optimize, "max_len": max_len, "verify": verify
+                });
+                if *precision != Precision::Fp32 {
+                    v["precision"] = precision.name().into();
+                }
+                v
+            }
+            Spec::Eval { model, data, split, batch_size, device, mistakes, baseline, max_drop } => {
+                let mut v = serde_json::json!({
+                    "model": model, "data": data, "split": split, "batch_size": batch_size, "device": device,
+                    "mistakes": mistakes
+                });
+                if let Some(b) = baseline {
+                    v["baseline"] = serde_json::json!(b);
+                    v["max_drop"] = serde_json::json!(max_drop);
+                }
+                v
+            }
         }
     }
 }
@@ -125,8 +163,9 @@ fn output_of(kind: Kind, out: &Path, checkpoint: &str) -> PathBuf {
 
 /// Keys of a stage mapping that are the experiment's, not the command's configuration.
 const STAGE_KEYS: &[&str] = &["kind", "base"];
-const EXPORT_KEYS: &[&str] = &["kind", "from", "checkpoint", "optimize", "max_len", "verify"];
-const EVAL_KEYS: &[&str] = &["kind", "model", "data", "split", "batch_size", "device", "mistakes"];
+const EXPORT_KEYS: &[&str] = &["kind", "from", "checkpoint", "optimize", "max_len", "verify", "precision"];
+const EVAL_KEYS: &[&str] =
+    &["kind", "model", "data", "split", "batch_size", "device", "mistakes", "baseline", "max_drop"];
 const VOCAB_KEYS: &[&str] = &["kind", "pipeline", "size", "min_frequency", "cased"];
 const TOP_KEYS: &[&str] = &["name", "out", "stages"];
 
@@ -657,7 +696,17 @@ fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<St
             };
             let flag = |k: &str| map_get(&r.node, k).and_then(|(n, _)| scalar(n)?.as_bool()).unwrap_or(false);
             let max_len = map_get(&r.node, "max_len").and_then(|(n, _)| scalar(n)?.as_u64()).map(|x| x as usize);
-            Spec::Export { checkpoint, optimize: flag("optimize"), max_len, verify: flag("verify") }
+            let precision = match map_get(&r.node, "precision") {
+                Some((n, pos)) => match as_str(n).map(|v| Precision::parse(&v)) {
+                    Some(Ok(p)) => p,
+                    _ => {
+                        errs.at(Some(pos), format!("{}.precision: fp32, int8 or fp16", r.name));
+                        return None;
+                    }
+                },
+                None => Precision::Fp32,
+            };
+            Spec::Export { checkpoint, optimize: flag("optimize"), max_len, verify: flag("verify"), precision }
         }
         Kind::Eval => {
             unknown_keys(r, EVAL_KEYS, errs);
@@ -709,8 +758,33 @@ fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<St
                     }
                 },
             };
+            let baseline = match get("baseline") {
+                Some((v, pos)) => match ctx.wire(&r.name, "baseline", &v, pos, &[Kind::Export], errs)? {
+                    Wire::Stage(n) => {
+                        deps.push(n.clone());
+                        Some(output_of(Kind::Export, &ctx.stage_out(&n), ""))
+                    }
+                    Wire::Path(p) => {
+                        inputs.push(p.clone());
+                        Some(p)
+                    }
+                },
+                None => None,
+            };
+            let max_drop = match map_get(&r.node, "max_drop") {
+                Some((n, pos)) => match scalar(n).and_then(|v| v.as_f64()).filter(|x| *x >= 0.0) {
+                    Some(x) => x,
+                    None => {
+                        errs.at(Some(pos), format!("{}.max_drop: accuracy points, a number ≥ 0", r.name));
+                        return None;
+                    }
+                },
+                None => crate::onnx::gate::DEFAULT_MAX_DROP,
+            };
             let num = |k: &str, d: u64| map_get(&r.node, k).and_then(|(n, _)| scalar(n)?.as_u64()).unwrap_or(d);
             Spec::Eval {
+                baseline,
+                max_drop,
                 model,
                 data,
                 split: get("split").map(|(v, _)| v).unwrap_or_else(|| "test".into()),

@@ -432,7 +432,7 @@ fn run_stage(
             }
             f
         }
-        Spec::Export { checkpoint, optimize, max_len, verify } => {
+        Spec::Export { checkpoint, optimize, max_len, verify, precision } => {
             std::fs::create_dir_all(&stage.out)?;
             let chain: BTreeMap<&str, &str> = keys
                 .iter()
@@ -443,6 +443,7 @@ fn run_stage(
                 checkpoint: checkpoint.clone(),
                 out: stage.out.join("model.onnx"),
                 optimize: *optimize,
+                precision: *precision,
                 vocab: None,
                 max_len: *max_len,
                 external_data: false,
@@ -461,7 +462,7 @@ fn run_stage(
             }
             f
         }
-        Spec::Eval { model, data, split, batch_size, device, mistakes } => {
+        Spec::Eval { model, data, split, batch_size, device, mistakes, baseline, max_drop } => {
             let opts = crate::onnx::eval::EvalOptions {
                 model: model.clone(),
                 data: data.clone(),
@@ -475,6 +476,8 @@ fn run_stage(
                 quiet,
                 mistakes: *mistakes,
                 length_edges: None,
+                baseline: baseline.clone(),
+                max_drop: *max_drop,
             };
             let r = crate::onnx::eval::run(&opts)?;
             if !quiet {
@@ -485,6 +488,22 @@ fn run_stage(
                 f["accuracy"] = json!(m.accuracy);
                 f["f1"] = json!(m.f1);
                 f["loss"] = json!(m.loss);
+            }
+            if let Some(g) = &r.gate {
+                f["agreement"] = json!(g.agreement);
+                f["accuracy_drop_points"] = json!(g.drop);
+                if !g.passed {
+                    anyhow::bail!(
+                        "the gate failed: the model loses {:.2} accuracy points on {} against the baseline {} (max_drop {}); agreement {:.2}%, {} flipped (see {})",
+                        g.drop,
+                        g.level,
+                        g.baseline,
+                        g.max_drop,
+                        100.0 * g.agreement,
+                        g.flipped,
+                        stage.out.join("metrics.json").display()
+                    );
+                }
             }
             f
         }

@@ -39,19 +39,23 @@ pub struct EvalOptions {
     /// Fixed upper edges (tokens) of the length slices, e.g. `[64, 128, 256, 512]`; `None`:
     /// the split's own quartiles, so every slice holds about a quarter of the rows on any corpus.
     pub length_edges: Option<Vec<usize>>,
+    /// A model to compare with on the same rows (`--baseline`): the report gains a `gate`.
+    pub baseline: Option<PathBuf>,
+    /// The accuracy points the model may lose against the baseline ([`gate::DEFAULT_MAX_DROP`]).
+    pub max_drop: f64,
 }
 
 /// One row's place and what is known about it before inference.
 #[derive(Debug, Clone)]
-struct RowMeta {
-    index: usize,
-    id: String,
-    label: Option<i64>,
-    doc_id: Option<String>,
-    chunk: Option<i32>,
-    tokens: usize,
-    noise: Option<f32>,
-    text: Option<String>,
+pub struct RowMeta {
+    pub index: usize,
+    pub id: String,
+    pub label: Option<i64>,
+    pub doc_id: Option<String>,
+    pub chunk: Option<i32>,
+    pub tokens: usize,
+    pub noise: Option<f32>,
+    pub text: Option<String>,
 }
 
 struct EvalBatch {
@@ -64,9 +68,9 @@ struct EvalBatch {
 
 /// One row's prediction.
 #[derive(Debug, Clone)]
-struct RowResult {
-    meta: RowMeta,
-    probs: Vec<f64>,
+pub struct RowResult {
+    pub meta: RowMeta,
+    pub probs: Vec<f64>,
 }
 
 /// Metrics of one slice of the rows.
@@ -109,6 +113,8 @@ pub struct EvalReport {
     pub split: String,
     pub provider: String,
     pub onnxruntime: String,
+    /// The model's `precision` metadata (`fp32` for exports that predate it).
+    pub precision: String,
     pub rows: usize,
     pub documents: usize,
     /// Rows without a label (predicted, not scored).
@@ -126,6 +132,14 @@ pub struct EvalReport {
     /// `bertpipe run` exported it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chain: Option<serde_json::Value>,
+    /// The comparison with `--baseline`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<super::gate::Gate>,
+}
+
+/// A model's `precision` metadata, `fp32` when it has none (exports before int8 and fp16).
+pub fn precision_of(model: &Model) -> String {
+    model.metadata.get("precision").cloned().unwrap_or_else(|| "fp32".to_string())
 }
 
 /// Opens the runtime and the model for `device`.
@@ -152,11 +166,40 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport> {
     if names.is_empty() {
         bail!("'{}' records no id2label; was it exported by `bertpipe export onnx`?", opts.model.display());
     }
+    if opts.max_drop.is_nan() || opts.max_drop < 0.0 {
+        bail!("--max-drop must be 0 or more accuracy points (got {})", opts.max_drop);
+    }
+    // The baseline first: a refused baseline (other vocabulary, other labels) costs no run.
+    let mut baseline = match &opts.baseline {
+        Some(path) => {
+            let b = open_model(path, &opts.device, opts.threads, opts.ort_lib.as_deref())?;
+            if b.label_names() != names {
+                bail!(
+                    "the baseline '{}' has the labels {:?}, the model '{}' {:?}: they cannot be compared",
+                    path.display(),
+                    b.label_names(),
+                    opts.model.display(),
+                    names
+                );
+            }
+            Some(b)
+        }
+        None => None,
+    };
     let shards = open_shards(opts, &model)?;
     let inferred = infer(opts, &mut model, &names, shards)?;
     let results = &inferred.results;
     let scores = score(results, &names, opts.mistakes, opts.length_edges.as_deref());
     let throughput = inferred.throughput(scores.documents);
+    let base = match (&mut baseline, &opts.baseline) {
+        (Some(b), Some(path)) => {
+            let mut o = opts.clone();
+            o.model = path.clone();
+            let shards = open_shards(&o, b)?;
+            Some((infer(&o, b, &names, shards)?, precision_of(b)))
+        }
+        _ => None,
+    };
 
     let out = opts.out.clone().unwrap_or_else(|| {
         let stem = opts.model.file_stem().and_then(|s| s.to_str()).unwrap_or("model");
@@ -167,6 +210,36 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport> {
     let pred_path = out.join("predictions.parquet");
     write_predictions(&pred_path, results, &names)?;
     outputs.push(pred_path.display().to_string());
+    let precision = precision_of(&model);
+    let gate = match &base {
+        Some((b, base_precision)) => {
+            let path = out.join("baseline_predictions.parquet");
+            write_predictions(&path, &b.results, &names)?;
+            outputs.push(path.display().to_string());
+            let edges = scores.length_edges.clone();
+            let length_names = length_bucket_names(&edges);
+            let length = |r: &RowResult| Some(length_bucket(r.meta.tokens, &edges, &length_names));
+            let noise_edges = scores.noise_edges;
+            let noise_names = noise_bucket_names(&noise_edges);
+            let noise = |r: &RowResult| Some(noise_bucket(r.meta.noise?, noise_edges.as_ref()?, &noise_names));
+            let slicing = super::gate::Slicing {
+                length: &length,
+                length_order: &length_names,
+                noise: &noise,
+                noise_order: &noise_names,
+            };
+            let baseline_name = opts.baseline.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+            let sides = super::gate::Sides {
+                baseline: &baseline_name,
+                baseline_precision: base_precision,
+                precision: &precision,
+                baseline_docs_per_second: b.throughput(scores.documents).docs_per_second,
+                docs_per_second: throughput.docs_per_second,
+            };
+            Some(super::gate::compare(&b.results, results, &names, &slicing, &sides, opts.max_drop)?)
+        }
+        None => None,
+    };
     if let Some(m) = &scores.metrics {
         outputs.extend(plots(&out, &scores.preds, m, &names)?.into_iter().map(|p| p.display().to_string()));
     }
@@ -176,6 +249,7 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport> {
         split: opts.split.clone(),
         provider: model.provider.describe(),
         onnxruntime: runtime::init(opts.ort_lib.as_deref())?.version.clone(),
+        precision,
         rows: results.len(),
         documents: scores.documents,
         unlabelled: scores.unlabelled,
@@ -190,6 +264,7 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport> {
         chain: model.metadata.get("bertpipe_chain").and_then(|c| serde_json::from_str(c).ok()).map(|keys: serde_json::Value| {
             serde_json::json!({"experiment": model.metadata.get("bertpipe_experiment"), "stages": keys})
         }),
+        gate,
     };
     let json = serde_json::to_string_pretty(&report)? + "\n";
     crate::contract::write_file_atomic(&out.join("metrics.json"), json.as_bytes())?;
@@ -326,6 +401,9 @@ struct Scores {
     mistakes: Vec<Mistake>,
     documents: usize,
     unlabelled: usize,
+    /// The length slices' upper edges and the noise quartiles (what the gate slices by too).
+    length_edges: Vec<usize>,
+    noise_edges: Option<[f32; 3]>,
 }
 
 fn score(results: &[RowResult], names: &[String], max_mistakes: usize, length_edges: Option<&[usize]>) -> Scores {
@@ -386,7 +464,18 @@ fn score(results: &[RowResult], names: &[String], max_mistakes: usize, length_ed
         })
         .collect();
     let unlabelled = results.len() - labelled.len();
-    Scores { preds, metrics, document_metrics, by_length, by_noise, mistakes, documents, unlabelled }
+    Scores {
+        preds,
+        metrics,
+        document_metrics,
+        by_length,
+        by_noise,
+        mistakes,
+        documents,
+        unlabelled,
+        length_edges: edges,
+        noise_edges,
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -675,12 +764,13 @@ pub fn calibration(p: &Predictions, bins: usize) -> Vec<CalibrationBin> {
 pub fn format_report(r: &EvalReport) -> String {
     let mut out = Vec::new();
     out.push(format!(
-        "eval `{}` of {}: {} rows, {} documents{} on {} (ONNX Runtime {})",
+        "eval `{}` of {}: {} rows, {} documents{}; {} model on {} (ONNX Runtime {})",
         r.split,
         r.data,
         r.rows,
         r.documents,
         if r.unlabelled > 0 { format!(" ({} unlabelled, not scored)", r.unlabelled) } else { String::new() },
+        r.precision,
         r.provider,
         r.onnxruntime
     ));
@@ -763,6 +853,9 @@ pub fn format_report(r: &EvalReport) -> String {
         t.batch_latency_ms_p95,
         t.seconds
     ));
+    if let Some(g) = &r.gate {
+        out.extend(super::gate::format(g));
+    }
     out.push(format!("wrote {}", r.outputs.first().map(|s| s.as_str()).unwrap_or("")));
     out.join("\n")
 }

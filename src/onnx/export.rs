@@ -11,6 +11,19 @@
 //! - `--optimize`: ONNX Runtime's fused `com.microsoft` ops (`EmbedLayerNormalization`,
 //!   `Attention`, `SkipLayerNormalization`, `BiasGelu`), which ONNX Runtime's own optimiser
 //!   does not produce when shapes are dynamic.
+//!
+//! In three precisions ([`Precision`]), each graph either way:
+//! - fp32: the checkpoint's weights as they are.
+//! - int8 (`--quantize int8`): dynamic quantisation of the encoder's six linear layers per
+//!   layer — weights int8, symmetric, per output channel, 7-bit range ([`INT8_WEIGHT_MAX`]);
+//!   activations quantised to uint8 per tensor at run time — as `DynamicQuantizeMatMul`
+//!   (`QAttention` for the packed QKV with `--optimize`). Float32 stay: the embeddings (a
+//!   gather has no arithmetic to speed up), LayerNorm, softmax and the two products of
+//!   activations in attention, the pooler and the classifier (one token per row: a negligible
+//!   share of the work, and they make the logits).
+//! - fp16 (`--fp16`, for CUDA): fp16 weights and activations; LayerNorm statistics, the
+//!   attention scores' scale, mask and softmax, the pooler and the classifier in float32;
+//!   inputs and `logits` as in the contract (int64 in, float32 out).
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +41,47 @@ pub const OPSET: i64 = 17;
 /// Protobuf refuses messages past 2 GiB; weights move to an external file well before.
 const EXTERNAL_DATA_BYTES: usize = 1 << 30;
 
+/// The number format of an exported model (its `precision` metadata).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    #[default]
+    Fp32,
+    Int8,
+    Fp16,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Int8 => "int8",
+            Precision::Fp16 => "fp16",
+        }
+    }
+
+    /// What the weights and the arithmetic are (the `quantization` metadata).
+    pub fn scheme(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "float32 weights and arithmetic",
+            Precision::Int8 => {
+                "dynamic: encoder linear weights int8 symmetric per output channel (7-bit range), activations uint8 per tensor at run time; embeddings, LayerNorm, softmax, attention products, pooler and classifier float32"
+            }
+            Precision::Fp16 => {
+                "fp16 weights and activations; LayerNorm statistics, attention softmax, pooler and classifier float32; int64 inputs, float32 logits"
+            }
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Precision> {
+        match s {
+            "fp32" | "float32" => Ok(Precision::Fp32),
+            "int8" => Ok(Precision::Int8),
+            "fp16" | "float16" => Ok(Precision::Fp16),
+            _ => bail!("unknown precision `{s}` (fp32, int8 or fp16)"),
+        }
+    }
+}
+
 /// What `export onnx` was asked to do.
 #[derive(Debug, Clone)]
 pub struct ExportOptions {
@@ -35,6 +89,8 @@ pub struct ExportOptions {
     pub out: PathBuf,
     /// Emit ONNX Runtime's fused contrib ops.
     pub optimize: bool,
+    /// fp32, int8 (dynamic quantisation) or fp16.
+    pub precision: Precision,
     /// The vocabulary the model expects (default: the checkpoint's vocab.txt or tokenizer.json).
     pub vocab: Option<PathBuf>,
     /// The longest input (default: tokenizer_config.json's `model_max_length`, else the
@@ -50,6 +106,7 @@ pub struct ExportOptions {
 /// What was written, and the model it came from (for `--verify`, without a second load).
 pub struct Exported {
     pub model: BertWithHead,
+    pub precision: Precision,
     pub max_len: usize,
     pub lowercase: bool,
     pub path: PathBuf,
@@ -124,9 +181,11 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
         ("id2label".to_string(), serde_json::Value::Object(id2label).to_string()),
         ("created_by".to_string(), format!("bertpipe {}", env!("CARGO_PKG_VERSION"))),
         ("graph".to_string(), if opts.optimize { "com.microsoft fused" } else { "onnx" }.to_string()),
+        ("precision".to_string(), opts.precision.name().to_string()),
+        ("quantization".to_string(), opts.precision.scheme().to_string()),
     ];
     metadata.extend(opts.metadata.iter().cloned());
-    let (mut proto, nodes) = build(&model, opts.optimize, &metadata)?;
+    let (mut proto, nodes) = build(&model, opts.optimize, opts.precision, &metadata)?;
     let parameters = model.params.vars.iter().map(|(_, v)| v.elem_count()).sum();
 
     let out = &opts.out;
@@ -148,6 +207,7 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
     crate::contract::write_file_atomic(out, &bytes)?;
     Ok(Exported {
         lowercase: tokenizer_config.lowercase,
+        precision: opts.precision,
         model,
         max_len,
         path: out.clone(),
@@ -161,20 +221,27 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
 }
 
 /// The ONNX model of `model` (a classifier), and its node count.
-pub fn build(model: &BertWithHead, optimize: bool, metadata: &[(String, String)]) -> Result<(ModelProto, usize)> {
+pub fn build(
+    model: &BertWithHead,
+    optimize: bool,
+    precision: Precision,
+    metadata: &[(String, String)],
+) -> Result<(ModelProto, usize)> {
     let Head::Classifier { classifier, .. } = &model.head else {
         bail!("only sequence-classification models are exported");
     };
     let c = &model.config;
+    let p = precision;
     let mut g = Graph::default();
     let dims = [Err("batch"), Err("sequence")];
     for name in ["input_ids", "attention_mask", "token_type_ids"] {
         g.inputs.push(ValueInfoProto::tensor(name, data_type::INT64, &dims));
     }
 
-    let mut x = if optimize { embeddings_fused(&mut g, model)? } else { embeddings(&mut g, model)? };
-    // Attention mask → additive bias `[batch, 1, 1, seq]`: 0 for tokens, −1e9 for padding
-    // (the fused Attention op takes the raw int32 mask instead).
+    let mut x = if optimize { embeddings_fused(&mut g, model, p)? } else { embeddings(&mut g, model, p)? };
+    // Attention mask → additive bias `[batch, 1, 1, seq]`: 0 for tokens, −1e9 for padding,
+    // float32 in every precision (fp16 scores are cast up before it is added); the fused
+    // Attention ops take the raw int32 mask instead.
     let mask = if optimize {
         g.op("Cast", "/mask/to_int32", &["attention_mask"], vec![("to", Attr::Int(data_type::INT32 as i64))])
     } else {
@@ -186,17 +253,22 @@ pub fn build(model: &BertWithHead, optimize: bool, metadata: &[(String, String)]
         let axes = g.i64_init("/mask/axes", &[2], &[1, 2]);
         g.op("Unsqueeze", "/mask/unsqueeze", &[&bias, &axes], vec![])
     };
+    let shape = LayerShape { heads: c.num_attention_heads, eps: c.layer_norm_eps, act: c.hidden_act, p };
     for (i, layer) in model.bert.layers.iter().enumerate() {
         x = if optimize {
-            layer_fused(&mut g, i, layer, &x, &mask, c.num_attention_heads, c.layer_norm_eps, c.hidden_act)?
+            layer_fused(&mut g, i, layer, &x, &mask, &shape)?
         } else {
-            layer_plain(&mut g, i, layer, &x, &mask, c.num_attention_heads, c.layer_norm_eps, c.hidden_act)?
+            layer_plain(&mut g, i, layer, &x, &mask, &shape)?
         };
     }
 
-    // Pooler: tanh(dense(hidden[:, 0])).
+    // Pooler: tanh(dense(hidden[:, 0])). Pooler and classifier stay float32 in every precision:
+    // they see one token per row (a negligible share of the work) and make the logits.
     let zero = g.i64_init("/pooler/first_token", &[], &[0]);
-    let first = g.op("Gather", "/pooler/first_token", &[&x, &zero], vec![("axis", Attr::Int(1))]);
+    let mut first = g.op("Gather", "/pooler/first_token", &[&x, &zero], vec![("axis", Attr::Int(1))]);
+    if p == Precision::Fp16 {
+        first = cast(&mut g, "/pooler/to_float32", &first, data_type::FLOAT);
+    }
     let pooler = model.bert.pooler.as_ref().context("the model has no pooler")?;
     let pooled = linear(&mut g, "bert.pooler.dense", pooler, &first)?;
     let pooled = g.op("Tanh", "/pooler/tanh", &[&pooled], vec![]);
@@ -213,11 +285,12 @@ pub fn build(model: &BertWithHead, optimize: bool, metadata: &[(String, String)]
     let graph = g.finish(
         "bert_sequence_classification",
         &format!(
-            "BERT {}L/{}H/{}A, {} labels, exported by bertpipe",
+            "BERT {}L/{}H/{}A, {} labels, {}, exported by bertpipe",
             c.num_hidden_layers,
             c.hidden_size,
             c.num_attention_heads,
-            c.num_labels()
+            c.num_labels(),
+            p.name()
         ),
     );
     Ok((
@@ -237,6 +310,14 @@ pub fn build(model: &BertWithHead, optimize: bool, metadata: &[(String, String)]
     ))
 }
 
+/// What every layer builder needs besides the layer.
+struct LayerShape {
+    heads: usize,
+    eps: f64,
+    act: Activation,
+    p: Precision,
+}
+
 fn values(t: &Tensor) -> Result<Vec<f32>> {
     Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
 }
@@ -245,13 +326,34 @@ fn weight(g: &mut Graph, name: &str, t: &Tensor) -> Result<String> {
     Ok(g.f32_init(name, t.dims(), &values(t)?))
 }
 
+/// A float parameter in the precision's float type (fp16 for `--fp16`, else float32).
+fn param(g: &mut Graph, name: &str, t: &Tensor, p: Precision) -> Result<String> {
+    let v = values(t)?;
+    Ok(match p {
+        Precision::Fp16 => g.f16_init(name, t.dims(), &v),
+        _ => g.f32_init(name, t.dims(), &v),
+    })
+}
+
+/// A scalar constant of the activations' float type.
+fn constant(g: &mut Graph, name: &str, value: f32, p: Precision) -> String {
+    match p {
+        Precision::Fp16 => g.f16_init(name, &[], &[value]),
+        _ => g.scalar(name, value),
+    }
+}
+
+fn cast(g: &mut Graph, name: &str, x: &str, to: i32) -> String {
+    g.op("Cast", name, &[x], vec![("to", Attr::Int(to as i64))])
+}
+
 /// `W` stored as `[in, out]` (HF keeps `[out, in]`), so the product is a plain `MatMul`.
 fn weight_t(g: &mut Graph, name: &str, t: &Tensor) -> Result<String> {
     let tt = t.t()?.contiguous()?;
     Ok(g.f32_init(name, tt.dims(), &values(&tt)?))
 }
 
-/// `x @ Wᵀ + b`.
+/// `x @ Wᵀ + b` in float32.
 fn linear(g: &mut Graph, name: &str, l: &Linear, x: &str) -> Result<String> {
     let w = weight_t(g, &format!("{name}.weight"), &l.weight)?;
     let b = weight(g, &format!("{name}.bias"), &l.bias)?;
@@ -259,23 +361,108 @@ fn linear(g: &mut Graph, name: &str, l: &Linear, x: &str) -> Result<String> {
     Ok(g.op("Add", &format!("/{name}/Add"), &[&y, &b], vec![]))
 }
 
-fn layer_norm(g: &mut Graph, name: &str, ln: &LayerNorm, x: &str, eps: f64) -> Result<String> {
-    let w = weight(g, &format!("{name}.weight"), &ln.weight)?;
-    let b = weight(g, &format!("{name}.bias"), &ln.bias)?;
+/// `x @ Wᵀ` (plus `bias` when given) for an encoder weight `W` (`[out, in]`) in the
+/// precision: a `MatMul` of float32 or fp16 weights, or for int8 one `DynamicQuantizeMatMul`
+/// (x quantised to uint8 per tensor at run time, W int8 per output channel, the bias added in
+/// float32 by the same kernel).
+fn product(g: &mut Graph, name: &str, w: &Tensor, bias: Option<&Tensor>, x: &str, p: Precision) -> Result<String> {
+    match p {
+        Precision::Int8 => {
+            let (q, scale, zero) = quantized(g, name, w)?;
+            let b = bias.map(|b| weight(g, &format!("{name}.bias"), b)).transpose()?;
+            let mut inputs = vec![x, q.as_str(), scale.as_str(), zero.as_str()];
+            if let Some(b) = &b {
+                inputs.push(b);
+            }
+            Ok(g.ms_op("DynamicQuantizeMatMul", &format!("/{name}/DynamicQuantizeMatMul"), &inputs, vec![], 1)[0]
+                .clone())
+        }
+        Precision::Fp32 | Precision::Fp16 => {
+            let wt = w.t()?.contiguous()?;
+            let wn = param(g, &format!("{name}.weight"), &wt, p)?;
+            let y = g.op("MatMul", &format!("/{name}/MatMul"), &[x, &wn], vec![]);
+            match bias {
+                Some(b) => {
+                    let b = param(g, &format!("{name}.bias"), b, p)?;
+                    Ok(g.op("Add", &format!("/{name}/Add"), &[&y, &b], vec![]))
+                }
+                None => Ok(y),
+            }
+        }
+    }
+}
+
+/// An encoder linear layer `x @ Wᵀ + b` in the precision.
+fn dense(g: &mut Graph, name: &str, l: &Linear, x: &str, p: Precision) -> Result<String> {
+    product(g, name, &l.weight, Some(&l.bias), x, p)
+}
+
+/// The int8 initializers of an encoder weight (`[out, in]`): the quantised `Wᵀ` (`[in, out]`),
+/// its per-column scales and zero points (all 0: symmetric).
+fn quantized(g: &mut Graph, name: &str, w: &Tensor) -> Result<(String, String, String)> {
+    let (out, inp) = w.dims2()?;
+    let (q, scales) = quantize_per_channel(&values(w)?, out, inp);
+    let q = g.i8_init(&format!("{name}.weight_quantized"), &[inp, out], &q);
+    let s = g.f32_init(&format!("{name}.weight_scale"), &[out], &scales);
+    let z = g.i8_init(&format!("{name}.weight_zero_point"), &[out], &vec![0; out]);
+    Ok((q, s, z))
+}
+
+/// The largest magnitude of an int8 weight: 7 bits, not 8. ONNX Runtime multiplies uint8
+/// activations by int8 weights with `vpmaddubsw` on x86 CPUs without VNNI (AVX2, and AVX-512
+/// before Cascade Lake / Zen 4), which adds two products in a saturating int16: 2·255·127
+/// overflows it, 2·255·63 = 32130 cannot. Full-range weights would be exact only on VNNI, ARM
+/// and GPUs; the 7-bit range is exact everywhere, for half a bit of weight precision per channel
+/// (measured in the README: no prediction changes on the sample, and logits closer to float32
+/// than 8-bit weights gave on this AVX2 machine).
+pub const INT8_WEIGHT_MAX: f32 = 63.0;
+
+/// Symmetric per-output-channel quantisation of `W` (`[out, in]`, row-major): returns `Wᵀ`
+/// quantised (`[in, out]`, ready for `MatMul`'s B) and one scale per output channel,
+/// `max |W[j, :]| / 63`, so `W[j, i] ≈ q[i, j] · scale[j]` with `|q| ≤ 63`. A channel of zeros
+/// gets scale 1 (its weights quantise to 0 exactly).
+pub fn quantize_per_channel(w: &[f32], out: usize, inp: usize) -> (Vec<i8>, Vec<f32>) {
+    debug_assert_eq!(w.len(), out * inp);
+    let scales: Vec<f32> = (0..out)
+        .map(|j| {
+            let m = w[j * inp..(j + 1) * inp].iter().fold(0f32, |m, x| m.max(x.abs()));
+            if m > 0.0 && m.is_finite() {
+                m / INT8_WEIGHT_MAX
+            } else {
+                1.0
+            }
+        })
+        .collect();
+    let mut q = vec![0i8; out * inp];
+    for j in 0..out {
+        let s = scales[j];
+        for i in 0..inp {
+            q[i * out + j] = (w[j * inp + i] / s).round().clamp(-INT8_WEIGHT_MAX, INT8_WEIGHT_MAX) as i8;
+        }
+    }
+    (q, scales)
+}
+
+/// LayerNormalization of `x` in the activations' type. In fp16 the mean and variance are still
+/// computed in float32 (the op's `stash_type` 1, ONNX's default); scale and bias are fp16.
+fn layer_norm(g: &mut Graph, name: &str, ln: &LayerNorm, x: &str, eps: f64, p: Precision) -> Result<String> {
+    let w = param(g, &format!("{name}.weight"), &ln.weight, p)?;
+    let b = param(g, &format!("{name}.bias"), &ln.bias, p)?;
     Ok(g.op(
         "LayerNormalization",
         &format!("/{name}/LayerNormalization"),
         &[x, &w, &b],
-        vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps as f32))],
+        vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps as f32)), ("stash_type", Attr::Int(1))],
     ))
 }
 
-/// Embeddings: word + position + token type, then LayerNorm.
-fn embeddings(g: &mut Graph, model: &BertWithHead) -> Result<String> {
+/// Embeddings: word + position + token type, then LayerNorm. The tables stay float32 for int8:
+/// a gather does no arithmetic to speed up, and quantised rows would only lose precision.
+fn embeddings(g: &mut Graph, model: &BertWithHead, p: Precision) -> Result<String> {
     let e = &model.bert.embeddings;
-    let word = weight(g, "bert.embeddings.word_embeddings.weight", &e.word_embeddings)?;
-    let pos = weight(g, "bert.embeddings.position_embeddings.weight", &e.position_embeddings)?;
-    let types = weight(g, "bert.embeddings.token_type_embeddings.weight", &e.token_type_embeddings)?;
+    let word = param(g, "bert.embeddings.word_embeddings.weight", &e.word_embeddings, p)?;
+    let pos = param(g, "bert.embeddings.position_embeddings.weight", &e.position_embeddings, p)?;
+    let types = param(g, "bert.embeddings.token_type_embeddings.weight", &e.token_type_embeddings, p)?;
     let words = g.op("Gather", "/embeddings/word_embeddings", &[&word, "input_ids"], vec![]);
     let type_rows = g.op("Gather", "/embeddings/token_type_embeddings", &[&types, "token_type_ids"], vec![]);
     // Positions 0..seq: the first `seq` rows of the table (Slice by the input's length).
@@ -289,25 +476,19 @@ fn embeddings(g: &mut Graph, model: &BertWithHead) -> Result<String> {
     let positions = g.op("Slice", "/embeddings/position_embeddings", &[&pos, &zero, &seq, &zero], vec![]);
     let sum = g.op("Add", "/embeddings/add_token_types", &[&words, &type_rows], vec![]);
     let sum = g.op("Add", "/embeddings/add_positions", &[&sum, &positions], vec![]);
-    layer_norm(g, "bert.embeddings.LayerNorm", &e.layer_norm, &sum, model.config.layer_norm_eps)
+    layer_norm(g, "bert.embeddings.LayerNorm", &e.layer_norm, &sum, model.config.layer_norm_eps, p)
 }
 
 /// Embeddings as one `EmbedLayerNormalization` (int32 ids).
-fn embeddings_fused(g: &mut Graph, model: &BertWithHead) -> Result<String> {
+fn embeddings_fused(g: &mut Graph, model: &BertWithHead, p: Precision) -> Result<String> {
     let e = &model.bert.embeddings;
-    let to_i32 = vec![("to", Attr::Int(data_type::INT32 as i64))];
-    let ids = g.op("Cast", "/embeddings/input_ids_int32", &["input_ids"], to_i32);
-    let types = g.op(
-        "Cast",
-        "/embeddings/token_type_ids_int32",
-        &["token_type_ids"],
-        vec![("to", Attr::Int(data_type::INT32 as i64))],
-    );
-    let word = weight(g, "bert.embeddings.word_embeddings.weight", &e.word_embeddings)?;
-    let pos = weight(g, "bert.embeddings.position_embeddings.weight", &e.position_embeddings)?;
-    let type_table = weight(g, "bert.embeddings.token_type_embeddings.weight", &e.token_type_embeddings)?;
-    let gamma = weight(g, "bert.embeddings.LayerNorm.weight", &e.layer_norm.weight)?;
-    let beta = weight(g, "bert.embeddings.LayerNorm.bias", &e.layer_norm.bias)?;
+    let ids = cast(g, "/embeddings/input_ids_int32", "input_ids", data_type::INT32);
+    let types = cast(g, "/embeddings/token_type_ids_int32", "token_type_ids", data_type::INT32);
+    let word = param(g, "bert.embeddings.word_embeddings.weight", &e.word_embeddings, p)?;
+    let pos = param(g, "bert.embeddings.position_embeddings.weight", &e.position_embeddings, p)?;
+    let type_table = param(g, "bert.embeddings.token_type_embeddings.weight", &e.token_type_embeddings, p)?;
+    let gamma = param(g, "bert.embeddings.LayerNorm.weight", &e.layer_norm.weight, p)?;
+    let beta = param(g, "bert.embeddings.LayerNorm.bias", &e.layer_norm.bias, p)?;
     let outs = g.ms_op(
         "EmbedLayerNormalization",
         "/embeddings/EmbedLayerNormalization",
@@ -318,13 +499,13 @@ fn embeddings_fused(g: &mut Graph, model: &BertWithHead) -> Result<String> {
     Ok(outs[0].clone())
 }
 
-fn activation(g: &mut Graph, name: &str, act: Activation, x: &str) -> String {
+fn activation(g: &mut Graph, name: &str, act: Activation, x: &str, p: Precision) -> String {
     match act {
         // 0.5·x·(1 + erf(x/√2)).
         Activation::Gelu => {
-            let sqrt2 = g.scalar(&format!("/{name}/sqrt2"), std::f32::consts::SQRT_2);
-            let one = g.scalar(&format!("/{name}/one"), 1.0);
-            let half = g.scalar(&format!("/{name}/half"), 0.5);
+            let sqrt2 = constant(g, &format!("/{name}/sqrt2"), std::f32::consts::SQRT_2, p);
+            let one = constant(g, &format!("/{name}/one"), 1.0, p);
+            let half = constant(g, &format!("/{name}/half"), 0.5, p);
             let d = g.op("Div", &format!("/{name}/Div"), &[x, &sqrt2], vec![]);
             let erf = g.op("Erf", &format!("/{name}/Erf"), &[&d], vec![]);
             let p = g.op("Add", &format!("/{name}/Add"), &[&erf, &one], vec![]);
@@ -333,11 +514,11 @@ fn activation(g: &mut Graph, name: &str, act: Activation, x: &str) -> String {
         }
         // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
         Activation::GeluNew => {
-            let c = g.scalar(&format!("/{name}/sqrt_2_over_pi"), (2.0f32 / std::f32::consts::PI).sqrt());
-            let k = g.scalar(&format!("/{name}/k"), 0.044715);
-            let three = g.scalar(&format!("/{name}/three"), 3.0);
-            let one = g.scalar(&format!("/{name}/one"), 1.0);
-            let half = g.scalar(&format!("/{name}/half"), 0.5);
+            let c = constant(g, &format!("/{name}/sqrt_2_over_pi"), (2.0f32 / std::f32::consts::PI).sqrt(), p);
+            let k = constant(g, &format!("/{name}/k"), 0.044715, p);
+            let three = constant(g, &format!("/{name}/three"), 3.0, p);
+            let one = constant(g, &format!("/{name}/one"), 1.0, p);
+            let half = constant(g, &format!("/{name}/half"), 0.5, p);
             let cube = g.op("Pow", &format!("/{name}/Pow"), &[x, &three], vec![]);
             let kc = g.op("Mul", &format!("/{name}/Mul_k"), &[&cube, &k], vec![]);
             let inner = g.op("Add", &format!("/{name}/Add_x"), &[x, &kc], vec![]);
@@ -351,51 +532,48 @@ fn activation(g: &mut Graph, name: &str, act: Activation, x: &str) -> String {
     }
 }
 
-/// One encoder layer in plain ONNX ops.
-#[allow(clippy::too_many_arguments)]
-fn layer_plain(
-    g: &mut Graph,
-    i: usize,
-    layer: &BertLayer,
-    x: &str,
-    mask_bias: &str,
-    heads: usize,
-    eps: f64,
-    act: Activation,
-) -> Result<String> {
-    let p = format!("bert.encoder.layer.{i}");
-    let ctx = attention_plain(g, &p, layer, x, mask_bias, heads)?;
+/// One encoder layer in plain ONNX ops (int8: the six linear layers as
+/// `DynamicQuantizeMatMul`; everything else float32).
+fn layer_plain(g: &mut Graph, i: usize, layer: &BertLayer, x: &str, mask_bias: &str, s: &LayerShape) -> Result<String> {
+    let (p, eps) = (s.p, s.eps);
+    let pre = format!("bert.encoder.layer.{i}");
+    let ctx = attention_plain(g, &pre, layer, x, mask_bias, s.heads, p)?;
     // Attention output: dense, residual, LayerNorm.
-    let a = linear(g, &format!("{p}.attention.output.dense"), &layer.attention_output.dense, &ctx)?;
-    let a = g.op("Add", &format!("/{p}/attention/output/residual"), &[&a, x], vec![]);
-    let a = layer_norm(g, &format!("{p}.attention.output.LayerNorm"), &layer.attention_output.layer_norm, &a, eps)?;
+    let a = dense(g, &format!("{pre}.attention.output.dense"), &layer.attention_output.dense, &ctx, p)?;
+    let a = g.op("Add", &format!("/{pre}/attention/output/residual"), &[&a, x], vec![]);
+    let a =
+        layer_norm(g, &format!("{pre}.attention.output.LayerNorm"), &layer.attention_output.layer_norm, &a, eps, p)?;
     // Feed-forward: dense, activation, dense, residual, LayerNorm.
-    let inter = linear(g, &format!("{p}.intermediate.dense"), &layer.intermediate, &a)?;
-    let inter = activation(g, &format!("{p}/intermediate/act"), act, &inter);
-    let o = linear(g, &format!("{p}.output.dense"), &layer.output.dense, &inter)?;
-    let o = g.op("Add", &format!("/{p}/output/residual"), &[&o, &a], vec![]);
-    layer_norm(g, &format!("{p}.output.LayerNorm"), &layer.output.layer_norm, &o, eps)
+    let inter = dense(g, &format!("{pre}.intermediate.dense"), &layer.intermediate, &a, p)?;
+    let inter = activation(g, &format!("{pre}/intermediate/act"), s.act, &inter, p);
+    let o = dense(g, &format!("{pre}.output.dense"), &layer.output.dense, &inter, p)?;
+    let o = g.op("Add", &format!("/{pre}/output/residual"), &[&o, &a], vec![]);
+    layer_norm(g, &format!("{pre}.output.LayerNorm"), &layer.output.layer_norm, &o, eps, p)
 }
 
 /// Self-attention in plain ops: `[b, s, h]` in, the merged heads' context `[b, s, h]` out.
+/// The two products of activations (q·kᵀ, probabilities·v) stay in float (fp16 for `--fp16`):
+/// quantising both sides at run time would cost more than it saves at these sizes. For fp16 the
+/// scores are cast to float32 for the scale, the mask and the softmax.
 fn attention_plain(
     g: &mut Graph,
-    p: &str,
+    pre: &str,
     layer: &BertLayer,
     x: &str,
     mask_bias: &str,
     heads: usize,
+    p: Precision,
 ) -> Result<String> {
     let hidden = layer.attention.query.weight.dim(0)?;
     let head_dim = hidden / heads;
     // Self-attention: project, split heads `[b, s, h] → [b, heads, s, d]`.
-    let split = g.i64_init(&format!("/{p}/attention/heads_shape"), &[4], &[0, 0, heads as i64, head_dim as i64]);
+    let split = g.i64_init(&format!("/{pre}/attention/heads_shape"), &[4], &[0, 0, heads as i64, head_dim as i64]);
     let project = |g: &mut Graph, which: &str, l: &Linear, perm: [i64; 4]| -> Result<String> {
-        let y = linear(g, &format!("{p}.attention.self.{which}"), l, x)?;
-        let y = g.op("Reshape", &format!("/{p}/attention/{which}/Reshape"), &[&y, &split], vec![]);
+        let y = dense(g, &format!("{pre}.attention.self.{which}"), l, x, p)?;
+        let y = g.op("Reshape", &format!("/{pre}/attention/{which}/Reshape"), &[&y, &split], vec![]);
         Ok(g.op(
             "Transpose",
-            &format!("/{p}/attention/{which}/Transpose"),
+            &format!("/{pre}/attention/{which}/Transpose"),
             &[&y],
             vec![("perm", Attr::Ints(perm.to_vec()))],
         ))
@@ -405,80 +583,93 @@ fn attention_plain(
     let k = project(g, "key", &layer.attention.key, [0, 2, 3, 1])?;
     let v = project(g, "value", &layer.attention.value, [0, 2, 1, 3])?;
     // Scores q·kᵀ/√d + mask bias, softmax over keys, then the weighted values.
-    let scores = g.op("MatMul", &format!("/{p}/attention/scores"), &[&q, &k], vec![]);
-    let sqrt_d = g.scalar(&format!("/{p}/attention/sqrt_head_dim"), (head_dim as f32).sqrt());
-    let scores = g.op("Div", &format!("/{p}/attention/scale"), &[&scores, &sqrt_d], vec![]);
-    let scores = g.op("Add", &format!("/{p}/attention/mask"), &[&scores, mask_bias], vec![]);
-    let probs = g.op("Softmax", &format!("/{p}/attention/Softmax"), &[&scores], vec![("axis", Attr::Int(-1))]);
-    let ctx = g.op("MatMul", &format!("/{p}/attention/context"), &[&probs, &v], vec![]);
+    let mut scores = g.op("MatMul", &format!("/{pre}/attention/scores"), &[&q, &k], vec![]);
+    if p == Precision::Fp16 {
+        scores = cast(g, &format!("/{pre}/attention/scores_to_float32"), &scores, data_type::FLOAT);
+    }
+    let sqrt_d = g.scalar(&format!("/{pre}/attention/sqrt_head_dim"), (head_dim as f32).sqrt());
+    let scores = g.op("Div", &format!("/{pre}/attention/scale"), &[&scores, &sqrt_d], vec![]);
+    let scores = g.op("Add", &format!("/{pre}/attention/mask"), &[&scores, mask_bias], vec![]);
+    let mut probs = g.op("Softmax", &format!("/{pre}/attention/Softmax"), &[&scores], vec![("axis", Attr::Int(-1))]);
+    if p == Precision::Fp16 {
+        probs = cast(g, &format!("/{pre}/attention/probs_to_float16"), &probs, data_type::FLOAT16);
+    }
+    let ctx = g.op("MatMul", &format!("/{pre}/attention/context"), &[&probs, &v], vec![]);
     // Merge heads `[b, heads, s, d] → [b, s, h]`.
     let ctx = g.op(
         "Transpose",
-        &format!("/{p}/attention/merge_heads"),
+        &format!("/{pre}/attention/merge_heads"),
         &[&ctx],
         vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
     );
-    let merge = g.i64_init(&format!("/{p}/attention/merged_shape"), &[3], &[0, 0, hidden as i64]);
-    let ctx = g.op("Reshape", &format!("/{p}/attention/merge_heads_reshape"), &[&ctx, &merge], vec![]);
+    let merge = g.i64_init(&format!("/{pre}/attention/merged_shape"), &[3], &[0, 0, hidden as i64]);
+    let ctx = g.op("Reshape", &format!("/{pre}/attention/merge_heads_reshape"), &[&ctx, &merge], vec![]);
     Ok(ctx)
 }
 
 /// One encoder layer in ONNX Runtime's fused ops: `Attention` (packed QKV weights, raw
-/// int32 mask), `SkipLayerNormalization` (bias + residual + LayerNorm), `BiasGelu`.
-#[allow(clippy::too_many_arguments)]
-fn layer_fused(
-    g: &mut Graph,
-    i: usize,
-    layer: &BertLayer,
-    x: &str,
-    mask_i32: &str,
-    heads: usize,
-    eps: f64,
-    act: Activation,
-) -> Result<String> {
-    let p = format!("bert.encoder.layer.{i}");
+/// int32 mask), `SkipLayerNormalization` (bias + residual + LayerNorm), `BiasGelu`. For int8
+/// the attention is `QAttention` behind a `DynamicQuantizeLinear` of its input, and the two
+/// other products are `DynamicQuantizeMatMul` whose bias the following fused op adds.
+fn layer_fused(g: &mut Graph, i: usize, layer: &BertLayer, x: &str, mask_i32: &str, s: &LayerShape) -> Result<String> {
+    let (p, eps) = (s.p, s.eps);
+    let pre = format!("bert.encoder.layer.{i}");
     let att = &layer.attention;
-    // Packed `[hidden, 3·hidden]`: row r is (Wqᵀ[r], Wkᵀ[r], Wvᵀ[r]).
-    let qkv_t = Tensor::cat(&[&att.query.weight, &att.key.weight, &att.value.weight], 0)?.t()?.contiguous()?;
+    // Packed `[3·hidden, hidden]` (HF layout): rows are Wq, then Wk, then Wv; transposed, row r
+    // of the initializer is (Wqᵀ[r], Wkᵀ[r], Wvᵀ[r]).
+    let qkv = Tensor::cat(&[&att.query.weight, &att.key.weight, &att.value.weight], 0)?;
     let qkv_b = Tensor::cat(&[&att.query.bias, &att.key.bias, &att.value.bias], 0)?;
-    let w = g.f32_init(&format!("{p}.attention.self.qkv.weight"), qkv_t.dims(), &values(&qkv_t)?);
-    let b = weight(g, &format!("{p}.attention.self.qkv.bias"), &qkv_b)?;
-    let ctx = g.ms_op(
-        "Attention",
-        &format!("/{p}/attention/Attention"),
-        &[x, &w, &b, mask_i32],
-        vec![("num_heads", Attr::Int(heads as i64)), ("mask_filter_value", Attr::Float(crate::model::bert::MASKED))],
-        1,
-    )[0]
-    .clone();
+    let attrs = || {
+        vec![("num_heads", Attr::Int(s.heads as i64)), ("mask_filter_value", Attr::Float(crate::model::bert::MASKED))]
+    };
+    let ctx = if p == Precision::Int8 {
+        let (q, scale, zero) = quantized(g, &format!("{pre}.attention.self.qkv"), &qkv)?;
+        let b = weight(g, &format!("{pre}.attention.self.qkv.bias"), &qkv_b)?;
+        let xq = g.op_n("DynamicQuantizeLinear", &format!("/{pre}/attention/DynamicQuantizeLinear"), &[x], vec![], 3);
+        g.ms_op(
+            "QAttention",
+            &format!("/{pre}/attention/QAttention"),
+            &[&xq[0], &q, &b, &xq[1], &scale, mask_i32, &xq[2], &zero],
+            vec![("num_heads", Attr::Int(s.heads as i64))],
+            1,
+        )[0]
+        .clone()
+    } else {
+        let qkv_t = qkv.t()?.contiguous()?;
+        let w = param(g, &format!("{pre}.attention.self.qkv.weight"), &qkv_t, p)?;
+        let b = param(g, &format!("{pre}.attention.self.qkv.bias"), &qkv_b, p)?;
+        g.ms_op("Attention", &format!("/{pre}/attention/Attention"), &[x, &w, &b, mask_i32], attrs(), 1)[0].clone()
+    };
     let a = skip_layer_norm(
         g,
-        &format!("{p}.attention.output"),
+        &format!("{pre}.attention.output"),
         &layer.attention_output.dense,
         &layer.attention_output.layer_norm,
         &ctx,
         x,
         eps,
+        p,
     )?;
-    let wi = weight_t(g, &format!("{p}.intermediate.dense.weight"), &layer.intermediate.weight)?;
-    let bi = weight(g, &format!("{p}.intermediate.dense.bias"), &layer.intermediate.bias)?;
-    let inter = g.op("MatMul", &format!("/{p}/intermediate/MatMul"), &[&a, &wi], vec![]);
-    let inter = match act {
+    let inter = product(g, &format!("{pre}.intermediate.dense"), &layer.intermediate.weight, None, &a, p)?;
+    let bi = param(g, &format!("{pre}.intermediate.dense.bias"), &layer.intermediate.bias, p)?;
+    let inter = match s.act {
         Activation::Gelu => {
-            g.ms_op("BiasGelu", &format!("/{p}/intermediate/BiasGelu"), &[&inter, &bi], vec![], 1)[0].clone()
+            g.ms_op("BiasGelu", &format!("/{pre}/intermediate/BiasGelu"), &[&inter, &bi], vec![], 1)[0].clone()
         }
         Activation::GeluNew => {
-            g.ms_op("FastGelu", &format!("/{p}/intermediate/FastGelu"), &[&inter, &bi], vec![], 1)[0].clone()
+            g.ms_op("FastGelu", &format!("/{pre}/intermediate/FastGelu"), &[&inter, &bi], vec![], 1)[0].clone()
         }
         Activation::Relu => {
-            let y = g.op("Add", &format!("/{p}/intermediate/Add"), &[&inter, &bi], vec![]);
-            g.op("Relu", &format!("/{p}/intermediate/Relu"), &[&y], vec![])
+            let y = g.op("Add", &format!("/{pre}/intermediate/Add"), &[&inter, &bi], vec![]);
+            g.op("Relu", &format!("/{pre}/intermediate/Relu"), &[&y], vec![])
         }
     };
-    skip_layer_norm(g, &format!("{p}.output"), &layer.output.dense, &layer.output.layer_norm, &inter, &a, eps)
+    skip_layer_norm(g, &format!("{pre}.output"), &layer.output.dense, &layer.output.layer_norm, &inter, &a, eps, p)
 }
 
-/// `LayerNorm(x @ Wᵀ + b + residual)` as `MatMul` + `SkipLayerNormalization`.
+/// `LayerNorm(x @ Wᵀ + b + residual)` as a product + `SkipLayerNormalization` (which adds the
+/// bias).
+#[allow(clippy::too_many_arguments)]
 fn skip_layer_norm(
     g: &mut Graph,
     name: &str,
@@ -487,12 +678,12 @@ fn skip_layer_norm(
     x: &str,
     residual: &str,
     eps: f64,
+    p: Precision,
 ) -> Result<String> {
-    let w = weight_t(g, &format!("{name}.dense.weight"), &dense.weight)?;
-    let b = weight(g, &format!("{name}.dense.bias"), &dense.bias)?;
-    let gamma = weight(g, &format!("{name}.LayerNorm.weight"), &ln.weight)?;
-    let beta = weight(g, &format!("{name}.LayerNorm.bias"), &ln.bias)?;
-    let y = g.op("MatMul", &format!("/{name}/MatMul"), &[x, &w], vec![]);
+    let y = product(g, &format!("{name}.dense"), &dense.weight, None, x, p)?;
+    let b = param(g, &format!("{name}.dense.bias"), &dense.bias, p)?;
+    let gamma = param(g, &format!("{name}.LayerNorm.weight"), &ln.weight, p)?;
+    let beta = param(g, &format!("{name}.LayerNorm.bias"), &ln.bias, p)?;
     Ok(g.ms_op(
         "SkipLayerNormalization",
         &format!("/{name}/SkipLayerNormalization"),
@@ -501,4 +692,27 @@ fn skip_layer_norm(
         1,
     )[0]
     .clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_channel_quantisation_is_symmetric_transposed_and_within_half_a_step() {
+        // W is [out=3, in=4]: one channel of zeros, one with a single large weight.
+        let w = [0.5, -1.0, 0.25, 0.0, /* */ 0.0, 0.0, 0.0, 0.0, /* */ 1e-3, -2e-3, 4.0, 3.0];
+        let (q, s) = quantize_per_channel(&w, 3, 4);
+        assert_eq!(s[1], 1.0, "a zero channel gets scale 1");
+        assert!((s[0] - 1.0 / 63.0).abs() < 1e-9 && (s[2] - 4.0 / 63.0).abs() < 1e-9);
+        for j in 0..3 {
+            for i in 0..4 {
+                let (wv, qv) = (w[j * 4 + i], q[i * 3 + j]);
+                assert!(qv.unsigned_abs() as f32 <= INT8_WEIGHT_MAX);
+                assert!((qv as f32 * s[j] - wv).abs() <= s[j] / 2.0 + 1e-7, "w[{j},{i}] = {wv}, q {qv}");
+            }
+        }
+        // The largest weight of each channel maps to ±63 exactly.
+        assert_eq!((q[3], q[2 * 3 + 2]), (-63, 63));
+    }
 }

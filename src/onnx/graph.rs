@@ -42,6 +42,18 @@ impl Graph {
         self.op_in("", op, name, inputs, attrs, 1).remove(0)
     }
 
+    /// Adds a node of the default domain with `outputs` outputs.
+    pub fn op_n(
+        &mut self,
+        op: &str,
+        name: &str,
+        inputs: &[&str],
+        attrs: Vec<(&str, Attr)>,
+        outputs: usize,
+    ) -> Vec<String> {
+        self.op_in("", op, name, inputs, attrs, outputs)
+    }
+
     /// Adds a `com.microsoft` node with `outputs` outputs.
     pub fn ms_op(
         &mut self,
@@ -91,6 +103,20 @@ impl Graph {
     pub fn i64_init(&mut self, name: &str, dims: &[usize], values: &[i64]) -> String {
         let raw = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.init(name, dims, data_type::INT64, raw)
+    }
+
+    /// A float16 initializer (values rounded to nearest, ties to even).
+    pub fn f16_init(&mut self, name: &str, dims: &[usize], values: &[f32]) -> String {
+        debug_assert_eq!(dims.iter().product::<usize>(), values.len());
+        let raw = values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect();
+        self.init(name, dims, data_type::FLOAT16, raw)
+    }
+
+    /// An int8 initializer (quantised weights, their zero points).
+    pub fn i8_init(&mut self, name: &str, dims: &[usize], values: &[i8]) -> String {
+        debug_assert_eq!(dims.iter().product::<usize>(), values.len());
+        let raw = values.iter().map(|&v| v as u8).collect();
+        self.init(name, dims, data_type::INT8, raw)
     }
 
     /// A float32 scalar constant.

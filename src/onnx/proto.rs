@@ -108,8 +108,11 @@ pub struct AttributeProto {
 /// `TensorProto.DataType`.
 pub mod data_type {
     pub const FLOAT: i32 = 1;
+    pub const UINT8: i32 = 2;
+    pub const INT8: i32 = 3;
     pub const INT32: i32 = 6;
     pub const INT64: i32 = 7;
+    pub const FLOAT16: i32 = 10;
 }
 
 /// `TensorProto.DataLocation.EXTERNAL`.
