@@ -3,15 +3,17 @@
 side by side on the same IMDb-shaped documents (log-normal lengths around 230 tokens, capped at
 512; seeded), length-sorted batches with dynamic padding, and fixed-512 padding for the first.
 
-    eval_onnx.py THREADS DOCS REPEATS NAME=MODEL.onnx...
-Prints docs/s (median of REPEATS) per model and the ratios to the first model named `torch`.
+    eval_onnx.py THREADS DOCS REPEATS NAME=MODEL.onnx... [A/B...]
+Prints docs/s (median of REPEATS) per model and the ratios to the model named `torch`, and each
+ratio A/B asked for (`int8/fp32`: NAME A's docs/s over NAME B's).
 """
 import statistics, sys, time
 import numpy as np
 import onnxruntime as ort
 
 threads, docs, repeats = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-models = [a.split("=", 1) for a in sys.argv[4:]]
+models = [a.split("=", 1) for a in sys.argv[4:] if "=" in a]
+ratios = [a.split("/", 1) for a in sys.argv[4:] if "=" not in a]
 rng = np.random.default_rng(0)
 lengths = np.clip(np.round(rng.lognormal(np.log(230), 0.5, docs)), 8, 512).astype(int)
 rows = [np.concatenate([[101], rng.integers(1000, 30000, n - 2), [102]]).astype(np.int64) for n in lengths]
@@ -53,9 +55,12 @@ for name, path in models:
     rates[name] = docs_per_s(path)
     print(f"{name:<22} length-sorted dynamic padding: {rates[name]:7.1f} docs/s")
 first = models[0]
-fixed = docs_per_s(first[1], 512)
-print(f"{first[0]:<22} fixed 512 padding:             {fixed:7.1f} docs/s  (dynamic / fixed = {rates[first[0]] / fixed:.2f}x)")
+if not ratios:
+    fixed = docs_per_s(first[1], 512)
+    print(f"{first[0]:<22} fixed 512 padding:             {fixed:7.1f} docs/s  (dynamic / fixed = {rates[first[0]] / fixed:.2f}x)")
 if "torch" in rates:
     for name in rates:
         if name != "torch":
             print(f"ratio {name} / torch: {rates[name] / rates['torch']:.2f}")
+for a, b in ratios:
+    print(f"ratio {a} / {b}: {rates[a] / rates[b]:.2f}")

@@ -232,6 +232,10 @@ pub struct DoctorArgs {
     /// With --install: the CUDA build (onnxruntime-gpu[cuda,cudnn]).
     #[arg(long, requires = "install")]
     pub gpu: bool,
+    /// Also describe an exported model: precision and scheme, graph, labels, vocabulary, and
+    /// whether it loads in this runtime.
+    #[arg(long, value_name = "FILE")]
+    pub model: Option<PathBuf>,
     #[command(flatten)]
     pub ort: OrtArgs,
 }

@@ -40,10 +40,58 @@ pub fn install(gpu: bool) -> Result<PathBuf> {
         .with_context(|| format!("pip finished, but no libonnxruntime.so is in '{}'", dir.display()))
 }
 
+/// What this CPU does with int8 exports.
+pub fn cpu_int8() -> String {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512vnni") || std::arch::is_x86_feature_detected!("avxvnni") {
+            return "CPU int8: VNNI dot products (int8 exports run at full speed, no saturation)".into();
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return "CPU int8: AVX2 without VNNI (uint8×int8 pairs through vpmaddubsw; bertpipe's 7-bit int8 weights cannot saturate it)".into();
+        }
+        "CPU int8: no AVX2 (int8 exports run, slowly)".into()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        format!("CPU int8: {} (int8 dot products where the CPU has them)", std::env::consts::ARCH)
+    }
+}
+
+/// `bertpipe doctor --model FILE`: what the model is, as its metadata says, and whether it opens.
+pub fn describe_model(flag: Option<&Path>, model: &Path) -> Vec<(bool, String)> {
+    let rt = match init(flag) {
+        Ok(rt) => rt,
+        Err(e) => return vec![(false, format!("model {}: no runtime to open it ({e:#})", model.display()))],
+    };
+    match rt.open(model, crate::onnx::runtime::Provider::Cpu, 1) {
+        Ok(m) => {
+            let get = |k: &str| m.metadata.get(k).cloned().unwrap_or_else(|| "-".into());
+            vec![
+                (
+                    true,
+                    format!(
+                        "model {}: {} ({}), graph {}, labels {}, max_len {}",
+                        model.display(),
+                        crate::onnx::eval::precision_of(&m),
+                        m.metadata.get("quantization").map(String::as_str).unwrap_or("float32 weights and arithmetic"),
+                        get("graph"),
+                        m.label_names().join(", "),
+                        get("max_len")
+                    ),
+                ),
+                (true, format!("model vocabulary: vocab_id {}, vocab_sha256 {}", get("vocab_id"), get("vocab_sha256"))),
+            ]
+        }
+        Err(e) => vec![(false, format!("model {}: {e:#}", model.display()))],
+    }
+}
+
 /// `bertpipe doctor`: one line per thing checked, with the fix for anything missing.
 pub fn doctor(flag: Option<&Path>) -> Vec<(bool, String)> {
     let mut lines = Vec::new();
     lines.push((true, format!("bertpipe {}", env!("CARGO_PKG_VERSION"))));
+    lines.push((true, cpu_int8()));
     match init(flag) {
         Ok(rt) => {
             lines.push((

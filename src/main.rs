@@ -430,6 +430,7 @@ fn predict(args: bertpipe::cli::PredictArgs) -> ExitCode {
         let inputs = predict::read_inputs(&args.texts, args.input.as_deref())?;
         let mut model = eval::open_model(&args.model, &args.device, args.threads, args.ort.ort_lib.as_deref())?;
         let (steps, pad) = predict::prepare(&pipeline, &model)?;
+        eprintln!("model {}: {}, on {}", args.model.display(), eval::precision_of(&model), model.provider.describe());
         let preds = predict::predict(&mut model, &steps, pad, &inputs, args.batch_size)?;
         if args.json {
             for p in &preds {
@@ -462,12 +463,16 @@ fn doctor(args: bertpipe::cli::DoctorArgs) -> ExitCode {
             }
         }
     }
-    let lines = doctor::doctor(lib.as_deref());
+    let mut lines = doctor::doctor(lib.as_deref());
+    if let Some(m) = &args.model {
+        lines.extend(doctor::describe_model(lib.as_deref(), m));
+    }
     for (ok, line) in &lines {
         println!("{} {line}", if *ok { "ok  " } else { "--  " });
     }
-    // Missing GPU pieces are normal on a CPU machine; only a missing runtime fails.
-    if lines.iter().any(|(ok, l)| !ok && l.starts_with("ONNX Runtime:")) {
+    // Missing GPU pieces are normal on a CPU machine; only a missing runtime, or a --model
+    // that does not open, fails.
+    if lines.iter().any(|(ok, l)| !ok && (l.starts_with("ONNX Runtime:") || l.starts_with("model "))) {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS

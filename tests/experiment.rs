@@ -354,3 +354,50 @@ fn a_vocab_stage_feeds_the_tokenize_step_that_names_it() {
     assert_eq!(m["tokenizer"]["vocab_sha256"], hex::encode(Sha256::digest(&vocab)));
     assert!(m["tokenizer"]["vocab_size"].as_u64().unwrap() <= 2000);
 }
+
+#[test]
+fn an_int8_export_is_a_stage_and_its_gate_against_the_fp32_export_is_held_in_the_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| root().join("pipelines").join(f).display().to_string();
+    let yaml = format!(
+        "name: int8-chain
+out: out
+stages:
+  data: {}
+  finetune:
+    base: {}
+    max_steps: 12
+    eval_split: null
+  export: {{ optimize: false }}
+  export_int8: {{ kind: export, precision: int8, verify: true }}
+  gate: {{ kind: eval, model: export_int8, baseline: export, max_drop: 0.5 }}
+",
+        p("imdb.yaml"),
+        p("imdb-finetune.yaml")
+    );
+    let exp = dir.path().join("chain.yaml");
+    std::fs::write(&exp, yaml).unwrap();
+    let out = dir.path().join("out");
+    assert_ok(&run(&exp, &[], &[]));
+    expect(&statuses(&out), &["data", "finetune", "export", "export_int8", "gate"].map(|s| (s, "ran")));
+    let metrics: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("gate/metrics.json")).unwrap()).unwrap();
+    assert_eq!(
+        (metrics["precision"].as_str(), metrics["gate"]["baseline_precision"].as_str()),
+        (Some("int8"), Some("fp32"))
+    );
+    assert_eq!(metrics["gate"]["passed"], true);
+    let r = report(&out);
+    assert_eq!(r["gate"]["figures"]["agreement"], metrics["gate"]["agreement"]);
+    // The precision is part of the export's key: fp16 re-runs the export and its gate only.
+    let o = run(&exp, &["--set", "export_int8.precision=fp16"], &[]);
+    assert_ok(&o);
+    let st = statuses(&out);
+    assert_eq!((st["export"].as_str(), st["export_int8"].as_str(), st["gate"].as_str()), ("up to date", "ran", "ran"));
+    // A negative max_drop, or an unknown precision, is a located configuration error.
+    let o = run(&exp, &["--set", "export_int8.precision=fp16", "--set", "gate.max_drop=-1"], &[]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("max_drop"), "{}", stderr(&o));
+    let o = run(&exp, &["--set", "export_int8.precision=int4"], &[]);
+    assert!(!o.status.success() && stderr(&o).contains("fp32, int8 or fp16"), "{}", stderr(&o));
+}

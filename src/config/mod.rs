@@ -604,7 +604,7 @@ fn resolve(path: &mut PathBuf, base: &Path) {
 }
 
 /// Applies one `key.path[2].field=value` override; the value is parsed as YAML.
-fn apply_override(root: &mut Node, spec: &str) -> Result<(), String> {
+pub(crate) fn apply_override(root: &mut Node, spec: &str) -> Result<(), String> {
     let (key, value) = spec.split_once('=').ok_or("expected key=value, e.g. steps[3].max_noise=12")?;
     let path = yaml::parse_path(key.trim())?;
     let value = yaml::parse(value).map_err(|e| format!("value is not valid YAML: {}", e.message))?;

@@ -530,6 +530,21 @@ fn path_key_matches(pattern: &str, key: &str) -> bool {
 }
 
 fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<Stage> {
+    // Vocab, export and eval stages are read from their mapping here (pipelines and trainings
+    // take the overrides through their own loaders): `--set export.optimize=true` lands in it.
+    let applied;
+    let r = if matches!(kind, Kind::Vocab | Kind::Export | Kind::Eval) && !r.overrides.is_empty() {
+        let mut node = r.node.clone();
+        for o in &r.overrides {
+            if let Err(m) = crate::config::apply_override(&mut node, o) {
+                errs.at(None, format!("--set {}.{o}: {m}", r.name));
+            }
+        }
+        applied = Raw { name: r.name.clone(), pos: r.pos, node, overrides: Vec::new() };
+        &applied
+    } else {
+        r
+    };
     let out = ctx.stage_out(&r.name);
     // The stages it reads and the files it names, gathered while its configuration resolves.
     let (mut deps, mut inputs): (Vec<String>, Vec<PathBuf>) = (Vec::new(), Vec::new());

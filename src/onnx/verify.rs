@@ -15,36 +15,59 @@ use crate::rng::Rng;
 pub const TOLERANCE: f32 = 1e-4;
 
 /// The largest difference `--verify` allows for a precision: `abs + rel · max |logit|` of the
-/// case (candle's float32 logits), so a model with large logits is not held to a smaller
-/// share of them. float32 is exact to rounding; int8 and fp16 change every weight, and the
-/// bounds are set from measurements (README, "Precision"): the worst case seen on the tiny,
-/// mini and MiniLM-L6 exports, with headroom.
+/// case (candle's float32 logits), so a model with large logits is not held to a smaller share
+/// of them. float32 is exact to rounding. int8 and fp16 change every weight; their bounds come
+/// from measurements (README, "Precision"), with headroom: on real text (the tokenized
+/// sentences) and, looser for int8, on random token ids — inputs no corpus has, whose
+/// activations per-tensor quantisation represents worst (MiniLM-L6 with a trained head: mean
+/// |Δ| 0.14 over 240 random rows, worst 0.54 at |logit| ≈ 1; ONNX Runtime's own
+/// `quantize_dynamic` gives 0.15 / 0.39 per channel and 0.26 / 0.71 with its defaults).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Tolerance {
-    pub abs: f32,
-    pub rel: f32,
+    /// `(abs, rel)` on real text.
+    pub text: (f32, f32),
+    /// `(abs, rel)` on random token ids.
+    pub random: (f32, f32),
 }
 
 impl Tolerance {
     pub fn of(p: super::export::Precision) -> Tolerance {
         use super::export::Precision::*;
         match p {
-            Fp32 => Tolerance { abs: TOLERANCE, rel: 0.0 },
-            Int8 => Tolerance { abs: 0.05, rel: 0.1 },
-            Fp16 => Tolerance { abs: 5e-3, rel: 1e-2 },
+            Fp32 => Tolerance { text: (TOLERANCE, 0.0), random: (TOLERANCE, 0.0) },
+            Int8 => Tolerance { text: (0.1, 0.1), random: (0.75, 0.25) },
+            Fp16 => Tolerance { text: (5e-3, 1e-2), random: (5e-3, 1e-2) },
         }
     }
 
-    /// The bound for a case whose largest |logit| is `scale`.
-    pub fn limit(&self, scale: f32) -> f32 {
-        self.abs + self.rel * scale
+    /// The bound for a case (of real text or not) whose largest |logit| is `scale`.
+    pub fn limit(&self, text: bool, scale: f32) -> f32 {
+        let (abs, rel) = if text { self.text } else { self.random };
+        abs + rel * scale
+    }
+
+    /// Whether `diff` is within the bound (NaN never is); float32's bound is strict.
+    pub fn allows(&self, text: bool, scale: f32, diff: f32) -> bool {
+        let limit = self.limit(text, scale);
+        if self.text.1 == 0.0 {
+            diff < limit
+        } else {
+            diff <= limit
+        }
     }
 
     pub fn describe(&self) -> String {
-        if self.rel == 0.0 {
-            format!("< {:.0e}", self.abs)
+        let one = |(abs, rel): (f32, f32)| {
+            if rel == 0.0 {
+                format!("< {abs:.0e}")
+            } else {
+                format!("≤ {abs} + {rel}·max |logit|")
+            }
+        };
+        if self.text == self.random {
+            one(self.text)
         } else {
-            format!("≤ {} + {}·max |logit|", self.abs, self.rel)
+            format!("{} on text, {} on random ids", one(self.text), one(self.random))
         }
     }
 }
@@ -53,6 +76,8 @@ impl Tolerance {
 #[derive(Debug, Clone)]
 pub struct Case {
     pub name: String,
+    /// Tokenized text (else random token ids).
+    pub text: bool,
     pub batch: usize,
     pub seq: usize,
     pub input_ids: Vec<i64>,
@@ -66,6 +91,7 @@ impl Case {
         let seq = rows.iter().map(|r| r.0.len()).max().unwrap_or(1).max(1);
         let mut c = Case {
             name: name.to_string(),
+            text: false,
             batch: rows.len(),
             seq,
             input_ids: Vec::new(),
@@ -134,6 +160,8 @@ pub struct Checked {
     pub batch: usize,
     pub seq: usize,
     pub max_abs_diff: f32,
+    /// Tokenized text (else random ids).
+    pub text: bool,
     /// The largest |logit| candle gave (what a relative tolerance scales with).
     pub max_abs_logit: f32,
 }
@@ -157,7 +185,14 @@ pub fn compare(model: &BertWithHead, session: &mut Model, cases: &[Case]) -> Res
         }
         let max_abs_diff = crate::metrics::max_abs_diff(&got, &want) as f32;
         let max_abs_logit = crate::metrics::max_abs(&want) as f32;
-        out.push(Checked { name: case.name.clone(), batch: case.batch, seq: case.seq, max_abs_diff, max_abs_logit });
+        out.push(Checked {
+            name: case.name.clone(),
+            batch: case.batch,
+            seq: case.seq,
+            max_abs_diff,
+            text: case.text,
+            max_abs_logit,
+        });
     }
     Ok(out)
 }
@@ -171,10 +206,8 @@ pub fn verify_export(rt: &super::runtime::Runtime, done: &super::export::Exporte
     let checked = compare(&done.model, &mut session, &cases)?;
     let tol = Tolerance::of(done.precision);
     for c in &checked {
-        let limit = tol.limit(c.max_abs_logit);
-        // NaN (a comparison that is not "within") fails too.
-        let within = if tol.rel == 0.0 { c.max_abs_diff < limit } else { c.max_abs_diff <= limit };
-        if !within {
+        let limit = tol.limit(c.text, c.max_abs_logit);
+        if !tol.allows(c.text, c.max_abs_logit, c.max_abs_diff) {
             bail!(
                 "verification failed: the {} model in ONNX Runtime {} differs from candle by {:.3e} on `{}` (limit {limit:.3e}: {})",
                 done.precision.name(),
@@ -230,6 +263,8 @@ pub fn standard_cases(model: &BertWithHead, vocab_file: &Path, lowercase: bool, 
         types.truncate(long);
         rows.push((ids, types));
     }
-    cases.push(Case::from_rows("sentences (tokenized, padded)", &rows, sp.pad));
+    let mut sentences = Case::from_rows("sentences (tokenized, padded)", &rows, sp.pad);
+    sentences.text = true;
+    cases.push(sentences);
     Ok(cases)
 }
