@@ -73,6 +73,6 @@ for m in mini minilm; do
   done
   for v in int8 ort-int8 ort-int8-pc; do
     "$bin" eval --model "$d/$v.onnx" --baseline "$d/fp32.onnx" --data "$work/imdb" --threads "$threads" --quiet \
-      --max-drop 100 --ort-lib "$ort_lib" --out "$d/gate-$v" | grep -E "agreement|^  accuracy|gate:" | sed "s/^/$v: /"
+      --max-drop 100 --ort-lib "$ort_lib" --out "$d/gate-$v" | grep -E "rows flipped|^  accuracy|probability shift|gate:" | sed "s/^/$v: /"
   done
 done

@@ -128,11 +128,13 @@ for L, H, A in [(4, 256, 4), (12, 768, 12)]:
         print(f"torch cuda L{L} H{H} {'bf16' if amp else 'f32'}: {med:.4f} s/step, {B*S/med:.0f} tokens/s")
 PY
 fi
-echo "== ONNX: export (plain and --optimize), eval on CPU and on CUDA"
+echo "== ONNX: export (plain, --optimize, --fp16), eval on CPU and on CUDA, the fp16 gate on CUDA"
 bertpipe export onnx --checkpoint "$work/ft-cpu/final" --out "$work/model.onnx" --verify 2>&1 | tail -1 \
   || { echo "ONNX export --verify FAILED"; fail=1; }
 bertpipe export onnx --checkpoint "$work/ft-cpu/final" --out "$work/model-opt.onnx" --optimize --verify 2>&1 | tail -1 \
   || { echo "ONNX export --optimize --verify FAILED"; fail=1; }
+bertpipe export onnx --checkpoint "$work/ft-cpu/final" --out "$work/model-fp16.onnx" --fp16 --optimize --verify 2>&1 | tail -1 \
+  || { echo "ONNX export --fp16 --optimize --verify FAILED"; fail=1; }
 bertpipe eval --model "$work/model.onnx" --data "$work/imdb" --quiet --out "$work/eval-cpu" | grep -E '^rows|docs/s|^eval' \
   || { echo "CPU eval FAILED"; fail=1; }
 if python3 -c "import onnxruntime as o; assert 'CUDAExecutionProvider' in o.get_available_providers()" 2>/dev/null; then
@@ -140,6 +142,10 @@ if python3 -c "import onnxruntime as o; assert 'CUDAExecutionProvider' in o.get_
     bertpipe eval --model "$work/$m.onnx" --data "$work/imdb" --device cuda --batch-size 64 --quiet \
       --out "$work/eval-cuda-$m" | grep -E '^rows|docs/s|^eval' || { echo "CUDA eval of $m FAILED"; fail=1; }
   done
+  # fp16 on CUDA, gated against the fp32 fused graph on the same rows (agreement, Δ accuracy, speed).
+  bertpipe eval --model "$work/model-fp16.onnx" --baseline "$work/model-opt.onnx" --data "$work/imdb" --device cuda \
+    --batch-size 64 --quiet --out "$work/eval-cuda-fp16" | grep -E 'rows flipped|^  accuracy|throughput|gate:' \
+    || { echo "CUDA fp16 gate FAILED"; fail=1; }
 else
   echo "ONNX Runtime here has no CUDA provider (the CPU onnxruntime wheel): CUDA eval not run"
 fi

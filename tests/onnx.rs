@@ -485,6 +485,16 @@ fn windowed_rows_are_scored_per_row_and_per_document_and_predict_votes_the_same_
     assert!(rows > docs, "windows: {rows} rows, {docs} documents");
     assert_eq!(r["metrics"]["examples"].as_u64().unwrap(), rows);
     assert_eq!(r["document_metrics"]["examples"].as_u64().unwrap(), docs);
+    // Gated on windows, the drop is measured on documents, as eval scores them.
+    let base = t.model.display().to_string();
+    let o = eval_cli(&t.model, &shards, &dir.path().join("gate"), &["--json", "--baseline", &base]);
+    assert_ok(&o);
+    let g = serde_json::from_slice::<Value>(&o.stdout).unwrap()["gate"].clone();
+    assert_eq!(
+        (g["level"].as_str(), g["agreement"].as_f64(), g["drop"].as_f64()),
+        (Some("documents"), Some(1.0), Some(0.0))
+    );
+    assert_eq!(g["document_accuracy"]["model"], r["document_metrics"]["accuracy"]);
 
     // The mean of a long review's window probabilities is what predict answers for its text.
     let mut windows: std::collections::BTreeMap<String, Vec<f64>> = Default::default();

@@ -14,6 +14,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
+pub use super::rows::{RowMeta, RowResult};
 use super::runtime::{self, Model, Provider};
 use crate::contract::columns;
 use crate::contract::manifest::DEFAULT_MAX_LEN;
@@ -45,32 +46,12 @@ pub struct EvalOptions {
     pub max_drop: f64,
 }
 
-/// One row's place and what is known about it before inference.
-#[derive(Debug, Clone)]
-pub struct RowMeta {
-    pub index: usize,
-    pub id: String,
-    pub label: Option<i64>,
-    pub doc_id: Option<String>,
-    pub chunk: Option<i32>,
-    pub tokens: usize,
-    pub noise: Option<f32>,
-    pub text: Option<String>,
-}
-
 struct EvalBatch {
     rows: Vec<RowMeta>,
     input_ids: Vec<i64>,
     attention_mask: Vec<i64>,
     token_type_ids: Vec<i64>,
     seq: usize,
-}
-
-/// One row's prediction.
-#[derive(Debug, Clone)]
-pub struct RowResult {
-    pub meta: RowMeta,
-    pub probs: Vec<f64>,
 }
 
 /// Metrics of one slice of the rows.

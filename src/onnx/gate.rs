@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::eval::RowResult;
+use super::rows::RowResult;
 use crate::metrics::{argmax, ClassificationMetrics, Predictions};
 
 /// The default `--max-drop`, in accuracy points: half a point, the loss the quantisation

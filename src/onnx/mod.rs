@@ -9,5 +9,6 @@ pub mod gate;
 pub mod graph;
 pub mod predict;
 pub mod proto;
+pub mod rows;
 pub mod runtime;
 pub mod verify;
