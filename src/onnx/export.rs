@@ -625,7 +625,8 @@ fn layer_fused(g: &mut Graph, i: usize, layer: &BertLayer, x: &str, mask_i32: &s
     let ctx = if p == Precision::Int8 {
         let (q, scale, zero) = quantized(g, &format!("{pre}.attention.self.qkv"), &qkv)?;
         let b = weight(g, &format!("{pre}.attention.self.qkv.bias"), &qkv_b)?;
-        let xq = g.op_n("DynamicQuantizeLinear", &format!("/{pre}/attention/DynamicQuantizeLinear"), &[x], vec![], 3);
+        let xq =
+            g.op_in("", "DynamicQuantizeLinear", &format!("/{pre}/attention/DynamicQuantizeLinear"), &[x], vec![], 3);
         g.ms_op(
             "QAttention",
             &format!("/{pre}/attention/QAttention"),

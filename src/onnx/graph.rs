@@ -42,18 +42,6 @@ impl Graph {
         self.op_in("", op, name, inputs, attrs, 1).remove(0)
     }
 
-    /// Adds a node of the default domain with `outputs` outputs.
-    pub fn op_n(
-        &mut self,
-        op: &str,
-        name: &str,
-        inputs: &[&str],
-        attrs: Vec<(&str, Attr)>,
-        outputs: usize,
-    ) -> Vec<String> {
-        self.op_in("", op, name, inputs, attrs, outputs)
-    }
-
     /// Adds a `com.microsoft` node with `outputs` outputs.
     pub fn ms_op(
         &mut self,
@@ -67,7 +55,8 @@ impl Graph {
         self.op_in(MS_DOMAIN, op, name, inputs, attrs, outputs)
     }
 
-    fn op_in(
+    /// Adds a node of `domain` (`""`: the default one) with `outputs` outputs.
+    pub fn op_in(
         &mut self,
         domain: &str,
         op: &str,
