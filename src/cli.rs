@@ -306,7 +306,23 @@ pub struct TrainArgs {
 pub struct StatsArgs {
     /// A pipeline YAML; a shard folder (with manifest.json); or a source: an aclImdb folder or
     /// .tar.gz, or a .jsonl / .csv / .tsv / .parquet / .txt file (or folder of them).
-    pub input: PathBuf,
+    #[arg(required_unless_present = "leakage")]
+    pub input: Option<PathBuf>,
+    /// Instead of statistics: how many documents of this shard folder's --split the --against
+    /// corpora already hold, exactly or nearly (MinHash); both sides need `sink.keep_text`.
+    #[arg(long, value_name = "EVAL_SHARDS", conflicts_with = "input", requires = "against")]
+    pub leakage: Option<PathBuf>,
+    /// With --leakage: a training shard folder, optionally `:SPLIT` (default: all its splits).
+    /// Repeatable.
+    #[arg(long, value_name = "SHARDS[:SPLIT]", requires = "leakage")]
+    pub against: Vec<String>,
+    /// With --leakage: the evaluated split.
+    #[arg(long, default_value = "test", requires = "leakage")]
+    pub split: String,
+    /// With --leakage: the estimated Jaccard similarity of 5-word shingles at which a document
+    /// is a near-duplicate.
+    #[arg(long, value_name = "S", default_value_t = 0.8, requires = "leakage")]
+    pub similarity: f64,
     /// Also report each split or label separately.
     #[arg(long, value_enum)]
     pub by: Option<crate::stats::By>,

@@ -186,8 +186,44 @@ fn vocab_train(args: bertpipe::cli::VocabTrainArgs) -> ExitCode {
     }
 }
 
+/// `FOLDER[:SPLIT]` (a suffix that is not a split name belongs to the path: `s3://…`).
+fn folder_and_split(s: &str) -> (std::path::PathBuf, Option<String>) {
+    match s.rsplit_once(':') {
+        Some((folder, split)) if bertpipe::contract::manifest::is_split_name(split) && !folder.is_empty() => {
+            (std::path::PathBuf::from(folder), Some(split.to_string()))
+        }
+        _ => (std::path::PathBuf::from(s), None),
+    }
+}
+
+fn leakage(args: &bertpipe::cli::StatsArgs, eval: &std::path::Path) -> anyhow::Result<()> {
+    use bertpipe::stats::leakage;
+    let params = bertpipe::clean::minhash::MinHashParams { threshold: args.similarity, ..Default::default() };
+    let opts = leakage::LeakageOptions {
+        eval: eval.to_path_buf(),
+        split: args.split.clone(),
+        against: args.against.iter().map(|a| folder_and_split(a)).collect(),
+        params,
+        listed: args.top,
+    };
+    let r = leakage::run(&opts)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print!("{}", leakage::format(&r));
+    }
+    Ok(())
+}
+
 fn stats(args: bertpipe::cli::StatsArgs) -> ExitCode {
     use bertpipe::stats::{self, render, StatsError, StatsOptions};
+    if let Some(eval) = &args.leakage {
+        return report(leakage(&args, eval));
+    }
+    let Some(input) = args.input.clone() else {
+        eprintln!("error: stats needs an input (or --leakage)");
+        return ExitCode::from(2);
+    };
     let opts = StatsOptions {
         by: args.by,
         max_len: args.max_len,
@@ -199,7 +235,7 @@ fn stats(args: bertpipe::cli::StatsArgs) -> ExitCode {
         quiet: args.quiet,
         word_buckets: args.word_buckets,
     };
-    let (report, collected) = match stats::run(&args.input, &opts) {
+    let (report, collected) = match stats::run(&input, &opts) {
         Ok(r) => r,
         Err(StatsError::Config(e)) => return config_failure(&e),
         Err(StatsError::Other(e)) => {

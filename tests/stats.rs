@@ -460,3 +460,97 @@ fn same_report_for_any_thread_count() {
     assert_ok(&many);
     assert_eq!(String::from_utf8_lossy(&one.stdout), String::from_utf8_lossy(&many.stdout));
 }
+
+/// A seeded text of `n` words from a vocabulary of 3,000.
+fn words(seed: u64, n: usize) -> Vec<String> {
+    let mut r = bertpipe::rng::Rng::for_key(seed, &[]);
+    (0..n).map(|_| format!("w{}", r.below(3000))).collect()
+}
+
+#[test]
+fn leakage_counts_the_planted_exact_and_near_copies_of_training_documents() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // 300 training documents; 60 test documents: 10 exact copies (recased, repunctuated), 10
+    // near copies (2 of 200 words changed: Jaccard ≈ 0.90), 10 far ones (every 3rd word changed:
+    // ≈ 0), 30 unrelated.
+    let train: Vec<Vec<String>> = (0..300).map(|i| words(i, 200)).collect();
+    let mut test: Vec<(String, String)> = Vec::new();
+    for i in 0..10 {
+        test.push((format!("exact{i}"), train[i].join(", ").to_uppercase()));
+        let mut near = train[100 + i].clone();
+        for j in [40, 150] {
+            near[j] = format!("changed{j}");
+        }
+        test.push((format!("near{i}"), near.join(" ")));
+        let far: Vec<String> = train[200 + i]
+            .iter()
+            .enumerate()
+            .map(|(j, w)| if j % 3 == 0 { format!("far{j}") } else { w.clone() })
+            .collect();
+        test.push((format!("far{i}"), far.join(" ")));
+    }
+    for i in 0..30 {
+        test.push((format!("new{i}"), words(10_000 + i, 200).join(" ")));
+    }
+    let jsonl = |rows: Vec<(String, String)>| -> String {
+        rows.into_iter().map(|(id, text)| serde_json::json!({"id": id, "text": text}).to_string() + "\n").collect()
+    };
+    std::fs::write(
+        d.join("train.jsonl"),
+        jsonl(train.iter().enumerate().map(|(i, w)| (format!("t{i}"), w.join(" "))).collect()),
+    )
+    .unwrap();
+    std::fs::write(d.join("test.jsonl"), jsonl(test)).unwrap();
+    let shards = |name: &str, split: &str| {
+        let yaml = format!(
+            "name: {name}\nsource: {{ type: jsonl, path: {}, id_field: id, split: {split} }}\nsteps: []\nsink: {{ type: parquet, path: {}, keep_text: true }}\n",
+            d.join(format!("{name}.jsonl")).display(),
+            d.join(name).display()
+        );
+        let p = write_pipeline(d, &format!("{name}.yaml"), &yaml);
+        assert_ok(&bertpipe(&["pipeline", "run", p.to_str().unwrap(), "--quiet"]));
+        d.join(name)
+    };
+    let (train_dir, test_dir) = (shards("train", "train"), shards("test", "test"));
+    let o = bertpipe(&[
+        "stats",
+        "--leakage",
+        test_dir.to_str().unwrap(),
+        "--against",
+        &format!("{}:train", train_dir.display()),
+        "--json",
+        "--top",
+        "100",
+    ]);
+    assert_ok(&o);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((r["documents"].as_u64(), r["training_documents"].as_u64()), (Some(60), Some(300)));
+    assert_eq!((r["exact"].as_u64(), r["near"].as_u64(), r["leaked"].as_u64()), (Some(10), Some(10), Some(20)), "{r}");
+    assert!((r["share"].as_f64().unwrap() - 20.0 / 60.0).abs() < 1e-12);
+    for l in r["leaks"].as_array().unwrap() {
+        let id = l["id"].as_str().unwrap();
+        let i: usize = id.trim_start_matches(char::is_alphabetic).parse().unwrap();
+        let want = if id.starts_with("exact") { format!("t{i}") } else { format!("t{}", 100 + i) };
+        assert!(l["matches"].as_str().unwrap().ends_with(&format!(":train/{want}")), "{l}");
+        assert_eq!(l["kind"], if id.starts_with("exact") { "exact" } else { "near" });
+        assert!(l["similarity"].as_f64().unwrap() >= 0.8);
+    }
+    // The table says the same; shards without text are refused, naming the fix.
+    let o = bertpipe(&["stats", "--leakage", test_dir.to_str().unwrap(), "--against", train_dir.to_str().unwrap()]);
+    assert_ok(&o);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("20 of 60 documents (33.33%)"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let plain = d.join("plain");
+    let yaml = format!(
+        "name: plain\nsource: {{ type: jsonl, path: {}, id_field: id, split: train }}\nsteps: []\nsink: {{ type: parquet, path: {}, keep_text: false }}\n",
+        d.join("train.jsonl").display(),
+        plain.display()
+    );
+    assert_ok(&bertpipe(&["pipeline", "run", write_pipeline(d, "plain.yaml", &yaml).to_str().unwrap(), "--quiet"]));
+    let o = bertpipe(&["stats", "--leakage", test_dir.to_str().unwrap(), "--against", plain.to_str().unwrap()]);
+    assert!(!o.status.success() && stderr(&o).contains("sink.keep_text: true"), "{}", stderr(&o));
+}

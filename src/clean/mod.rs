@@ -5,6 +5,7 @@ pub mod dedup;
 pub mod filter;
 pub mod html;
 pub mod lowercase;
+pub mod minhash;
 pub mod noise;
 pub mod punct;
 pub mod unicode;

@@ -6,6 +6,7 @@
 //! aggregates it (`report`); `render` and `plot` present the result.
 
 pub mod collect;
+pub mod leakage;
 pub mod plot;
 pub mod render;
 pub mod report;
