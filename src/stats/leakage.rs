@@ -62,9 +62,9 @@ pub struct LeakageReport {
     pub leaks: Vec<Leak>,
 }
 
-/// The documents of one split: (id, text), windows folded into their document.
-fn documents(shards: &ShardSet, split: &str) -> Result<Vec<(String, String)>> {
-    let mut out = Vec::new();
+/// Calls `each(id, text)` for every document of one split, windows folded into their document
+/// (its first row), shard by shard: no text is held beyond one record batch.
+fn documents(shards: &ShardSet, split: &str, mut each: impl FnMut(String, &str)) -> Result<usize> {
     let mut seen = std::collections::HashSet::new();
     for shard in 0..shards.shard_rows(split)?.len() {
         for b in shards.shard_batches(split, shard, None)? {
@@ -80,15 +80,15 @@ fn documents(shards: &ShardSet, split: &str) -> Result<Vec<(String, String)>> {
             let ids = columns::strings(b.column_by_name("id").context("no `id` column")?, "id").with_context(shown)?;
             let docs =
                 b.column_by_name("doc_id").map(|c| columns::strings(c, "doc_id")).transpose().with_context(shown)?;
-            for (i, t) in text.into_iter().enumerate() {
+            for (i, t) in text.iter().enumerate() {
                 let id = docs.as_ref().and_then(|d| d[i].clone()).or_else(|| ids[i].clone()).unwrap_or_default();
                 if seen.insert(id.clone()) {
-                    out.push((id, t.unwrap_or_default()));
+                    each(id, t.as_deref().unwrap_or_default());
                 }
             }
         }
     }
-    Ok(out)
+    Ok(seen.len())
 }
 
 fn same_folder(a: &Path, b: &Path) -> bool {
@@ -104,8 +104,10 @@ pub fn run(opts: &LeakageOptions) -> Result<LeakageReport> {
         bail!("--leakage needs at least one --against FOLDER[:SPLIT] to compare with");
     }
     let eval = ShardSet::open(&opts.eval)?;
-    let eval_docs = documents(&eval, &opts.split)?;
     let hasher = MinHasher::new(opts.params);
+    // The evaluated documents as signatures (448 bytes each), not texts.
+    let mut eval_docs = Vec::new();
+    documents(&eval, &opts.split, |id, text| eval_docs.push((id, hasher.signature(text), words_key(text))))?;
     let mut index = LshIndex::default();
     let mut names: Vec<String> = Vec::new();
     let mut against = Vec::new();
@@ -125,18 +127,16 @@ pub fn run(opts: &LeakageOptions) -> Result<LeakageReport> {
                 }
                 continue;
             }
-            let docs = documents(&set, &s)?;
-            against.push(format!("{}:{s} ({} documents)", folder.display(), docs.len()));
-            for (id, text) in docs {
-                index.insert(&hasher, hasher.signature(&text), words_key(&text));
+            let n = documents(&set, &s, |id, text| {
+                index.insert(&hasher, hasher.signature(text), words_key(text));
                 names.push(format!("{}:{s}/{id}", folder.display()));
-            }
+            })?;
+            against.push(format!("{}:{s} ({n} documents)", folder.display()));
         }
     }
     let (mut exact, mut near, mut leaks) = (0, 0, Vec::new());
-    for (id, text) in &eval_docs {
-        let sig = hasher.signature(text);
-        if let Some(m) = index.best_match(&hasher, sig.as_deref(), words_key(text)) {
+    for (id, sig, key) in &eval_docs {
+        if let Some(m) = index.best_match(&hasher, sig.as_deref(), *key) {
             if m.exact {
                 exact += 1;
             } else {
