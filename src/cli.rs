@@ -180,6 +180,10 @@ pub struct EvalArgs {
     /// (on documents when rows are windows).
     #[arg(long, value_name = "POINTS", default_value_t = bertpipe_default_max_drop(), requires = "baseline")]
     pub max_drop: f64,
+    /// Score the documents the pipeline's training splits hold (its manifest's `leakage`)
+    /// apart from the clean ones, beside the overall figures.
+    #[arg(long)]
+    pub exclude_leaked: bool,
     /// No progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,

@@ -124,10 +124,10 @@ fn pipeline_scan(args: bertpipe::cli::ScanArgs) -> ExitCode {
     report(pipeline::tasks::scan(&p, task, args.threads, args.quiet).map(|scan| {
         if !args.quiet {
             eprintln!(
-                "scan of task {} of {}: {} fingerprints, {} noise scores in {:.2}s",
+                "scan of task {} of {}: keys of {} documents, {} noise scores in {:.2}s",
                 task.index,
                 task.count,
-                scan.keys.len(),
+                scan.docs.len(),
                 scan.scores.len(),
                 started.elapsed().as_secs_f64()
             );
@@ -435,6 +435,7 @@ fn eval(args: bertpipe::cli::EvalArgs) -> anyhow::Result<()> {
         length_edges: args.length_edges,
         baseline: args.baseline,
         max_drop: args.max_drop,
+        exclude_leaked: if args.exclude_leaked { eval::ScoreLeaked::Yes } else { eval::ScoreLeaked::No },
     };
     let r = eval::run(&opts)?;
     if args.json {

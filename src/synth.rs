@@ -216,3 +216,44 @@ pub fn corpus(per_label: usize, unsup: usize, seed: u64) -> Vec<(String, Vec<u8>
     ));
     files
 }
+
+/// A document of [`near_duplicate_corpus`]; a planted copy names the earlier document it was
+/// made from and the share of its words that were changed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlantedDoc {
+    pub id: String,
+    pub text: String,
+    /// The index of the document this one copies (itself perhaps a copy: chains are planted too).
+    pub copy_of: Option<usize>,
+    pub changed: f64,
+}
+
+/// The shares of words a planted copy changes, and the 5-shingle Jaccard similarity each gives
+/// about: 0 (1.0: the same words), 1% (~0.90), 2% (~0.82), 4% (~0.67), 8% (~0.45), 30% (~0.1).
+pub const PLANTED_CHANGES: [f64; 6] = [0.0, 0.01, 0.02, 0.04, 0.08, 0.30];
+
+/// `n` documents for testing near-duplicate detection: reviews as [`review`] writes them, and
+/// among them (a share `copies` of all documents) near copies of an earlier document, each
+/// with a share of its words, drawn from [`PLANTED_CHANGES`], replaced by words no review uses.
+/// Ids are `doc-N`. Deterministic for a seed.
+pub fn near_duplicate_corpus(n: usize, copies: f64, seed: u64) -> Vec<PlantedDoc> {
+    let mut rng = Rng::for_key(seed, &[0x6e65_6172]);
+    let mut docs: Vec<PlantedDoc> = Vec::with_capacity(n);
+    for i in 0..n {
+        let id = format!("doc-{i}");
+        if i > 0 && rng.chance(copies) {
+            let of = rng.below(i);
+            let changed = PLANTED_CHANGES[rng.below(PLANTED_CHANGES.len())];
+            let mut words: Vec<String> = docs[of].text.split(' ').map(String::from).collect();
+            let k = (changed * words.len() as f64).ceil() as usize;
+            for _ in 0..k {
+                let at = rng.below(words.len());
+                words[at] = format!("zq{}", rng.below(1_000_000_000));
+            }
+            docs.push(PlantedDoc { id, text: words.join(" "), copy_of: Some(of), changed });
+        } else {
+            docs.push(PlantedDoc { id, text: review(&mut rng, None), copy_of: None, changed: 0.0 });
+        }
+    }
+    docs
+}

@@ -93,7 +93,7 @@ pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<Voca
         let reader = scope.spawn(move || {
             let set_total = |t: Total| progress.set_total(t);
             parallel::process(
-                CorpusPart::whole(&pipeline.source, pipeline.seed),
+                CorpusPart::whole(&pipeline.source, pipeline.seed, steps),
                 steps,
                 threads,
                 &set_total,
@@ -196,14 +196,20 @@ pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<Voca
     let progress = Progress::new(opts.quiet, "vocab: measuring coverage");
     let (mut tokens, mut unk_tokens) = (0u64, 0u64);
     let set_total = |t: Total| progress.set_total(t);
-    parallel::process(CorpusPart::whole(&pipeline.source, pipeline.seed), &measure, threads, &set_total, |outcome| {
-        progress.advance(outcome.input_bytes(), 1);
-        if let Outcome::Kept(doc) = outcome {
-            tokens += doc.tokens.len() as u64;
-            unk_tokens += doc.tokens.iter().filter(|&&t| t == unk).count() as u64;
-        }
-        Ok(())
-    })?;
+    parallel::process(
+        CorpusPart::whole(&pipeline.source, pipeline.seed, &measure),
+        &measure,
+        threads,
+        &set_total,
+        |outcome| {
+            progress.advance(outcome.input_bytes(), 1);
+            if let Outcome::Kept(doc) = outcome {
+                tokens += doc.tokens.len() as u64;
+                unk_tokens += doc.tokens.iter().filter(|&&t| t == unk).count() as u64;
+            }
+            Ok(())
+        },
+    )?;
     progress.finish();
     Ok(VocabReport { vocab_txt, tokenizer_json, vocab_size, docs, tokens, unk_tokens })
 }

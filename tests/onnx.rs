@@ -820,3 +820,106 @@ fn a_model_that_loses_more_than_max_drop_fails_the_gate_with_exit_1() {
     let o = eval_cli(model, &t.shards, &out, &["--max-drop", "1"]);
     assert!(!o.status.success() && stderr(&o).contains("--baseline"), "{}", stderr(&o));
 }
+
+/// An aclImdb-layout corpus whose test split repeats some training reviews: `exact` verbatim
+/// and `near` with one word changed (sources of 200 words or more: Jaccard ≈ 0.95), beside
+/// fresh reviews. Returns the folder and the planted test files' ids with their kind.
+fn leaky_corpus(dir: &Path, exact: usize, near: usize) -> (PathBuf, Vec<(String, &'static str)>) {
+    let root = dir.join("aclImdb");
+    let mut rng = bertpipe::rng::Rng(77);
+    let mut planted = Vec::new();
+    for (label, positive, rating) in [("neg", false, 2), ("pos", true, 9)] {
+        let mut long = Vec::new();
+        for split in ["train", "test"] {
+            std::fs::create_dir_all(root.join(split).join(label)).unwrap();
+        }
+        for i in 0..60 {
+            let text = bertpipe::synth::review(&mut rng, Some(positive));
+            if text.split(' ').count() >= 200 {
+                long.push(text.clone());
+            }
+            std::fs::write(root.join(format!("train/{label}/{i}_{rating}.txt")), text).unwrap();
+        }
+        assert!(long.len() >= exact + near, "{} long training reviews", long.len());
+        for i in 0..40 {
+            let source = long.get(i).filter(|_| i < exact + near);
+            let (text, kind) = if let (Some(t), true) = (source, i < exact) {
+                (t.clone(), Some("exact"))
+            } else if let Some(t) = source {
+                let mut w: Vec<&str> = t.split(' ').collect();
+                w[100] = "zqchanged";
+                (w.join(" "), Some("near"))
+            } else {
+                (bertpipe::synth::review(&mut rng, Some(positive)), None)
+            };
+            std::fs::write(root.join(format!("test/{label}/{i}_{rating}.txt")), text).unwrap();
+            if let Some(k) = kind {
+                planted.push((format!("test/{label}/{i}_{rating}"), k));
+            }
+        }
+    }
+    (root, planted)
+}
+
+#[test]
+fn the_manifest_counts_test_leakage_and_eval_scores_the_clean_and_leaked_parts_apart() {
+    let t = trained();
+    let dir = tempfile::tempdir().unwrap();
+    let (corpus, planted) = leaky_corpus(dir.path(), 4, 4);
+    let shards = dir.path().join("shards");
+    let src = format!("source.path={}", corpus.display());
+    assert_ok(&run_pipeline("pipelines/imdb.yaml", &shards, &["--set", &src]));
+    let m = common::manifest(&shards);
+    let l = &m["leakage"]["test"];
+    // What the pipeline kept of the planted pairs (its noise filter and dedup may drop some).
+    let kept: std::collections::HashSet<String> =
+        ["train", "test"].iter().flat_map(|s| common::strings(&shards, s, "id")).collect();
+    let leaks: Vec<(String, bool)> = l["leaks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (x["id"].as_str().unwrap().to_string(), x["exact"].as_bool().unwrap()))
+        .collect();
+    let want: Vec<(String, bool)> =
+        planted.iter().filter(|(id, _)| kept.contains(id)).map(|(id, k)| (id.clone(), *k == "exact")).collect();
+    let mut got = leaks.clone();
+    got.sort();
+    let mut want_sorted = want.clone();
+    want_sorted.sort();
+    assert_eq!(got, want_sorted, "the planted overlap, and nothing else: {l}");
+    assert!(want.len() >= 12, "most planted pairs survive the pipeline: {}", want.len());
+    assert_eq!(l["leaked"].as_u64().unwrap() as usize, want.len());
+    assert_eq!(l["exact"].as_u64().unwrap() as usize, want.iter().filter(|w| w.1).count());
+    assert_eq!(l["against"], serde_json::json!(["train"]));
+    assert_eq!(l["documents"], m["splits"]["test"]["docs_out"]);
+
+    // eval shows it, and with --exclude-leaked scores both parts; they add up.
+    let out = dir.path().join("eval");
+    let o = eval_cli(&t.model, &shards, &out, &["--exclude-leaked", "--json"]);
+    assert_ok(&o);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let e = &r["leakage"];
+    assert_eq!(e["leaked"], l["leaked"]);
+    let (clean, leaked) = (&e["clean"], &e["leaked_only"]);
+    assert_eq!(leaked["documents"].as_u64().unwrap() as usize, want.len());
+    assert_eq!(
+        clean["documents"].as_u64().unwrap() + leaked["documents"].as_u64().unwrap(),
+        r["documents"].as_u64().unwrap()
+    );
+    let n = |v: &Value| v["metrics"]["examples"].as_f64().unwrap();
+    let acc = |v: &Value| v["metrics"]["accuracy"].as_f64().unwrap();
+    assert_eq!(n(clean) + n(leaked), n(&r));
+    let mixed = (acc(clean) * n(clean) + acc(leaked) * n(leaked)) / n(&r);
+    assert!((mixed - acc(&r)).abs() < 1e-12, "{mixed} vs {}", acc(&r));
+    let text = eval_cli(&t.model, &shards, &dir.path().join("eval2"), &[]);
+    assert_ok(&text);
+    let shown = String::from_utf8_lossy(&text.stdout);
+    assert!(shown.contains("leakage") && shown.contains(&format!("({} of", want.len())), "{shown}");
+
+    // Without the figure in the manifest, --exclude-leaked says where it comes from.
+    let off = dir.path().join("off");
+    assert_ok(&run_pipeline("pipelines/imdb.yaml", &off, &["--set", &src, "--set", "sink.leakage=off"]));
+    assert!(common::manifest(&off).get("leakage").is_none());
+    let o = eval_cli(&t.model, &off, &dir.path().join("eval3"), &["--exclude-leaked"]);
+    assert!(!o.status.success() && stderr(&o).contains("stats --leakage"), "{}", stderr(&o));
+}

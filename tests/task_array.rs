@@ -33,8 +33,9 @@ fn rows(out: &Path) -> Vec<(String, RecordBatch)> {
     all
 }
 
-/// The manifest's figures, without what necessarily differs (shard lists, the task marker, and
-/// the configuration, whose sink path is another folder).
+/// The manifest's figures, without what necessarily differs (shard lists, the task marker, the
+/// configuration, whose sink path is another folder, and the leakage block: a task sees only its
+/// part, so an array's merged manifest has none — `stats --leakage` measures the merged shards).
 fn figures(out: &Path) -> serde_json::Value {
     let mut m = manifest(out);
     for s in m["splits"].as_object_mut().unwrap().values_mut() {
@@ -42,7 +43,7 @@ fn figures(out: &Path) -> serde_json::Value {
     }
     m["rejects"].as_object_mut().unwrap().remove("shards");
     let o = m.as_object_mut().unwrap();
-    for k in ["tasks", "config", "config_sha256"] {
+    for k in ["tasks", "config", "config_sha256", "leakage"] {
         o.remove(k);
     }
     m

@@ -7,7 +7,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::contract::document::{DedupKey, Document};
+use crate::contract::document::{DedupKey, Document, OrderKey};
 use crate::contract::{Step, Verdict};
 
 /// Reject exact duplicates of an earlier document's cleaned text with reason
@@ -31,7 +31,7 @@ pub enum DedupScope {
 impl Step for Dedup {
     fn apply(&self, doc: &mut Document) -> Verdict {
         let split = (self.scope == DedupScope::Split).then_some(doc.split.as_str());
-        doc.dedup_key = Some(fingerprint(split, &doc.text));
+        doc.order_keys.push(OrderKey::Exact(fingerprint(split, &doc.text)));
         Verdict::Keep
     }
 }
@@ -105,7 +105,10 @@ mod tests {
     fn key(d: &Dedup, split: &str, text: &str) -> DedupKey {
         let mut doc = Document { split: split.into(), text: text.into(), ..Default::default() };
         d.apply(&mut doc);
-        doc.dedup_key.unwrap()
+        match doc.order_keys.pop() {
+            Some(OrderKey::Exact(k)) => k,
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

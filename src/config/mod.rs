@@ -472,11 +472,12 @@ impl YamlFile {
     }
 }
 
-/// Cross-step rules: noise filters need a score, dedup and tokenize appear once, sequences
+/// Cross-step rules: noise filters need a score, dedup, near_dedup and tokenize appear once, sequences
 /// need tokens and come last.
 fn check_steps(c: &mut Checker, steps: &[PipelineStep]) {
     let mut scored = false;
     let mut dedups = 0;
+    let mut near_dedups = 0;
     let mut tokenized = false;
     let mut sequenced = false;
     for (i, step) in steps.iter().enumerate() {
@@ -526,6 +527,15 @@ fn check_steps(c: &mut Checker, steps: &[PipelineStep]) {
                 dedups += 1;
                 if dedups > 1 {
                     c.at_path(&here("type"), format!("steps[{i}]: only one dedup step is allowed"));
+                }
+            }
+            PipelineStep::NearDedup(n) => {
+                near_dedups += 1;
+                if near_dedups > 1 {
+                    c.at_path(&here("type"), format!("steps[{i}]: only one near_dedup step is allowed"));
+                }
+                if let Err(e) = n.params().check() {
+                    c.at_path(&here("type"), format!("steps[{i}] (near_dedup): {e}"));
                 }
             }
             PipelineStep::Filter(f) => {

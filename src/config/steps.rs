@@ -7,7 +7,7 @@
 //! `noise_score` wrote, the sequence steps read `tokenize`'s ids and need its special ids,
 //! which `pipeline::prepare_steps` hands them. Validation (`config`) checks that order.
 
-use crate::clean::{Dedup, Filter, HtmlStrip, Lowercase, NoiseScore, Punctuation, UnicodeNormalize};
+use crate::clean::{Dedup, Filter, HtmlStrip, Lowercase, NearDedup, NoiseScore, Punctuation, UnicodeNormalize};
 use crate::contract::Step;
 use crate::sequence::{ClassifySequences, PretrainSequences};
 use crate::tokenize::Tokenize;
@@ -22,6 +22,7 @@ tagged_enum! {
         "noise_score" => NoiseScore(NoiseScore),
         "filter" => Filter(Filter),
         "dedup" => Dedup(Dedup),
+        "near_dedup" => NearDedup(NearDedup),
         "tokenize" => Tokenize(Tokenize),
         "classify_sequences" => ClassifySequences(ClassifySequences),
         "pretrain_sequences" => PretrainSequences(PretrainSequences),
@@ -38,6 +39,7 @@ impl PipelineStep {
             PipelineStep::NoiseScore(s) => s,
             PipelineStep::Filter(s) => s,
             PipelineStep::Dedup(s) => s,
+            PipelineStep::NearDedup(s) => s,
             PipelineStep::Tokenize(s) => s,
             PipelineStep::ClassifySequences(s) => s,
             PipelineStep::PretrainSequences(s) => s,

@@ -17,8 +17,9 @@ pub struct Document {
     pub utf8_replaced: bool,
     /// Set by `noise_score`.
     pub noise: Option<NoiseComponents>,
-    /// Set by `dedup`: the fingerprint of the text when it reached that step.
-    pub dedup_key: Option<DedupKey>,
+    /// Set by `dedup` and `near_dedup`, in step order: what each computed from the text when it
+    /// reached that step. The ordered stage decides with them, in input order.
+    pub order_keys: Vec<OrderKey>,
     /// Bytes of input this record accounts for (progress reporting).
     pub input_bytes: u64,
     /// Set by `tokenize`: WordPiece ids, without special tokens.
@@ -36,6 +37,37 @@ pub struct Document {
 
 /// A 128-bit fingerprint of a document's text (and split, when deduplicating per split).
 pub type DedupKey = [u8; 16];
+
+/// What a step whose verdict depends on earlier documents computed on a worker, for the
+/// ordered stage to decide with: the first document in input order wins, whatever the threads.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OrderKey {
+    /// `dedup`: the text's fingerprint.
+    Exact(DedupKey),
+    /// `near_dedup`: the text's MinHash signature.
+    Near(NearKey),
+}
+
+impl OrderKey {
+    /// The step type that decides with this key.
+    pub fn step(&self) -> &'static str {
+        match self {
+            OrderKey::Exact(_) => "dedup",
+            OrderKey::Near(_) => "near_dedup",
+        }
+    }
+}
+
+/// A document's MinHash signature as `near_dedup` computed it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NearKey {
+    /// Keeps the splits' buckets apart when near-duplicates count only within a split (0: global).
+    pub salt: u64,
+    /// A key of the words (equal keys: the same words up to case and punctuation).
+    pub words: u64,
+    /// One minimum per hash; empty for a text without words, which is never compared.
+    pub signature: Vec<u32>,
+}
 
 /// A document that will not reach the shards, and why.
 #[derive(Debug, Clone)]

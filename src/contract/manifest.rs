@@ -38,6 +38,42 @@ pub struct Manifest {
     /// `shards merge` writes, the count (shard files are then under `tasks/NNNNN/`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks: Option<TasksInfo>,
+    /// Per evaluation split (`test`, `validation`, …): how many of its documents the other
+    /// splits of this output hold, exactly or nearly (`sink.leakage`, on by default).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub leakage: BTreeMap<String, LeakageInfo>,
+}
+
+/// Test leakage of one evaluation split: its documents with an exact or near duplicate (MinHash
+/// over 5-word shingles, estimated Jaccard ≥ `threshold`) among the `against` splits' documents.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LeakageInfo {
+    pub against: Vec<String>,
+    /// Documents of the evaluation split, and of the splits compared with.
+    pub documents: u64,
+    pub against_documents: u64,
+    /// The same words (up to case and punctuation) as a document compared with.
+    pub exact: u64,
+    /// Not exact, but at or above the threshold.
+    pub near: u64,
+    /// `exact + near`, and its share of `documents`.
+    pub leaked: u64,
+    pub share: f64,
+    pub ngram: usize,
+    pub bands: usize,
+    pub rows: usize,
+    pub threshold: f64,
+    /// Every leaked document, in the split's order, with its best match.
+    pub leaks: Vec<LeakedDoc>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LeakedDoc {
+    pub id: String,
+    /// `SPLIT/ID` of the document it repeats.
+    pub matches: String,
+    pub similarity: f64,
+    pub exact: bool,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

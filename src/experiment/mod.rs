@@ -478,6 +478,8 @@ fn run_stage(
                 length_edges: None,
                 baseline: baseline.clone(),
                 max_drop: *max_drop,
+                // The chain reports leakage without being asked: the clean part's score too.
+                exclude_leaked: crate::onnx::eval::ScoreLeaked::IfRecorded,
             };
             let r = crate::onnx::eval::run(&opts)?;
             if !quiet {
@@ -488,6 +490,13 @@ fn run_stage(
                 f["accuracy"] = json!(m.accuracy);
                 f["f1"] = json!(m.f1);
                 f["loss"] = json!(m.loss);
+            }
+            if let Some(l) = &r.leakage {
+                f["leaked_share"] = json!(l.share);
+                f["leaked"] = json!(l.leaked);
+                if let Some(m) = l.clean.as_ref().and_then(|c| c.document_metrics.as_ref().or(c.metrics.as_ref())) {
+                    f["clean_accuracy"] = json!(m.accuracy);
+                }
             }
             if let Some(g) = &r.gate {
                 f["agreement"] = json!(g.agreement);

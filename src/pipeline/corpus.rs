@@ -30,7 +30,7 @@ pub(crate) fn resolve_noise_quantiles(
         let Some(q) = f.max_noise_quantile else {
             continue;
         };
-        let scores = noise_scores(CorpusPart::whole(source, seed), &steps[..i], threads, quiet)?;
+        let scores = noise_scores(CorpusPart::whole(source, seed, &steps[..i]), &steps[..i], threads, quiet)?;
         if let PipelineStep::Filter(f) = &mut steps[i] {
             f.resolved_quantile_threshold = Some(quantile_threshold(scores, q));
         }

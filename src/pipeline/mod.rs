@@ -4,7 +4,9 @@
 //! the documents into shards ([`parallel`] keeps input order), write the manifest.
 
 pub mod corpus;
+pub mod leakage;
 pub mod parallel;
+pub mod seen;
 pub mod tasks;
 
 use std::collections::BTreeMap;
@@ -73,22 +75,22 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
 
     // Load the vocabulary and run any first pass before the output folder is touched, so a
     // bad vocabulary or source leaves no half-made output behind. A task of an array takes
-    // what needs the whole corpus (dedup's earlier fingerprints, noise quantiles) from the
+    // what needs the whole corpus (the documents dedup and near_dedup kept, noise quantiles) from the
     // scan phase's files instead.
     let mut steps = pipeline.steps.clone();
     let tokenizer = prepare_steps(&mut steps)?;
-    let mut dedup = crate::clean::dedup::DedupIndex::default();
-    match opts.task {
-        Some(task) if task.count > 1 => {
-            dedup = tasks::resolve_from_scans(&sink.path, &config_sha256, task, &mut steps)?;
+    let seen = match opts.task {
+        Some(task) if task.count > 1 => tasks::resolve_from_scans(&sink.path, &config_sha256, task, &mut steps)?,
+        _ => {
+            corpus::resolve_noise_quantiles(&pipeline.source, pipeline.seed, &mut steps, threads, opts.quiet)?;
+            seen::Seen::for_steps(&steps)
         }
-        _ => corpus::resolve_noise_quantiles(&pipeline.source, pipeline.seed, &mut steps, threads, opts.quiet)?,
-    }
+    };
     let input = CorpusPart {
         source: &pipeline.source,
         seed: pipeline.seed,
         part: opts.task.map_or(Partition::WHOLE, |t| t.part()),
-        dedup,
+        seen,
     };
 
     let kept = output.prepare(opts, &config_sha256)?;
@@ -101,7 +103,14 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     // task's boundary); later tasks draw their choices from their own stream, so task k's row
     // n is not masked as task 0's row n is. Task 0 draws what a single run draws.
     let seed = opts.task.map_or(pipeline.seed, |t| tasks::task_seed(pipeline.seed, t.index));
-    let setup = SplitSetup { out: &output.out, sink, kept: &kept, plan: &plan, seed };
+    // Test leakage: only when there is an evaluation split and something to compare it with,
+    // and not in a task of an array (it sees only its part of each split).
+    let splits = pipeline.source.split_names();
+    let measure_leakage = sink.leakage == crate::sink::LeakageCheck::Auto
+        && opts.task.is_none_or(|t| t.count == 1)
+        && splits.iter().any(|s| leakage::is_eval_split(s))
+        && splits.iter().any(|s| !leakage::is_eval_split(s));
+    let setup = SplitSetup { out: &output.out, sink, kept: &kept, plan: &plan, seed, leakage: measure_leakage };
     let written = write_rows(input, &steps, threads, &progress, &setup, output.remote.as_ref(), journal)?;
     progress.finish();
 
@@ -118,6 +127,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         splits: written.splits,
         rejects: written.rejects,
         tasks: opts.task.map(|t| manifest::TasksInfo { index: Some(t.index), count: t.count }),
+        leakage: written.leakage,
     };
     manifest.write(&output.out)?;
     output.finish()?;
@@ -228,6 +238,7 @@ struct Written {
     rejects: RejectsInfo,
     /// Bytes of document text read.
     text_bytes: u64,
+    leakage: BTreeMap<String, manifest::LeakageInfo>,
 }
 
 /// The streaming phase: every document of `input` through the steps, in input order, into
@@ -266,12 +277,18 @@ fn write_rows(
         setup.kept.get(REJECTS).cloned().unwrap_or_default(),
     );
     let set_total = |t: Total| progress.set_total(t);
-    let text_bytes = parallel::process(input, steps, threads, &set_total, |outcome| {
+    let signer = leakage::Signer::new();
+    let sign = |doc: &Document| setup.leakage.then(|| signer.sign(doc));
+    let mut seen = leakage::Leakage::default();
+    let text_bytes = parallel::process_with(input, steps, threads, &set_total, &sign, |outcome, signature| {
         progress.advance(outcome.input_bytes(), 1);
         match outcome {
             Outcome::Kept(doc) => {
                 let split = splits.entry(doc.split.clone()).or_insert_with(|| SplitOutput::new(&doc.split, setup));
                 split.add(&doc, plan, &mut on_shard)?;
+                if let Some(Some(sig)) = signature {
+                    seen.add(&doc, sig);
+                }
             }
             Outcome::Rejected(r) => {
                 let split = splits.entry(r.split.clone()).or_insert_with(|| SplitOutput::new(&r.split, setup));
@@ -293,6 +310,7 @@ fn write_rows(
         splits,
         rejects: RejectsInfo { rows: reject_writer.rows_written(), shards: reject_writer.shards },
         text_bytes,
+        leakage: seen.finish(),
     })
 }
 struct SplitOutput {
@@ -319,6 +337,8 @@ struct SplitSetup<'a> {
     kept: &'a BTreeMap<String, Vec<ShardInfo>>,
     plan: &'a RowPlan,
     seed: u64,
+    /// Whether the run measures test leakage (the manifest's `leakage`).
+    leakage: bool,
 }
 
 impl SplitOutput {

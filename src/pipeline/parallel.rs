@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use anyhow::{anyhow, Result};
 use crossbeam_channel::{bounded, Receiver, Sender};
 
-use crate::clean::dedup::DedupIndex;
 use crate::config::PipelineStep;
-use crate::contract::document::{DedupKey, Document, Rejected};
+use crate::contract::document::{Document, OrderKey, Rejected};
 use crate::contract::partition::Partition;
 use crate::contract::progress::Total;
 use crate::contract::Verdict;
+use crate::pipeline::seen::Seen;
 use crate::source::{Emit, Source, SourceItem};
 
 /// A batch closes at this many documents or this many bytes of text, whichever comes first.
@@ -34,11 +34,12 @@ impl Outcome {
     }
 }
 
-/// A worker's result for one document, before the ordered stage applies dedup.
+/// A worker's result for one document, before the ordered stage applies `dedup` and
+/// `near_dedup`.
 struct Processed<M> {
     outcome: Outcome,
-    dedup_key: Option<DedupKey>,
-    /// The text as read, kept only while a dedup decision may still turn the document into a reject.
+    order_keys: Vec<OrderKey>,
+    /// The text as read, kept only while an ordered decision may still turn the document into a reject.
     original: Option<String>,
     /// What the caller's `measure` made of a kept document, on the worker.
     measured: Option<M>,
@@ -68,7 +69,7 @@ fn run_steps<M>(
         SourceItem::Reject(r) => {
             return Ok(Processed {
                 outcome: Outcome::Rejected(r),
-                dedup_key: None,
+                order_keys: Vec::new(),
                 original: None,
                 measured: None,
                 read_bytes,
@@ -90,17 +91,17 @@ fn run_steps<M>(
             };
             return Ok(Processed {
                 outcome: Outcome::Rejected(rejected),
-                dedup_key: doc.dedup_key,
+                order_keys: doc.order_keys,
                 original: None,
                 measured: None,
                 read_bytes,
             });
         }
     }
-    let keep_original = doc.dedup_key.is_some();
+    let keep_original = !doc.order_keys.is_empty();
     let measured = Some(measure(&doc));
     Ok(Processed {
-        dedup_key: doc.dedup_key,
+        order_keys: std::mem::take(&mut doc.order_keys),
         outcome: Outcome::Kept(doc),
         original: keep_original.then_some(original),
         measured,
@@ -164,24 +165,24 @@ impl Emit for Batcher<'_> {
 }
 
 /// What a run reads: the source, the pipeline's seed (it keys split fractions), the part of
-/// the input this process takes, and the dedup fingerprints already claimed before that part
-/// (by earlier tasks of an array; empty for a single run).
+/// the input this process takes, and the documents `dedup` / `near_dedup` already kept before
+/// that part (by earlier tasks of an array; nothing for a single run).
 pub struct CorpusPart<'a> {
     pub source: &'a Source,
     pub seed: u64,
     pub part: Partition,
-    pub dedup: DedupIndex,
+    pub seen: Seen,
 }
 
 impl<'a> CorpusPart<'a> {
-    /// All of `source`, as one process reads it.
-    pub fn whole(source: &'a Source, seed: u64) -> Self {
-        CorpusPart { source, seed, part: Partition::WHOLE, dedup: DedupIndex::default() }
+    /// All of `source`, as one process reads it, through `steps`.
+    pub fn whole(source: &'a Source, seed: u64, steps: &[PipelineStep]) -> Self {
+        CorpusPart { source, seed, part: Partition::WHOLE, seen: Seen::for_steps(steps) }
     }
 }
 
 /// Streams the input through `steps` on `threads` workers and calls `consume` with every
-/// outcome in input order. Dedup decisions are made here, in order, so the first occurrence
+/// outcome in input order. `dedup` and `near_dedup` decide here, in order, so the first occurrence
 /// wins whatever the thread count. Returns the bytes of document text read.
 pub fn process(
     input: CorpusPart,
@@ -194,7 +195,7 @@ pub fn process(
 }
 
 /// As [`process`], and `measure` runs on the workers for every document the steps keep; its
-/// result comes with the outcome (`None` for rejects, dedup's included). Work that reads each
+/// result comes with the outcome (`None` for rejects, dedup's and near_dedup's included). Work that reads each
 /// kept document's text belongs here rather than on the ordered consumer thread.
 pub fn process_with<M: Send>(
     input: CorpusPart,
@@ -202,8 +203,20 @@ pub fn process_with<M: Send>(
     threads: usize,
     on_total: &(dyn Fn(Total) + Sync),
     measure: &(dyn Fn(&Document) -> M + Sync),
-    mut consume: impl FnMut(Outcome, Option<M>) -> Result<()>,
+    consume: impl FnMut(Outcome, Option<M>) -> Result<()>,
 ) -> Result<u64> {
+    Ok(stream(input, steps, threads, on_total, measure, consume)?.0)
+}
+
+/// As [`process_with`], and returns what the ordered stage saw (a scan's recorded keys).
+pub fn stream<M: Send>(
+    input: CorpusPart,
+    steps: &[PipelineStep],
+    threads: usize,
+    on_total: &(dyn Fn(Total) + Sync),
+    measure: &(dyn Fn(&Document) -> M + Sync),
+    mut consume: impl FnMut(Outcome, Option<M>) -> Result<()>,
+) -> Result<(u64, Seen)> {
     let threads = threads.max(1);
     let slots_n = threads * 4;
     let (work_tx, work_rx) = bounded::<(u64, Vec<SourceItem>)>(slots_n);
@@ -212,8 +225,8 @@ pub fn process_with<M: Send>(
     for _ in 0..slots_n {
         slot_tx.send(()).expect("fresh channel has room");
     }
-    let CorpusPart { source, seed, part, mut dedup } = input;
-    std::thread::scope(|scope| -> Result<u64> {
+    let CorpusPart { source, seed, part, mut seen } = input;
+    std::thread::scope(|scope| -> Result<(u64, Seen)> {
         let reader = scope.spawn(move || -> Result<u64> {
             let mut b = Batcher {
                 batch: Vec::new(),
@@ -255,7 +268,7 @@ pub fn process_with<M: Send>(
                     let done = p.and_then(|mut p| {
                         read_by_workers += p.read_bytes;
                         let measured = p.measured.take();
-                        let outcome = resolve_dedup(&mut dedup, p);
+                        let outcome = resolve_ordered(&mut seen, p);
                         let measured = if matches!(outcome, Outcome::Kept(_)) { measured } else { None };
                         consume(outcome, measured)
                     });
@@ -272,33 +285,33 @@ pub fn process_with<M: Send>(
         drop(slot_tx);
         let read = reader.join().map_err(|_| anyhow!("the source reader panicked"))?;
         consumed?;
-        Ok(read? + read_by_workers)
+        Ok((read? + read_by_workers, seen))
     })
 }
 
-fn resolve_dedup<M>(index: &mut DedupIndex, p: Processed<M>) -> Outcome {
-    let Some(key) = p.dedup_key else {
-        return p.outcome;
-    };
-    let id = match &p.outcome {
+fn resolve_ordered<M>(seen: &mut Seen, p: Processed<M>) -> Outcome {
+    let Processed { outcome, order_keys, original, .. } = p;
+    if order_keys.is_empty() {
+        return outcome;
+    }
+    let id = match &outcome {
         Outcome::Kept(d) => d.id.as_str(),
         Outcome::Rejected(r) => r.id.as_str(),
     };
-    let Some(first) = index.check(key, id) else {
-        return p.outcome;
+    let Some((step, reason)) = seen.resolve(order_keys, id) else {
+        return outcome;
     };
-    let reason = format!("duplicate_of:{first}");
-    match p.outcome {
+    match outcome {
         Outcome::Kept(d) => Outcome::Rejected(Rejected {
             id: d.id,
             split: d.split,
-            step: "dedup".into(),
+            step: step.into(),
             reason,
             origin: d.origin,
-            text: p.original.unwrap_or(d.text),
+            text: original.unwrap_or(d.text),
             input_bytes: d.input_bytes,
         }),
-        // Rejected by a later step, but a duplicate first: dedup ran before that step.
-        Outcome::Rejected(r) => Outcome::Rejected(Rejected { step: "dedup".into(), reason, ..r }),
+        // Rejected by a later step, but a duplicate first: the ordered step ran before that step.
+        Outcome::Rejected(r) => Outcome::Rejected(Rejected { step: step.into(), reason, ..r }),
     }
 }

@@ -4,7 +4,6 @@
 //! manifest readers use. Contiguous parts, listed in task order, are the input in its order,
 //! so the merged rows are those of a single run, in the same order.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -12,14 +11,14 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::clean::dedup::DedupIndex;
 use crate::config::{Pipeline, PipelineStep};
-use crate::contract::document::DedupKey;
+use crate::contract::document::{NearKey, OrderKey};
 use crate::contract::manifest::{self, is_task_name, Manifest, TasksInfo, TASKS_DIR};
 use crate::contract::partition::Partition;
 use crate::contract::progress::{Progress, Total};
 use crate::pipeline::corpus::{noise_scores, quantile_threshold};
-use crate::pipeline::parallel::{self, CorpusPart, Outcome};
+use crate::pipeline::parallel::{self, CorpusPart};
+use crate::pipeline::seen::Seen;
 use crate::pipeline::{prepare_steps, threads_or_default};
 use crate::storage::Remote;
 
@@ -115,7 +114,7 @@ fn task_rel(index: u32) -> String {
 
 /// Where the scan phase leaves each task's fingerprints and scores.
 pub const SCAN_DIR: &str = "scan";
-const SCAN_FORMAT: &str = "bertpipe-scan/1";
+const SCAN_FORMAT: &str = "bertpipe-scan/2";
 
 fn scan_file(index: u32) -> String {
     format!("{TASKS_DIR}/{SCAN_DIR}/{index:05}.bin")
@@ -238,9 +237,10 @@ pub fn prepare_root(out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The steps that need the whole corpus: `(dedup, noise-quantile filter)` positions.
+/// The steps that need the whole corpus: the last of `dedup` / `near_dedup` (the ordered
+/// steps) and the noise-quantile filter, by position.
 fn global_steps(steps: &[PipelineStep]) -> Result<(Option<usize>, Option<usize>)> {
-    let dedup = steps.iter().position(|s| matches!(s, PipelineStep::Dedup(_)));
+    let ordered = steps.iter().rposition(|s| matches!(s, PipelineStep::Dedup(_) | PipelineStep::NearDedup(_)));
     let quantiles: Vec<usize> = steps
         .iter()
         .enumerate()
@@ -250,19 +250,21 @@ fn global_steps(steps: &[PipelineStep]) -> Result<(Option<usize>, Option<usize>)
     if quantiles.len() > 1 {
         bail!("a task array supports one filter with max_noise_quantile; this pipeline has {}", quantiles.len());
     }
-    if dedup.is_some() && !quantiles.is_empty() {
+    if ordered.is_some() && !quantiles.is_empty() {
         bail!(
-            "a task array cannot yet combine `dedup` with a `max_noise_quantile` filter (each needs the other's whole-corpus pass first); use `max_noise` (a fixed score) or run the pipeline as one process"
+            "a task array cannot yet combine `dedup` or `near_dedup` with a `max_noise_quantile` filter (each needs the other's whole-corpus pass first); use `max_noise` (a fixed score) or run the pipeline as one process"
         );
     }
-    Ok((dedup, quantiles.first().copied()))
+    Ok((ordered, quantiles.first().copied()))
 }
 
-/// What one task's scan found: the fingerprints its documents claim for `dedup` (first
-/// occurrences within the task, in input order) and the noise scores a quantile filter sees.
+/// What one task's scan found: every document's `dedup` / `near_dedup` keys, in input order
+/// and undecided (whether a document is kept depends on the tasks before it, and a near
+/// duplicate of a document that an earlier task rejects may be kept: only replaying them all in
+/// order gives the single run's verdicts), and the noise scores a quantile filter sees.
 #[derive(Debug, Default, PartialEq)]
 pub struct Scan {
-    pub keys: Vec<(DedupKey, String)>,
+    pub docs: Vec<(String, Vec<OrderKey>)>,
     pub scores: Vec<f32>,
 }
 
@@ -271,63 +273,83 @@ struct ScanHeader {
     format: String,
     config_sha256: String,
     task: TaskSpec,
-    keys: u64,
+    docs: u64,
     scores: u64,
 }
 
-/// `pipeline scan`: the first phase of a task array whose pipeline has `dedup` or a
-/// `max_noise_quantile` filter. Runs the steps before that step over this task's part and
-/// writes `<out>/tasks/scan/NNNNN.bin` (complete or absent: written aside, then renamed).
+/// `pipeline scan`: the first phase of a task array whose pipeline has `dedup`, `near_dedup`
+/// or a `max_noise_quantile` filter. Runs the steps up to the last of them over this task's
+/// part and writes `<out>/tasks/scan/NNNNN.bin` (complete or absent: written aside, then renamed).
 pub fn scan(pipeline: &Pipeline, task: TaskSpec, threads: usize, quiet: bool) -> Result<Scan> {
     let crate::sink::Sink::Parquet(sink) = &pipeline.sink;
     let config_sha256 = hex::encode(Sha256::digest(pipeline.canonical_json().as_bytes()));
     let mut steps = pipeline.steps.clone();
     prepare_steps(&mut steps)?;
-    let (dedup, quantile) = global_steps(&steps)?;
+    let (ordered, quantile) = global_steps(&steps)?;
     let threads = threads_or_default(threads);
-    let input = || CorpusPart {
-        source: &pipeline.source,
-        seed: pipeline.seed,
-        part: task.part(),
-        dedup: DedupIndex::default(),
-    };
+    let input = |seen: Seen| CorpusPart { source: &pipeline.source, seed: pipeline.seed, part: task.part(), seen };
     let mut found = Scan::default();
-    match (dedup, quantile) {
-        (Some(d), _) => {
+    match (ordered, quantile) {
+        (Some(last), _) => {
             let progress = Progress::new(quiet, "scan");
             let set_total = |t: Total| progress.set_total(t);
-            parallel::process(input(), &steps[..=d], threads, &set_total, |outcome| {
-                progress.advance(outcome.input_bytes(), 1);
-                if let Outcome::Kept(doc) = outcome {
-                    found.keys.push((doc.dedup_key.expect("the dedup step sets a key"), doc.id));
-                }
-                Ok(())
-            })?;
+            let (_, seen) = parallel::stream(
+                input(Seen::recording()),
+                &steps[..=last],
+                threads,
+                &set_total,
+                &|_: &crate::contract::document::Document| (),
+                |outcome, _| {
+                    progress.advance(outcome.input_bytes(), 1);
+                    Ok(())
+                },
+            )?;
+            found.docs = seen.into_recorded();
             progress.finish();
         }
-        (None, Some(q)) => found.scores = noise_scores(input(), &steps[..q], threads, quiet)?,
+        (None, Some(q)) => found.scores = noise_scores(input(Seen::for_steps(&[])), &steps[..q], threads, quiet)?,
         (None, None) => bail!(
-            "this pipeline has no `dedup` and no `max_noise_quantile` filter: its tasks need no scan, run `pipeline run` directly"
+            "this pipeline has no `dedup`, `near_dedup` or `max_noise_quantile` filter: its tasks need no scan, run `pipeline run` directly"
         ),
     }
     write_scan(&sink.path, &config_sha256, task, &found)?;
     Ok(found)
 }
 
+const TAG_EXACT: u8 = 0;
+const TAG_NEAR: u8 = 1;
+
 fn write_scan(out: &Path, config_sha256: &str, task: TaskSpec, scan: &Scan) -> Result<()> {
     let header = ScanHeader {
         format: SCAN_FORMAT.into(),
         config_sha256: config_sha256.into(),
         task,
-        keys: scan.keys.len() as u64,
+        docs: scan.docs.len() as u64,
         scores: scan.scores.len() as u64,
     };
     let mut w = serde_json::to_vec(&header)?;
     w.push(b'\n');
-    for (key, id) in &scan.keys {
-        w.extend_from_slice(key);
+    for (id, keys) in &scan.docs {
         w.extend_from_slice(&(id.len() as u32).to_le_bytes());
         w.extend_from_slice(id.as_bytes());
+        w.push(u8::try_from(keys.len()).expect("at most one dedup and one near_dedup step"));
+        for key in keys {
+            match key {
+                OrderKey::Exact(k) => {
+                    w.push(TAG_EXACT);
+                    w.extend_from_slice(k);
+                }
+                OrderKey::Near(n) => {
+                    w.push(TAG_NEAR);
+                    w.extend_from_slice(&n.salt.to_le_bytes());
+                    w.extend_from_slice(&n.words.to_le_bytes());
+                    w.extend_from_slice(&(n.signature.len() as u16).to_le_bytes());
+                    for v in &n.signature {
+                        w.extend_from_slice(&v.to_le_bytes());
+                    }
+                }
+            }
+        }
     }
     for score in &scan.scores {
         w.extend_from_slice(&score.to_le_bytes());
@@ -340,6 +362,20 @@ fn read_scan(root: &Root, config_sha256: &str, task: TaskSpec) -> Result<Scan> {
     parse_scan(&root.read(&rel)?, &root.display(&rel), config_sha256, task)
 }
 
+/// Takes `n` bytes off the front of `r`, or says the file is truncated.
+fn take<'a>(r: &mut &'a [u8], n: usize, shown: &str) -> Result<&'a [u8]> {
+    if n > r.len() {
+        bail!("'{shown}' is truncated or corrupt: {n} bytes wanted, but only {} bytes follow", r.len());
+    }
+    let (head, rest) = r.split_at(n);
+    *r = rest;
+    Ok(head)
+}
+
+fn le_u64(b: &[u8]) -> u64 {
+    u64::from_le_bytes(b.try_into().expect("8 bytes"))
+}
+
 /// A scan file's contents (`shown` names it in errors). Every count and length in it is
 /// checked against the bytes that are left before anything is allocated for it.
 pub fn parse_scan(bytes: &[u8], shown: &str, config_sha256: &str, task: TaskSpec) -> Result<Scan> {
@@ -350,7 +386,7 @@ pub fn parse_scan(bytes: &[u8], shown: &str, config_sha256: &str, task: TaskSpec
         serde_json::from_slice(&bytes[..end]).with_context(|| format!("'{shown}' is not a bertpipe scan file"))?;
     let mut r = &bytes[end + 1..];
     if header.format != SCAN_FORMAT {
-        bail!("'{shown}' has format `{}`; this bertpipe reads `{SCAN_FORMAT}`", header.format);
+        bail!("'{shown}' has format `{}`; this bertpipe reads `{SCAN_FORMAT}` (scan again)", header.format);
     }
     if header.config_sha256 != config_sha256 {
         bail!(
@@ -367,53 +403,60 @@ pub fn parse_scan(bytes: &[u8], shown: &str, config_sha256: &str, task: TaskSpec
             task.count
         );
     }
-    let truncated = || format!("'{shown}' is truncated");
-    // A key takes at least 20 bytes and a score 4: counts beyond what is left are corrupt.
+    // A document takes at least 5 bytes and a score 4: counts beyond what is left are corrupt.
     let left = r.len() as u64;
-    if header.keys.saturating_mul(20).saturating_add(header.scores.saturating_mul(4)) > left {
+    if header.docs.saturating_mul(5).saturating_add(header.scores.saturating_mul(4)) > left {
         bail!(
-            "'{shown}' is truncated or corrupt: its header lists {} keys and {} scores, but only {left} bytes follow",
-            header.keys,
+            "'{shown}' is truncated or corrupt: its header lists {} documents and {} scores, but only {left} bytes follow",
+            header.docs,
             header.scores
         );
     }
     let mut scan = Scan::default();
-    for _ in 0..header.keys {
-        let mut key = [0u8; 16];
-        let mut len = [0u8; 4];
-        r.read_exact(&mut key).with_context(truncated)?;
-        r.read_exact(&mut len).with_context(truncated)?;
-        let len = u32::from_le_bytes(len) as usize;
+    for _ in 0..header.docs {
+        let len = u32::from_le_bytes(take(&mut r, 4, shown)?.try_into().expect("4 bytes")) as usize;
         if len > r.len() {
             bail!("'{shown}' is truncated or corrupt: a document id of {len} bytes, but only {} bytes follow", r.len());
         }
-        let (id, rest) = r.split_at(len);
-        r = rest;
-        scan.keys.push((key, String::from_utf8(id.to_vec()).with_context(|| format!("'{shown}' is corrupt"))?));
+        let id =
+            String::from_utf8(take(&mut r, len, shown)?.to_vec()).with_context(|| format!("'{shown}' is corrupt"))?;
+        let n = take(&mut r, 1, shown)?[0];
+        let mut keys = Vec::with_capacity(n.min(2) as usize);
+        for _ in 0..n {
+            match take(&mut r, 1, shown)?[0] {
+                TAG_EXACT => keys.push(OrderKey::Exact(take(&mut r, 16, shown)?.try_into().expect("16 bytes"))),
+                TAG_NEAR => {
+                    let salt = le_u64(take(&mut r, 8, shown)?);
+                    let words = le_u64(take(&mut r, 8, shown)?);
+                    let hashes = u16::from_le_bytes(take(&mut r, 2, shown)?.try_into().expect("2 bytes")) as usize;
+                    let signature = take(&mut r, hashes * 4, shown)?
+                        .chunks_exact(4)
+                        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                        .collect();
+                    keys.push(OrderKey::Near(NearKey { salt, words, signature }));
+                }
+                tag => bail!("'{shown}' is corrupt: a key of unknown kind {tag}"),
+            }
+        }
+        scan.docs.push((id, keys));
     }
     for _ in 0..header.scores {
-        let mut b = [0u8; 4];
-        r.read_exact(&mut b).with_context(truncated)?;
-        scan.scores.push(f32::from_le_bytes(b));
+        scan.scores.push(f32::from_le_bytes(take(&mut r, 4, shown)?.try_into().expect("4 bytes")));
     }
     Ok(scan)
 }
 
-/// For task `task` of an array: the dedup index holding every fingerprint that earlier tasks
-/// claimed (so a document is a duplicate exactly when it would be in a single run), and each
-/// `max_noise_quantile` resolved over every task's scores (the single run's threshold).
-pub fn resolve_from_scans(
-    out: &Path,
-    config_sha256: &str,
-    task: TaskSpec,
-    steps: &mut [PipelineStep],
-) -> Result<DedupIndex> {
-    let (dedup, quantile) = global_steps(steps)?;
-    let mut index = DedupIndex::default();
-    let needed: Vec<u32> = match (dedup, quantile) {
+/// For task `task` of an array: what `dedup` and `near_dedup` had kept before this task's
+/// first document in a single run — every earlier task's documents replayed in input order,
+/// decided exactly as one process decides them — and each `max_noise_quantile` resolved over
+/// every task's scores (the single run's threshold).
+pub fn resolve_from_scans(out: &Path, config_sha256: &str, task: TaskSpec, steps: &mut [PipelineStep]) -> Result<Seen> {
+    let (ordered, quantile) = global_steps(steps)?;
+    let mut seen = Seen::for_steps(steps);
+    let needed: Vec<u32> = match (ordered, quantile) {
         (Some(_), _) => (0..task.index).collect(),
         (None, Some(_)) => (0..task.count).collect(),
-        (None, None) => return Ok(index),
+        (None, None) => return Ok(seen),
     };
     let root = Root::open(out)?;
     let mut missing = Vec::new();
@@ -423,9 +466,16 @@ pub fn resolve_from_scans(
         }
     }
     if !missing.is_empty() {
+        let has = |f: fn(&PipelineStep) -> bool| steps.iter().any(f);
+        let what =
+            match (has(|s| matches!(s, PipelineStep::Dedup(_))), has(|s| matches!(s, PipelineStep::NearDedup(_)))) {
+                (true, true) => "`dedup` and `near_dedup`",
+                (true, false) => "`dedup`",
+                (false, true) => "`near_dedup`",
+                (false, false) => "a `max_noise_quantile` filter",
+            };
         bail!(
-            "this pipeline has {}: across {} tasks, `bertpipe pipeline scan` must run first for task{} {} (its files go to '{}'), then `pipeline run` for each task",
-            if dedup.is_some() { "`dedup`" } else { "a `max_noise_quantile` filter" },
+            "this pipeline has {what}: across {} tasks, `bertpipe pipeline scan` must run first for task{} {} (its files go to '{}'), then `pipeline run` for each task",
             task.count,
             if missing.len() == 1 { "" } else { "s" },
             missing.join(", "),
@@ -435,8 +485,8 @@ pub fn resolve_from_scans(
     let mut scores = Vec::new();
     for i in needed {
         let scan = read_scan(&root, config_sha256, TaskSpec { index: i, count: task.count })?;
-        for (key, id) in &scan.keys {
-            index.check(*key, id);
+        for (id, keys) in scan.docs {
+            seen.resolve(keys, &id);
         }
         scores.extend(scan.scores);
     }
@@ -446,7 +496,7 @@ pub fn resolve_from_scans(
             f.resolved_quantile_threshold = Some(quantile_threshold(scores, quantile));
         }
     }
-    Ok(index)
+    Ok(seen)
 }
 
 /// `bertpipe shards merge OUT`: checks every task's manifest and shards (present, finished,
@@ -550,6 +600,8 @@ pub fn merge(out: &Path, quiet: bool) -> Result<Manifest> {
     merged.splits.clear();
     merged.rejects = Default::default();
     merged.tasks = Some(TasksInfo { index: None, count });
+    // A task sees only its part: leakage is measured on the merged shards (`stats --leakage`).
+    merged.leakage.clear();
     for (i, m) in manifests.into_iter().enumerate() {
         let prefix = format!("{}/", task_rel(i as u32));
         for (name, s) in m.splits {
@@ -572,20 +624,37 @@ mod tests {
     #[test]
     fn a_scan_file_with_absurd_counts_or_lengths_is_refused_by_name() {
         let task = TaskSpec { index: 0, count: 1 };
-        let header = |keys: u64, scores: u64| {
-            format!("{{\"format\":\"{SCAN_FORMAT}\",\"config_sha256\":\"c\",\"task\":{{\"index\":0,\"count\":1}},\"keys\":{keys},\"scores\":{scores}}}\n").into_bytes()
+        let header = |docs: u64, scores: u64| {
+            format!("{{\"format\":\"{SCAN_FORMAT}\",\"config_sha256\":\"c\",\"task\":{{\"index\":0,\"count\":1}},\"docs\":{docs},\"scores\":{scores}}}\n").into_bytes()
         };
-        let mut ok = header(1, 1);
-        ok.extend_from_slice(&[7u8; 16]);
-        ok.extend_from_slice(&3u32.to_le_bytes());
-        ok.extend_from_slice(b"abc");
-        ok.extend_from_slice(&2.5f32.to_le_bytes());
-        let scan = parse_scan(&ok, "s.bin", "c", task).unwrap();
-        assert_eq!((scan.keys[0].1.as_str(), scan.scores[0]), ("abc", 2.5));
+        // What write_scan writes reads back.
+        let scan = Scan {
+            docs: vec![
+                ("abc".into(), vec![OrderKey::Exact([7u8; 16])]),
+                (
+                    "d".into(),
+                    vec![
+                        OrderKey::Exact([1u8; 16]),
+                        OrderKey::Near(NearKey { salt: 3, words: 4, signature: vec![5, 6, u32::MAX] }),
+                    ],
+                ),
+                ("e".into(), vec![]),
+            ],
+            scores: vec![2.5],
+        };
+        let dir = std::env::temp_dir().join(format!("bertpipe-scan-test-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join(TASKS_DIR).join(SCAN_DIR)).unwrap();
+        write_scan(&dir, "c", task, &scan).unwrap();
+        let bytes = std::fs::read(dir.join(scan_file(0))).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(parse_scan(&bytes, "s.bin", "c", task).unwrap(), scan);
+        for cut in [bytes.len() - 1, bytes.len() - 5, bytes.len() - 20] {
+            let e = parse_scan(&bytes[..cut], "s.bin", "c", task).unwrap_err().to_string();
+            assert!(e.contains("s.bin") && (e.contains("truncated") || e.contains("corrupt")), "{e}");
+        }
         let e = parse_scan(&header(u64::MAX / 2, 0), "s.bin", "c", task).unwrap_err().to_string();
-        assert!(e.contains("s.bin") && e.contains("keys"), "{e}");
+        assert!(e.contains("s.bin") && e.contains("documents"), "{e}");
         let mut long_id = header(1, 0);
-        long_id.extend_from_slice(&[7u8; 16]);
         long_id.extend_from_slice(&u32::MAX.to_le_bytes());
         long_id.extend_from_slice(&[0u8; 8]);
         let e = parse_scan(&long_id, "s.bin", "c", task).unwrap_err().to_string();

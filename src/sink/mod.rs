@@ -60,6 +60,19 @@ pub struct ParquetSink {
     /// Write the cleaned `text` column.
     #[serde(default = "yes")]
     pub keep_text: bool,
+    /// `auto` (default): when the output has an evaluation split (`test`, `validation`,
+    /// `valid`, `dev`, `eval`) and other splits, the manifest says how many of its documents
+    /// those splits hold, exactly or nearly; `off`: not measured.
+    #[serde(default)]
+    pub leakage: LeakageCheck,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LeakageCheck {
+    #[default]
+    Auto,
+    Off,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]

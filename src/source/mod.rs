@@ -34,6 +34,19 @@ tagged_enum! {
     }
 }
 
+impl Source {
+    /// The splits this source's documents can belong to.
+    pub fn split_names(&self) -> Vec<String> {
+        match self {
+            Source::AclImdb(s) => s.splits.clone(),
+            Source::Jsonl(s) => s.split.names(),
+            Source::Csv(s) => s.split.names(),
+            Source::Parquet(s) => s.split.names(),
+            Source::Text(s) => s.split.names(),
+        }
+    }
+}
+
 /// Receives what a source reads; the executor batches items onto worker threads.
 pub trait Emit {
     /// The input's size, when the source knows it up front.
@@ -160,6 +173,14 @@ impl Default for Split {
 }
 
 impl Split {
+    /// Every split a document may be given.
+    pub fn names(&self) -> Vec<String> {
+        match self {
+            Split::Name(n) => vec![n.clone()],
+            Split::Fractions(f) => f.keys().cloned().collect(),
+        }
+    }
+
     /// The name records are read with (the first fraction's until [`Split::assign`]).
     pub fn initial(&self) -> &str {
         match self {

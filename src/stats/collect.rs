@@ -308,7 +308,7 @@ pub fn from_pipeline(pipeline: &Pipeline, is_pipeline: bool, path: &Path, opts: 
     let set_total = |t: Total| progress.set_total(t);
     let measure = |doc: &crate::contract::document::Document| TextMeasure::of(&doc.text);
     let text_bytes = parallel::process_with(
-        parallel::CorpusPart::whole(&pipeline.source, pipeline.seed),
+        parallel::CorpusPart::whole(&pipeline.source, pipeline.seed, &steps),
         &steps,
         threads,
         &set_total,

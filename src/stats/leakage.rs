@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use crate::clean::minhash::{words_key, LshIndex, MinHashParams, MinHasher};
+use crate::clean::minhash::{LshIndex, MinHashParams, MinHasher};
 use crate::contract::columns;
 use crate::shards::ShardSet;
 
@@ -107,8 +107,11 @@ pub fn run(opts: &LeakageOptions) -> Result<LeakageReport> {
     let hasher = MinHasher::new(opts.params);
     // The evaluated documents as signatures (448 bytes each), not texts.
     let mut eval_docs = Vec::new();
-    documents(&eval, &opts.split, |id, text| eval_docs.push((id, hasher.signature(text), words_key(text))))?;
-    let mut index = LshIndex::default();
+    documents(&eval, &opts.split, |id, text| {
+        let (sig, key) = hasher.sign(text);
+        eval_docs.push((id, sig, key))
+    })?;
+    let mut index = LshIndex::new(&opts.params);
     let mut names: Vec<String> = Vec::new();
     let mut against = Vec::new();
     for (folder, split) in &opts.against {
@@ -128,7 +131,8 @@ pub fn run(opts: &LeakageOptions) -> Result<LeakageReport> {
                 continue;
             }
             let n = documents(&set, &s, |id, text| {
-                index.insert(&hasher, hasher.signature(text), words_key(text));
+                let (sig, key) = hasher.sign(text);
+                index.insert(sig.as_deref(), key, 0);
                 names.push(format!("{}:{s}/{id}", folder.display()));
             })?;
             against.push(format!("{}:{s} ({n} documents)", folder.display()));
@@ -136,7 +140,7 @@ pub fn run(opts: &LeakageOptions) -> Result<LeakageReport> {
     }
     let (mut exact, mut near, mut leaks) = (0, 0, Vec::new());
     for (id, sig, key) in &eval_docs {
-        if let Some(m) = index.best_match(&hasher, sig.as_deref(), *key) {
+        if let Some(m) = index.best_match(sig.as_deref(), *key, 0) {
             if m.exact {
                 exact += 1;
             } else {
