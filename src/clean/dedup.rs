@@ -58,8 +58,39 @@ pub fn fingerprint(split: Option<&str>, text: &str) -> DedupKey {
 #[derive(Debug, Default)]
 pub struct DedupIndex {
     first: HashMap<DedupKey, u32, BuildHasherDefault<FingerprintHasher>>,
+    ids: IdArena,
+}
+
+/// Document ids in one string, by insertion index: what dedup and near_dedup name a first
+/// occurrence by, without an allocation per document.
+#[derive(Debug, Default)]
+pub struct IdArena {
     ids: String,
     ends: Vec<usize>,
+}
+
+impl IdArena {
+    /// Appends `id`; returns its index.
+    pub fn push(&mut self, id: &str) -> u32 {
+        let index = u32::try_from(self.ends.len()).expect("fewer than 4 billion distinct documents");
+        self.ids.push_str(id);
+        self.ends.push(self.ids.len());
+        index
+    }
+
+    pub fn get(&self, index: u32) -> &str {
+        let i = index as usize;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.ids[start..self.ends[i]]
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
 }
 
 impl DedupIndex {
@@ -67,15 +98,9 @@ impl DedupIndex {
     pub fn check(&mut self, key: DedupKey, id: &str) -> Option<&str> {
         use std::collections::hash_map::Entry;
         match self.first.entry(key) {
-            Entry::Occupied(e) => {
-                let i = *e.get() as usize;
-                let start = if i == 0 { 0 } else { self.ends[i - 1] };
-                Some(&self.ids[start..self.ends[i]])
-            }
+            Entry::Occupied(e) => Some(self.ids.get(*e.get())),
             Entry::Vacant(e) => {
-                e.insert(u32::try_from(self.ends.len()).expect("fewer than 4 billion distinct documents"));
-                self.ids.push_str(id);
-                self.ends.push(self.ids.len());
+                e.insert(self.ids.push(id));
                 None
             }
         }

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
-use crate::clean::dedup::DedupScope;
+use crate::clean::dedup::{DedupScope, IdArena};
 use crate::clean::minhash::{LshIndex, MinHashParams, MinHasher};
 use crate::contract::document::{Document, NearKey, OrderKey};
 use crate::contract::{Step, Verdict};
@@ -97,13 +97,12 @@ fn split_salt(split: &str) -> u64 {
 #[derive(Debug)]
 pub struct NearIndex {
     lsh: LshIndex,
-    ids: String,
-    ends: Vec<usize>,
+    ids: IdArena,
 }
 
 impl NearIndex {
     pub fn new(params: &MinHashParams) -> NearIndex {
-        NearIndex { lsh: LshIndex::new(params), ids: String::new(), ends: Vec::new() }
+        NearIndex { lsh: LshIndex::new(params), ids: IdArena::default() }
     }
 
     /// The earlier kept document `key` nearly repeats (its id and the estimated similarity),
@@ -114,22 +113,19 @@ impl NearIndex {
             return None;
         }
         if let Some(m) = self.lsh.best_match(Some(&key.signature), key.words, key.salt) {
-            let i = m.index as usize;
-            let start = if i == 0 { 0 } else { self.ends[i - 1] };
-            return Some((&self.ids[start..self.ends[i]], m.similarity));
+            return Some((self.ids.get(m.index), m.similarity));
         }
         self.lsh.insert(Some(&key.signature), key.words, key.salt);
-        self.ids.push_str(id);
-        self.ends.push(self.ids.len());
+        self.ids.push(id);
         None
     }
 
     pub fn len(&self) -> usize {
-        self.ends.len()
+        self.ids.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.ids.is_empty()
     }
 }
 
