@@ -312,13 +312,14 @@ pub struct StatsArgs {
     /// .tar.gz, or a .jsonl / .csv / .tsv / .parquet / .txt file (or folder of them).
     #[arg(required_unless_present = "leakage")]
     pub input: Option<PathBuf>,
-    /// Instead of statistics: how many documents of this shard folder's --split the --against
-    /// corpora already hold, exactly or nearly (MinHash); both sides need `sink.keep_text`.
-    #[arg(long, value_name = "EVAL_SHARDS", conflicts_with = "input", requires = "against")]
+    /// Instead of statistics: how many documents of this input's --split the --against corpora
+    /// already hold, exactly or nearly (MinHash). An input is a pipeline YAML (its cleaned
+    /// documents), a source, or a shard folder that kept its text (`sink.keep_text`).
+    #[arg(long, value_name = "EVAL_INPUT", conflicts_with = "input", requires = "against")]
     pub leakage: Option<PathBuf>,
-    /// With --leakage: a training shard folder, optionally `:SPLIT` (default: all its splits).
-    /// Repeatable.
-    #[arg(long, value_name = "SHARDS[:SPLIT]", requires = "leakage")]
+    /// With --leakage: a training pipeline, source or shard folder, optionally `:SPLIT`
+    /// (default: all its splits). Repeatable.
+    #[arg(long, value_name = "INPUT[:SPLIT]", requires = "leakage")]
     pub against: Vec<String>,
     /// With --leakage: the evaluated split.
     #[arg(long, default_value = "test", requires = "leakage")]

@@ -205,6 +205,9 @@ fn leakage(args: &bertpipe::cli::StatsArgs, eval: &std::path::Path) -> anyhow::R
         against: args.against.iter().map(|a| folder_and_split(a)).collect(),
         params,
         listed: args.top,
+        set: args.set.clone(),
+        threads: args.threads,
+        quiet: args.quiet,
     };
     let r = leakage::run(&opts)?;
     if args.json {

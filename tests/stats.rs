@@ -553,4 +553,54 @@ fn leakage_counts_the_planted_exact_and_near_copies_of_training_documents() {
     assert_ok(&bertpipe(&["pipeline", "run", write_pipeline(d, "plain.yaml", &yaml).to_str().unwrap(), "--quiet"]));
     let o = bertpipe(&["stats", "--leakage", test_dir.to_str().unwrap(), "--against", plain.to_str().unwrap()]);
     assert!(!o.status.success() && stderr(&o).contains("sink.keep_text: true"), "{}", stderr(&o));
+
+    // From pipelines (their cleaned documents, whether or not they keep text), and mixed with
+    // shards: the same figures and the same matches.
+    let leaks = |r: &Value| -> Vec<(String, String)> {
+        r["leaks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                let m = l["matches"].as_str().unwrap();
+                (l["id"].as_str().unwrap().to_string(), m[m.rfind('/').unwrap()..].to_string())
+            })
+            .collect()
+    };
+    let figures = |r: &Value| {
+        ["documents", "training_documents", "exact", "near", "leaked"].map(|k| r[k].as_u64().unwrap_or(u64::MAX))
+    };
+    for (eval, against) in [
+        (d.join("test.yaml"), format!("{}:train", d.join("plain.yaml").display())),
+        (test_dir.clone(), d.join("plain.yaml").display().to_string()),
+        (d.join("test.yaml"), train_dir.display().to_string()),
+    ] {
+        let o = bertpipe(&[
+            "stats",
+            "--leakage",
+            eval.to_str().unwrap(),
+            "--against",
+            &against,
+            "--json",
+            "--top",
+            "100",
+            "--quiet",
+        ]);
+        assert_ok(&o);
+        let p: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(figures(&p), figures(&r), "{} against {against}: {p}", eval.display());
+        assert_eq!(leaks(&p), leaks(&r), "{} against {against}", eval.display());
+    }
+    // A split the input cannot hold is named.
+    let plain_yaml = d.join("plain.yaml").display().to_string();
+    let o = bertpipe(&[
+        "stats",
+        "--leakage",
+        d.join("test.yaml").to_str().unwrap(),
+        "--split",
+        "dev",
+        "--against",
+        &plain_yaml,
+    ]);
+    assert!(!o.status.success() && stderr(&o).contains("no split `dev`"), "{}", stderr(&o));
 }

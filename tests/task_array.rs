@@ -34,8 +34,8 @@ fn rows(out: &Path) -> Vec<(String, RecordBatch)> {
 }
 
 /// The manifest's figures, without what necessarily differs (shard lists, the task marker, the
-/// configuration, whose sink path is another folder, and the leakage block: a task sees only its
-/// part, so an array's merged manifest has none — `stats --leakage` measures the merged shards).
+/// configuration, whose sink path is another folder). The leakage block stays: the merge
+/// measures it from every task's part, as one process measures it.
 fn figures(out: &Path) -> serde_json::Value {
     let mut m = manifest(out);
     for s in m["splits"].as_object_mut().unwrap().values_mut() {
@@ -43,7 +43,7 @@ fn figures(out: &Path) -> serde_json::Value {
     }
     m["rejects"].as_object_mut().unwrap().remove("shards");
     let o = m.as_object_mut().unwrap();
-    for k in ["tasks", "config", "config_sha256", "leakage"] {
+    for k in ["tasks", "config", "config_sha256"] {
         o.remove(k);
     }
     m
@@ -430,4 +430,68 @@ fn vocab_train_reads_merged_shards_as_it_reads_the_single_runs() {
         manifest(&one)["splits"].as_object().unwrap().values().map(|s| s["docs_out"].as_u64().unwrap()).sum::<u64>();
     assert_eq!(vocab(&one, "one"), docs.to_string());
     assert_eq!(vocab(&many, "many"), docs.to_string());
+}
+
+/// An aclImdb folder whose test reviews include exact and near copies (one word changed) of
+/// training reviews. Three tasks split the files so that copies and originals fall in different
+/// tasks.
+fn leaky_corpus(dir: &Path) -> std::path::PathBuf {
+    let root = dir.join("aclImdb");
+    let mut rng = bertpipe::rng::Rng(31);
+    for (label, positive, rating) in [("neg", false, 3), ("pos", true, 8)] {
+        for split in ["train", "test"] {
+            std::fs::create_dir_all(root.join(split).join(label)).unwrap();
+        }
+        let mut long = Vec::new();
+        for i in 0..40 {
+            let text = bertpipe::synth::review(&mut rng, Some(positive));
+            if text.split(' ').count() >= 150 {
+                long.push(text.clone());
+            }
+            std::fs::write(root.join(format!("train/{label}/{i}_{rating}.txt")), text).unwrap();
+        }
+        assert!(long.len() >= 8, "{} long reviews", long.len());
+        for i in 0..30 {
+            let text = match long.get(i).filter(|_| i < 8) {
+                Some(t) if i < 4 => t.clone(),
+                Some(t) => {
+                    let mut w: Vec<&str> = t.split(' ').collect();
+                    w[60] = "zqchanged";
+                    w.join(" ")
+                }
+                None => bertpipe::synth::review(&mut rng, Some(positive)),
+            };
+            std::fs::write(root.join(format!("test/{label}/{i}_{rating}.txt")), text).unwrap();
+        }
+    }
+    root
+}
+
+#[test]
+fn test_leakage_of_an_array_is_measured_at_the_merge_as_one_process_measures_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = format!("source.path={}", leaky_corpus(tmp.path()).display());
+    let (one, many) = one_and_many(tmp.path(), "pipelines/imdb.yaml", 3, &[&src]);
+    // one_and_many compared the whole blocks; here, that there is something to compare.
+    let (a, b) = (manifest(&one), manifest(&many));
+    assert_eq!(a["leakage"], b["leakage"]);
+    let l = &b["leakage"]["test"];
+    assert!(l["exact"].as_u64().unwrap() >= 6 && l["near"].as_u64().unwrap() >= 6, "{l}");
+    assert_eq!(l["documents"], b["splits"]["test"]["docs_out"]);
+    assert!(b.get("leakage_part").is_none(), "the merged manifest lists no part");
+    // Each task lists its part, with its checksum; a damaged or missing part is named.
+    let part = many.join("tasks/00001/_leakage.bin");
+    let t = manifest(&many.join("tasks/00001"));
+    assert_eq!(t["leakage_part"]["file"], "_leakage.bin");
+    assert!(t.get("leakage").is_none(), "a task measures nothing itself");
+    let merge = || bertpipe(&["shards", "merge", many.to_str().unwrap()]);
+    let mut bytes = std::fs::read(&part).unwrap();
+    let last = bytes.len() - 3;
+    bytes[last] ^= 1;
+    std::fs::write(&part, &bytes).unwrap();
+    let e = stderr(&merge());
+    assert!(e.contains("_leakage.bin") && e.contains("SHA-256"), "{e}");
+    std::fs::remove_file(&part).unwrap();
+    let e = stderr(&merge());
+    assert!(e.contains("_leakage.bin") && e.contains("missing"), "{e}");
 }

@@ -42,6 +42,10 @@ pub struct Manifest {
     /// splits of this output hold, exactly or nearly (`sink.leakage`, on by default).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub leakage: BTreeMap<String, LeakageInfo>,
+    /// A task of an array that measures leakage: the file (in its folder) holding its
+    /// documents' signatures, which `shards merge` measures the whole array's leakage from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leakage_part: Option<ShardInfo>,
 }
 
 /// Test leakage of one evaluation split: its documents with an exact or near duplicate (MinHash

@@ -5,8 +5,16 @@
 //! `near_dedup` use them). Workers compute the signatures; here they are kept — the other
 //! splits' in LSH buckets (about 0.8 KB a document), the evaluation splits' as signatures — and
 //! compared when the last document is in, since the splits may come in any order.
+//!
+//! A task of an array sees only its part of each split, so it decides nothing: it writes what
+//! it would have kept (each document's split, id and signature, in input order) to a part file
+//! in its folder ([`Part`]), and `shards merge` replays every task's part in task order — the
+//! input's order — into one [`Leakage`], which gives the single run's figures exactly.
 
 use std::collections::BTreeMap;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
 
 use crate::clean::minhash::{LshIndex, MinHashParams, MinHasher, Signature};
 use crate::contract::document::Document;
@@ -20,6 +28,7 @@ pub fn is_eval_split(split: &str) -> bool {
 }
 
 /// What a worker computes for one kept document.
+#[derive(Debug, Clone, PartialEq)]
 pub struct DocSignature {
     signature: Option<Signature>,
     words: u64,
@@ -66,19 +75,24 @@ impl Default for Leakage {
 
 impl Leakage {
     pub fn add(&mut self, doc: &Document, sig: DocSignature) {
-        if is_eval_split(&doc.split) {
-            self.eval.entry(doc.split.clone()).or_default().push((doc.id.clone(), sig));
+        self.add_signed(&doc.split, &doc.id, sig)
+    }
+
+    fn add_signed(&mut self, split: &str, id: &str, sig: DocSignature) {
+        if is_eval_split(split) {
+            self.eval.entry(split.to_string()).or_default().push((id.to_string(), sig));
             return;
         }
-        let split = match self.splits.iter().position(|s| *s == doc.split) {
-            Some(i) => i,
-            None => {
-                self.splits.push(doc.split.clone());
-                self.splits.len() - 1
-            }
-        };
+        let split = split_index(&mut self.splits, split);
         self.index.insert(sig.signature.as_deref(), sig.words, 0);
-        self.names.push((split as u16, doc.id.clone()));
+        self.names.push((split, id.to_string()));
+    }
+
+    /// Replays a task's part, after the parts of the tasks before it.
+    pub fn add_part(&mut self, part: Part) {
+        for (split, id, sig) in part.docs {
+            self.add_signed(&part.splits[split as usize], &id, sig);
+        }
     }
 
     /// Each evaluation split's figures, when there is something to compare it with.
@@ -127,5 +141,168 @@ impl Leakage {
             );
         }
         out
+    }
+}
+
+/// `split`'s index in `splits`, added at the end when new.
+fn split_index(splits: &mut Vec<String>, split: &str) -> u16 {
+    let i = match splits.iter().position(|s| s == split) {
+        Some(i) => i,
+        None => {
+            splits.push(split.to_string());
+            splits.len() - 1
+        }
+    };
+    u16::try_from(i).expect("fewer than 65,536 splits")
+}
+
+/// The file a task of an array leaves its part in, relative to its folder.
+pub const PART_FILE: &str = "_leakage.bin";
+const PART_FORMAT: &str = "bertpipe-leakage/1";
+
+/// One task's documents as the leakage measure sees them: split (an index into `splits`), id
+/// and signature, in input order.
+#[derive(Debug, Default, PartialEq)]
+pub struct Part {
+    pub splits: Vec<String>,
+    pub docs: Vec<(u16, String, DocSignature)>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct PartHeader {
+    format: String,
+    config_sha256: String,
+    splits: Vec<String>,
+    docs: u64,
+    hashes: usize,
+}
+
+impl Part {
+    pub fn add(&mut self, doc: &Document, sig: DocSignature) {
+        let split = split_index(&mut self.splits, &doc.split);
+        self.docs.push((split, doc.id.clone(), sig));
+    }
+
+    /// The file's bytes: a JSON header line, then per document its split (u16), id (u32 length
+    /// and UTF-8), words key (u64), whether it has words (u8) and then its signature (u32 each),
+    /// all little-endian.
+    pub fn to_bytes(&self, config_sha256: &str) -> Vec<u8> {
+        let hashes = MinHashParams::default().hashes();
+        let header = PartHeader {
+            format: PART_FORMAT.into(),
+            config_sha256: config_sha256.into(),
+            splits: self.splits.clone(),
+            docs: self.docs.len() as u64,
+            hashes,
+        };
+        let mut w = serde_json::to_vec(&header).expect("the header serialises");
+        w.push(b'\n');
+        w.reserve(self.docs.len() * (16 + 4 * hashes));
+        for (split, id, sig) in &self.docs {
+            w.extend_from_slice(&split.to_le_bytes());
+            w.extend_from_slice(&(id.len() as u32).to_le_bytes());
+            w.extend_from_slice(id.as_bytes());
+            w.extend_from_slice(&sig.words.to_le_bytes());
+            match &sig.signature {
+                Some(s) => {
+                    w.push(1);
+                    s.iter().for_each(|v| w.extend_from_slice(&v.to_le_bytes()));
+                }
+                None => w.push(0),
+            }
+        }
+        w
+    }
+
+    /// A part file's contents (`shown` names it in errors); every count and length is checked
+    /// against the bytes left before anything is allocated for it.
+    pub fn parse(bytes: &[u8], shown: &str, config_sha256: &str) -> Result<Part> {
+        let Some(end) = bytes.iter().position(|&b| b == b'\n') else {
+            bail!("'{shown}' is not a bertpipe leakage part (no header line)");
+        };
+        let header: PartHeader = serde_json::from_slice(&bytes[..end])
+            .with_context(|| format!("'{shown}' is not a bertpipe leakage part"))?;
+        if header.format != PART_FORMAT {
+            bail!("'{shown}' has format `{}`; this bertpipe reads `{PART_FORMAT}` (run the task again)", header.format);
+        }
+        if header.config_sha256 != config_sha256 {
+            bail!("'{shown}' was written by another pipeline configuration than its task's manifest");
+        }
+        if header.hashes != MinHashParams::default().hashes() {
+            bail!(
+                "'{shown}' holds signatures of {} hashes, this bertpipe uses {}",
+                header.hashes,
+                MinHashParams::default().hashes()
+            );
+        }
+        let mut r = &bytes[end + 1..];
+        // A document takes at least 15 bytes.
+        if header.docs.saturating_mul(15) > r.len() as u64 {
+            bail!(
+                "'{shown}' is truncated or corrupt: its header lists {} documents, but only {} bytes follow",
+                header.docs,
+                r.len()
+            );
+        }
+        let mut take = |n: usize| -> Result<&[u8]> {
+            if n > r.len() {
+                bail!("'{shown}' is truncated or corrupt: {n} bytes wanted, but only {} bytes follow", r.len());
+            }
+            let (head, rest) = r.split_at(n);
+            r = rest;
+            Ok(head)
+        };
+        let mut docs = Vec::with_capacity(header.docs as usize);
+        for _ in 0..header.docs {
+            let split = u16::from_le_bytes(take(2)?.try_into().expect("2 bytes"));
+            if split as usize >= header.splits.len() {
+                bail!("'{shown}' is corrupt: split {split} of {}", header.splits.len());
+            }
+            let len = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
+            let id = String::from_utf8(take(len)?.to_vec()).with_context(|| format!("'{shown}' is corrupt"))?;
+            let words = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
+            let signature = match take(1)?[0] {
+                0 => None,
+                1 => Some(
+                    take(4 * header.hashes)?
+                        .chunks_exact(4)
+                        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                        .collect(),
+                ),
+                f => bail!("'{shown}' is corrupt: a signature flag of {f}"),
+            };
+            docs.push((split, id, DocSignature { signature, words }));
+        }
+        if !r.is_empty() {
+            bail!("'{shown}' is corrupt: {} bytes after its last document", r.len());
+        }
+        Ok(Part { splits: header.splits, docs })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_reads_back_and_damage_is_refused_by_name() {
+        let signer = Signer::new();
+        let mut part = Part::default();
+        for (split, id, text) in
+            [("train", "a", "one two three four five six"), ("test", "b", " ?! "), ("train", "c", "x")]
+        {
+            let doc = Document { split: split.into(), id: id.into(), text: text.into(), ..Default::default() };
+            part.add(&doc, signer.sign(&doc));
+        }
+        let bytes = part.to_bytes("cfg");
+        assert_eq!(Part::parse(&bytes, "p.bin", "cfg").unwrap(), part);
+        assert!(Part::parse(&bytes, "p.bin", "other").unwrap_err().to_string().contains("another pipeline"));
+        for cut in [bytes.len() - 1, bytes.len() - 300, 20] {
+            let e = Part::parse(&bytes[..cut], "p.bin", "cfg").unwrap_err().to_string();
+            assert!(e.contains("p.bin"), "{e}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(Part::parse(&longer, "p.bin", "cfg").unwrap_err().to_string().contains("after its last"));
     }
 }

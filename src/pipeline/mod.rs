@@ -103,16 +103,26 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     // task's boundary); later tasks draw their choices from their own stream, so task k's row
     // n is not masked as task 0's row n is. Task 0 draws what a single run draws.
     let seed = opts.task.map_or(pipeline.seed, |t| tasks::task_seed(pipeline.seed, t.index));
-    // Test leakage: only when there is an evaluation split and something to compare it with,
-    // and not in a task of an array (it sees only its part of each split).
+    // Test leakage: only when there is an evaluation split and something to compare it with.
+    // A task of an array sees only its part of each split: it leaves its signatures for
+    // `shards merge`, which measures the whole.
     let splits = pipeline.source.split_names();
+    let in_array = opts.task.is_some_and(|t| t.count > 1);
     let measure_leakage = sink.leakage == crate::sink::LeakageCheck::Auto
-        && opts.task.is_none_or(|t| t.count == 1)
         && splits.iter().any(|s| leakage::is_eval_split(s))
         && splits.iter().any(|s| !leakage::is_eval_split(s));
-    let setup = SplitSetup { out: &output.out, sink, kept: &kept, plan: &plan, seed, leakage: measure_leakage };
-    let written = write_rows(input, &steps, threads, &progress, &setup, output.remote.as_ref(), journal)?;
+    let leakage_mode = match (measure_leakage, in_array) {
+        (false, _) => LeakageMode::Off,
+        (true, false) => LeakageMode::Measure,
+        (true, true) => LeakageMode::Part,
+    };
+    let setup = SplitSetup { out: &output.out, sink, kept: &kept, plan: &plan, seed, leakage: leakage_mode };
+    let mut written = write_rows(input, &steps, threads, &progress, &setup, output.remote.as_ref(), journal)?;
     progress.finish();
+    let leakage_part = match (written.leakage_part.take(), opts.task) {
+        (Some(part), Some(task)) => Some(tasks::write_leakage_part(&sink.path, task, &part, &config_sha256)?),
+        _ => None,
+    };
 
     let manifest = Manifest {
         format: manifest::FORMAT.into(),
@@ -128,6 +138,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         rejects: written.rejects,
         tasks: opts.task.map(|t| manifest::TasksInfo { index: Some(t.index), count: t.count }),
         leakage: written.leakage,
+        leakage_part,
     };
     manifest.write(&output.out)?;
     output.finish()?;
@@ -239,6 +250,8 @@ struct Written {
     /// Bytes of document text read.
     text_bytes: u64,
     leakage: BTreeMap<String, manifest::LeakageInfo>,
+    /// A task's documents for the merged leakage measure.
+    leakage_part: Option<leakage::Part>,
 }
 
 /// The streaming phase: every document of `input` through the steps, in input order, into
@@ -278,8 +291,9 @@ fn write_rows(
     );
     let set_total = |t: Total| progress.set_total(t);
     let signer = leakage::Signer::new();
-    let sign = |doc: &Document| setup.leakage.then(|| signer.sign(doc));
+    let sign = |doc: &Document| (setup.leakage != LeakageMode::Off).then(|| signer.sign(doc));
     let mut seen = leakage::Leakage::default();
+    let mut part = (setup.leakage == LeakageMode::Part).then(leakage::Part::default);
     let text_bytes = parallel::process_with(input, steps, threads, &set_total, &sign, |outcome, signature| {
         progress.advance(outcome.input_bytes(), 1);
         match outcome {
@@ -287,7 +301,10 @@ fn write_rows(
                 let split = splits.entry(doc.split.clone()).or_insert_with(|| SplitOutput::new(&doc.split, setup));
                 split.add(&doc, plan, &mut on_shard)?;
                 if let Some(Some(sig)) = signature {
-                    seen.add(&doc, sig);
+                    match &mut part {
+                        Some(part) => part.add(&doc, sig),
+                        None => seen.add(&doc, sig),
+                    }
                 }
             }
             Outcome::Rejected(r) => {
@@ -311,6 +328,7 @@ fn write_rows(
         rejects: RejectsInfo { rows: reject_writer.rows_written(), shards: reject_writer.shards },
         text_bytes,
         leakage: seen.finish(),
+        leakage_part: part,
     })
 }
 struct SplitOutput {
@@ -337,8 +355,17 @@ struct SplitSetup<'a> {
     kept: &'a BTreeMap<String, Vec<ShardInfo>>,
     plan: &'a RowPlan,
     seed: u64,
-    /// Whether the run measures test leakage (the manifest's `leakage`).
-    leakage: bool,
+    /// Whether and how the run measures test leakage (the manifest's `leakage`).
+    leakage: LeakageMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeakageMode {
+    Off,
+    /// A single run: measured, into the manifest.
+    Measure,
+    /// A task of an array: its documents' signatures, for `shards merge` to measure.
+    Part,
 }
 
 impl SplitOutput {

@@ -4,6 +4,7 @@
 //! manifest readers use. Contiguous parts, listed in task order, are the input in its order,
 //! so the merged rows are those of a single run, in the same order.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -13,10 +14,11 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{Pipeline, PipelineStep};
 use crate::contract::document::{NearKey, OrderKey};
-use crate::contract::manifest::{self, is_task_name, Manifest, TasksInfo, TASKS_DIR};
+use crate::contract::manifest::{self, is_task_name, Manifest, ShardInfo, TasksInfo, TASKS_DIR};
 use crate::contract::partition::Partition;
 use crate::contract::progress::{Progress, Total};
 use crate::pipeline::corpus::{noise_scores, quantile_threshold};
+use crate::pipeline::leakage;
 use crate::pipeline::parallel::{self, CorpusPart};
 use crate::pipeline::seen::Seen;
 use crate::pipeline::{prepare_steps, threads_or_default};
@@ -600,8 +602,9 @@ pub fn merge(out: &Path, quiet: bool) -> Result<Manifest> {
     merged.splits.clear();
     merged.rejects = Default::default();
     merged.tasks = Some(TasksInfo { index: None, count });
-    // A task sees only its part: leakage is measured on the merged shards (`stats --leakage`).
-    merged.leakage.clear();
+    // Each task saw only its part: the whole array's leakage is measured from their parts.
+    merged.leakage = merged_leakage(&root, &manifests)?;
+    merged.leakage_part = None;
     for (i, m) in manifests.into_iter().enumerate() {
         let prefix = format!("{}/", task_rel(i as u32));
         for (name, s) in m.splits {
@@ -613,6 +616,62 @@ pub fn merge(out: &Path, quiet: bool) -> Result<Manifest> {
     merged.splits.values_mut().for_each(manifest::SplitStats::finish);
     root.write(manifest::MANIFEST, merged.to_json()?)?;
     Ok(merged)
+}
+
+/// Writes task `task`'s leakage part into its folder (whole or not at all) and returns what its
+/// manifest lists of it.
+pub fn write_leakage_part(out: &Path, task: TaskSpec, part: &leakage::Part, config_sha256: &str) -> Result<ShardInfo> {
+    let bytes = part.to_bytes(config_sha256);
+    let info = ShardInfo {
+        file: leakage::PART_FILE.into(),
+        rows: part.docs.len() as u64,
+        bytes: bytes.len() as u64,
+        sha256: hex::encode(Sha256::digest(&bytes)),
+    };
+    Root::open(out)?.write(&format!("{}/{}", task_rel(task.index), leakage::PART_FILE), bytes)?;
+    Ok(info)
+}
+
+/// The array's leakage: every task's part replayed in task order (the input's order), as one
+/// process would have measured it. None when the tasks measured none.
+fn merged_leakage(root: &Root, manifests: &[Manifest]) -> Result<BTreeMap<String, manifest::LeakageInfo>> {
+    let with = manifests.iter().filter(|m| m.leakage_part.is_some()).count();
+    if with == 0 {
+        return Ok(BTreeMap::new());
+    }
+    if with < manifests.len() {
+        let without: Vec<String> = manifests
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.leakage_part.is_none())
+            .map(|(i, _)| i.to_string())
+            .collect();
+        bail!(
+            "tasks {} measured no test leakage but the others did (run them again with this bertpipe)",
+            without.join(", ")
+        );
+    }
+    let mut whole = leakage::Leakage::default();
+    for (i, m) in manifests.iter().enumerate() {
+        let info = m.leakage_part.as_ref().expect("checked above");
+        let rel = format!("{}/{}", task_rel(i as u32), info.file);
+        let shown = root.display(&rel);
+        if root.size(&rel)?.is_none() {
+            bail!("'{shown}', listed in task {i}'s manifest, is missing");
+        }
+        let bytes = root.read(&rel)?;
+        let sha = hex::encode(Sha256::digest(&bytes));
+        if bytes.len() as u64 != info.bytes || sha != info.sha256 {
+            bail!(
+                "'{shown}' has {} bytes and SHA-256 {sha}; task {i}'s manifest says {} bytes, {}",
+                bytes.len(),
+                info.bytes,
+                info.sha256
+            );
+        }
+        whole.add_part(leakage::Part::parse(&bytes, &shown, &m.config_sha256)?);
+    }
+    Ok(whole.finish())
 }
 
 #[cfg(test)]

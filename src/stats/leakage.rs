@@ -4,37 +4,50 @@
 //! A document of the evaluated split is *leaked* when a training document has the same words
 //! (up to case and punctuation: `exact`) or an estimated Jaccard similarity of its 5-word
 //! shingles at or above the threshold (`near`, 0.8 by default). Each document is counted once,
-//! with its best match. Both sides are read from shard folders that kept their text
-//! (`sink.keep_text: true`); windows of one document count as that document.
+//! with its best match. Either side is a shard folder that kept its text
+//! (`sink.keep_text: true`; windows of one document count as that document), a pipeline (its
+//! cleaned documents, as it would write them: every step but the sequence building runs), or a
+//! source (an aclImdb folder or .tar.gz, a .jsonl / .csv / … file, read as it is). An input
+//! named on both sides is read once.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::clean::minhash::{LshIndex, MinHashParams, MinHasher};
+use crate::clean::dedup::IdArena;
+use crate::clean::minhash::{LshIndex, MinHashParams, MinHasher, Signature};
+use crate::config::{Pipeline, PipelineStep};
 use crate::contract::columns;
+use crate::contract::progress::{Progress, Total};
+use crate::pipeline::parallel::{self, CorpusPart, Outcome};
 use crate::shards::ShardSet;
+use crate::stats::collect::{self, InputKind};
 
 /// What to compare.
 #[derive(Debug, Clone)]
 pub struct LeakageOptions {
-    /// The shard folder holding the evaluated split.
+    /// The shard folder, pipeline or source holding the evaluated split.
     pub eval: PathBuf,
     pub split: String,
-    /// Training shard folders, each with the splits to read (`None`: all of them; the evaluated
-    /// split itself is never read from its own folder).
+    /// Training corpora, each with the splits to read (`None`: all of them; the evaluated split
+    /// itself is never read from its own input).
     pub against: Vec<(PathBuf, Option<String>)>,
     pub params: MinHashParams,
     /// How many leaked documents to list.
     pub listed: usize,
+    /// `--set key=value` overrides for every pipeline or source read.
+    pub set: Vec<String>,
+    pub threads: usize,
+    pub quiet: bool,
 }
 
 /// One leaked document and its best match.
 #[derive(Debug, Clone, Serialize)]
 pub struct Leak {
     pub id: String,
-    /// `FOLDER:SPLIT/ID` of the training document.
+    /// `INPUT:SPLIT/ID` of the training document.
     pub matches: String,
     pub similarity: f64,
     pub kind: &'static str,
@@ -44,7 +57,7 @@ pub struct Leak {
 pub struct LeakageReport {
     pub eval: String,
     pub split: String,
-    /// The training corpora read, as `FOLDER:SPLIT`, and their documents.
+    /// The training corpora read, as `INPUT:SPLIT (N documents)`.
     pub against: Vec<String>,
     pub training_documents: usize,
     pub documents: usize,
@@ -62,81 +75,217 @@ pub struct LeakageReport {
     pub leaks: Vec<Leak>,
 }
 
-/// Calls `each(id, text)` for every document of one split, windows folded into their document
-/// (its first row), shard by shard: no text is held beyond one record batch.
-fn documents(shards: &ShardSet, split: &str, mut each: impl FnMut(String, &str)) -> Result<usize> {
-    let mut seen = std::collections::HashSet::new();
-    for shard in 0..shards.shard_rows(split)?.len() {
-        for b in shards.shard_batches(split, shard, None)? {
-            let b = b?;
-            let shown = || shards.shard_shown(split, shard);
-            let Some(text) = b.column_by_name("text") else {
-                bail!(
-                    "{} has no `text` column: leakage compares texts, so the pipeline must keep them (`sink.keep_text: true`)",
-                    shown()
-                );
-            };
-            let text = columns::strings(text, "text").with_context(shown)?;
-            let ids = columns::strings(b.column_by_name("id").context("no `id` column")?, "id").with_context(shown)?;
-            let docs =
-                b.column_by_name("doc_id").map(|c| columns::strings(c, "doc_id")).transpose().with_context(shown)?;
-            for (i, t) in text.iter().enumerate() {
-                let id = docs.as_ref().and_then(|d| d[i].clone()).or_else(|| ids[i].clone()).unwrap_or_default();
-                if seen.insert(id.clone()) {
-                    each(id, t.as_deref().unwrap_or_default());
-                }
-            }
-        }
-    }
-    Ok(seen.len())
+/// One input of the comparison, opened.
+enum Corpus {
+    Shards(Box<ShardSet>),
+    /// A pipeline, or a source read through an empty one.
+    Pipeline(Box<Pipeline>),
 }
 
-fn same_folder(a: &Path, b: &Path) -> bool {
+impl Corpus {
+    fn open(path: &Path, set: &[String]) -> Result<Corpus> {
+        let fetched;
+        let (path, kind) = if crate::storage::is_remote(path) {
+            match collect::source_kind_by_name(path) {
+                Some(kind) => (path, kind),
+                None => {
+                    fetched = crate::sink::remote::fetch_shards(path)?;
+                    (fetched.as_path(), InputKind::Shards)
+                }
+            }
+        } else {
+            (path, collect::detect(path)?)
+        };
+        let config = |e: crate::config::ConfigErrors| anyhow::anyhow!("{e}");
+        Ok(match kind {
+            InputKind::Shards => {
+                if !set.is_empty() {
+                    bail!("--set applies to pipelines and sources, not to the shard folder '{}'", path.display());
+                }
+                Corpus::Shards(Box::new(ShardSet::open(path)?))
+            }
+            InputKind::Pipeline => Corpus::Pipeline(Box::new(Pipeline::load(path, set).map_err(config)?)),
+            InputKind::Source(kind) => {
+                Corpus::Pipeline(Box::new(collect::source_pipeline(path, kind, set).map_err(config)?))
+            }
+        })
+    }
+
+    /// The splits this input can hold, in its order.
+    fn splits(&self) -> Vec<String> {
+        match self {
+            Corpus::Shards(s) => s.splits().map(String::from).collect(),
+            Corpus::Pipeline(p) => p.source.split_names(),
+        }
+    }
+
+    /// Calls `each(split, id, signature, words key)` for every document of the splits `wanted`
+    /// accepts, in the input's order. Shards: windows folded into their document (its first
+    /// row), one record batch of text at a time, signed in parallel. A pipeline: its steps up to
+    /// the sequence building, the signatures computed on its workers.
+    fn each_signed(
+        &self,
+        shown: &str,
+        wanted: &(dyn Fn(&str) -> bool + Sync),
+        hasher: &MinHasher,
+        opts: &LeakageOptions,
+        mut each: impl FnMut(&str, &str, Option<Signature>, u64),
+    ) -> Result<()> {
+        match self {
+            Corpus::Shards(shards) => {
+                for split in self.splits().into_iter().filter(|s| wanted(s)) {
+                    let mut seen = std::collections::HashSet::new();
+                    for shard in 0..shards.shard_rows(&split)?.len() {
+                        for b in shards.shard_batches(&split, shard, None)? {
+                            let b = b?;
+                            let shown = || shards.shard_shown(&split, shard);
+                            let Some(text) = b.column_by_name("text") else {
+                                bail!(
+                                    "{} has no `text` column: leakage compares texts, so the pipeline must keep them (`sink.keep_text: true`), or name the pipeline itself",
+                                    shown()
+                                );
+                            };
+                            let text = columns::strings(text, "text").with_context(shown)?;
+                            let ids = columns::strings(b.column_by_name("id").context("no `id` column")?, "id")
+                                .with_context(shown)?;
+                            let docs = b
+                                .column_by_name("doc_id")
+                                .map(|c| columns::strings(c, "doc_id"))
+                                .transpose()
+                                .with_context(shown)?;
+                            let firsts: Vec<(String, &str)> = text
+                                .iter()
+                                .enumerate()
+                                .filter_map(|(i, t)| {
+                                    let id = docs
+                                        .as_ref()
+                                        .and_then(|d| d[i].clone())
+                                        .or_else(|| ids[i].clone())
+                                        .unwrap_or_default();
+                                    seen.insert(id.clone()).then(|| (id, t.as_deref().unwrap_or_default()))
+                                })
+                                .collect();
+                            let signed: Vec<(Option<Signature>, u64)> =
+                                firsts.par_iter().map(|(_, t)| hasher.sign(t)).collect();
+                            for ((id, _), (sig, key)) in firsts.iter().zip(signed) {
+                                each(&split, id, sig, key);
+                            }
+                        }
+                    }
+                }
+            }
+            Corpus::Pipeline(p) => {
+                let mut steps: Vec<PipelineStep> = p
+                    .steps
+                    .iter()
+                    .filter(|s| !matches!(s, PipelineStep::ClassifySequences(_) | PipelineStep::PretrainSequences(_)))
+                    .cloned()
+                    .collect();
+                crate::pipeline::prepare_steps(&mut steps)?;
+                let threads = crate::pipeline::threads_or_default(opts.threads);
+                crate::pipeline::corpus::resolve_noise_quantiles(&p.source, p.seed, &mut steps, threads, opts.quiet)?;
+                let progress = Progress::new(opts.quiet, "leakage");
+                let set_total = |t: Total| progress.set_total(t);
+                let sign =
+                    |doc: &crate::contract::document::Document| wanted(&doc.split).then(|| hasher.sign(&doc.text));
+                parallel::process_with(
+                    CorpusPart::whole(&p.source, p.seed, &steps),
+                    &steps,
+                    threads,
+                    &set_total,
+                    &sign,
+                    |outcome, signed| {
+                        progress.advance(outcome.input_bytes(), 1);
+                        if let (Outcome::Kept(doc), Some(Some((sig, key)))) = (outcome, signed) {
+                            each(&doc.split, &doc.id, sig, key);
+                        }
+                        Ok(())
+                    },
+                )
+                .with_context(|| format!("while reading {shown}"))?;
+                progress.finish();
+            }
+        }
+        Ok(())
+    }
+}
+
+fn same_input(a: &Path, b: &Path) -> bool {
     match (a.canonicalize(), b.canonicalize()) {
         (Ok(x), Ok(y)) => x == y,
         _ => a == b,
     }
 }
 
+/// Which splits of one input are read, and as what.
+struct Reading {
+    path: PathBuf,
+    /// The evaluated split comes from this input.
+    eval: bool,
+    /// Training splits: `None` reads all (but the evaluated split of the evaluated input).
+    against: Vec<Option<String>>,
+}
+
 pub fn run(opts: &LeakageOptions) -> Result<LeakageReport> {
     opts.params.check().map_err(|e| anyhow::anyhow!("leakage: {e}"))?;
     if opts.against.is_empty() {
-        bail!("--leakage needs at least one --against FOLDER[:SPLIT] to compare with");
+        bail!("--leakage needs at least one --against INPUT[:SPLIT] to compare with");
     }
-    let eval = ShardSet::open(&opts.eval)?;
-    let hasher = MinHasher::new(opts.params);
-    // The evaluated documents as signatures (448 bytes each), not texts.
-    let mut eval_docs = Vec::new();
-    documents(&eval, &opts.split, |id, text| {
-        let (sig, key) = hasher.sign(text);
-        eval_docs.push((id, sig, key))
-    })?;
-    let mut index = LshIndex::new(&opts.params);
-    let mut names: Vec<String> = Vec::new();
-    let mut against = Vec::new();
-    for (folder, split) in &opts.against {
-        let set = ShardSet::open(folder)?;
-        let splits: Vec<String> = match split {
-            Some(s) => {
-                set.split_stats(s)?;
-                vec![s.clone()]
-            }
-            None => set.splits().map(String::from).collect(),
-        };
-        for s in splits {
-            if same_folder(folder, &opts.eval) && s == opts.split {
-                if split.is_some() {
-                    bail!("--against {}:{s} is the evaluated split itself", folder.display());
-                }
-                continue;
-            }
-            let n = documents(&set, &s, |id, text| {
-                let (sig, key) = hasher.sign(text);
-                index.insert(sig.as_deref(), key, 0);
-                names.push(format!("{}:{s}/{id}", folder.display()));
-            })?;
-            against.push(format!("{}:{s} ({n} documents)", folder.display()));
+    // Each distinct input once, the evaluated one first.
+    let mut readings = vec![Reading { path: opts.eval.clone(), eval: true, against: Vec::new() }];
+    for (path, split) in &opts.against {
+        match readings.iter_mut().find(|r| same_input(&r.path, path)) {
+            Some(r) => r.against.push(split.clone()),
+            None => readings.push(Reading { path: path.clone(), eval: false, against: vec![split.clone()] }),
         }
+    }
+    let hasher = MinHasher::new(opts.params);
+    let mut eval_docs: Vec<(String, Option<Signature>, u64)> = Vec::new();
+    let mut index = LshIndex::new(&opts.params);
+    // Per training document: which `INPUT:SPLIT` it came from, and its id.
+    let (mut labels, mut label_of, mut ids): (Vec<String>, Vec<u16>, IdArena) = Default::default();
+    let mut against = Vec::new();
+    for reading in &readings {
+        let shown = reading.path.display().to_string();
+        let corpus = Corpus::open(&reading.path, &opts.set)?;
+        let splits = corpus.splits();
+        if reading.eval && !splits.contains(&opts.split) {
+            bail!("{shown} has no split `{}` to evaluate (it has: {})", opts.split, splits.join(", "));
+        }
+        let mut training: Vec<String> = Vec::new();
+        for wanted in &reading.against {
+            match wanted {
+                Some(s) if reading.eval && *s == opts.split => {
+                    bail!("--against {shown}:{s} is the evaluated split itself")
+                }
+                Some(s) if !splits.contains(s) => {
+                    bail!("{shown} has no split `{s}` (it has: {})", splits.join(", "))
+                }
+                Some(s) => training.push(s.clone()),
+                None => training.extend(splits.iter().filter(|s| !(reading.eval && **s == opts.split)).cloned()),
+            }
+        }
+        training.sort_by_key(|s| splits.iter().position(|x| x == s));
+        training.dedup();
+        let first_label = labels.len();
+        labels.extend(training.iter().map(|s| format!("{shown}:{s}")));
+        let mut counts = vec![0usize; training.len()];
+        let is_eval = |s: &str| reading.eval && s == opts.split;
+        let wanted = |s: &str| is_eval(s) || training.iter().any(|t| t == s);
+        corpus.each_signed(&shown, &wanted, &hasher, opts, |split, id, sig, key| {
+            if is_eval(split) {
+                eval_docs.push((id.to_string(), sig, key));
+            } else if let Some(t) = training.iter().position(|t| t == split) {
+                index.insert(sig.as_deref(), key, 0);
+                label_of.push((first_label + t) as u16);
+                ids.push(id);
+                counts[t] += 1;
+            }
+        })?;
+        against.extend(training.iter().zip(&counts).map(|(s, n)| format!("{shown}:{s} ({n} documents)")));
+    }
+    if index.is_empty() && against.is_empty() {
+        bail!("--against names no training split to compare with");
     }
     let (mut exact, mut near, mut leaks) = (0, 0, Vec::new());
     for (id, sig, key) in &eval_docs {
@@ -149,7 +298,7 @@ pub fn run(opts: &LeakageOptions) -> Result<LeakageReport> {
             if leaks.len() < opts.listed {
                 leaks.push(Leak {
                     id: id.clone(),
-                    matches: names[m.index as usize].clone(),
+                    matches: format!("{}/{}", labels[label_of[m.index as usize] as usize], ids.get(m.index)),
                     similarity: m.similarity,
                     kind: if m.exact { "exact" } else { "near" },
                 });
