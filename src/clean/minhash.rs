@@ -10,11 +10,14 @@
 //! error of `√(s(1−s)/112)` ≈ 0.04 at 0.8.
 //!
 //! Words are the text's alphanumeric runs, lowercased; a text shorter than the shingle is one
-//! shingle of all its words. Each shingle is a 32-bit value `x`, and hash `i` is
-//! Dietzfelbinger's multiply-add-shift `(aᵢ·x + bᵢ) >> 32` over 64-bit words (a 2-universal
-//! family onto 32 bits, as good for MinHash as `datasketch`'s `(a·x + b) mod (2⁶¹ − 1)` and
-//! several times faster: no 128-bit products, so the 112 lanes vectorise). Signatures are
-//! 448 bytes per document.
+//! shingle of all its words. A word is hashed 8 bytes at a time (splitmix64's finaliser per
+//! 8 bytes); a shingle of words `w₀…wₙ₋₁` is `x = hi32(fin(Σ wᵢ·kᵢ))` with odd per-position
+//! constants `kᵢ` — order-sensitive, and `n` independent products rather than a chain of `n`
+//! mixes. Hash `i` of a shingle is `(aᵢ·x + bᵢ) mod 2³²` with `aᵢ` odd: a permutation of the
+//! 32-bit values, as `datasketch` applies `(a·x + b) mod (2⁶¹ − 1)`, but in 32-bit lanes, so
+//! the 112 hashes of 4 shingles at a time vectorise (16 lanes with AVX-512). The estimates are
+//! checked against exact Jaccard in the tests and against `datasketch` in
+//! `benches/near_dedup.sh`. Signatures are 448 bytes per document.
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -68,6 +71,8 @@ pub struct MinHasher {
     pub params: MinHashParams,
     a: Vec<u32>,
     b: Vec<u32>,
+    /// Per position in a shingle, the odd multiplier of its word.
+    k: Vec<u64>,
 }
 
 impl MinHasher {
@@ -78,7 +83,8 @@ impl MinHasher {
             a.push((rng.next_u64() >> 32) as u32 | 1);
             b.push((rng.next_u64() >> 32) as u32);
         }
-        MinHasher { params, a, b }
+        let k = (0..params.ngram as u64).map(|i| mix(0x5348_494e_474c_4553 ^ i) | 1).collect();
+        MinHasher { params, a, b, k }
     }
 
     /// The signature of `text`; `None` when it has no words.
@@ -96,32 +102,46 @@ impl MinHasher {
         if words.is_empty() {
             return None;
         }
-        let n = self.params.ngram.min(words.len());
+        let xs = self.shingles(words);
         let mut sig = vec![u32::MAX; self.a.len()];
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the CPU has AVX-512 F, checked just above.
-            unsafe { fold_avx512(words, n, &self.a, &self.b, &mut sig) };
+            unsafe { fold_avx512(&xs, &self.a, &self.b, &mut sig) };
             return Some(sig);
         }
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2, checked just above.
-            unsafe { fold_avx2(words, n, &self.a, &self.b, &mut sig) };
+            unsafe { fold_avx2(&xs, &self.a, &self.b, &mut sig) };
             return Some(sig);
         }
-        fold(words, n, &self.a, &self.b, &mut sig);
+        fold(&xs, &self.a, &self.b, &mut sig);
         Some(sig)
+    }
+
+    /// The 32-bit value of every shingle of `words` (one of all of them when there are fewer
+    /// than `ngram`).
+    fn shingles(&self, words: &[u64]) -> Vec<u32> {
+        let n = self.params.ngram.min(words.len());
+        words.windows(n).map(|w| shingle_value(w, &self.k)).collect()
     }
 }
 
-/// Folds every shingle of `words` into `sig`, four shingles per pass over the hashes (the
+/// A shingle's value: `Σ wᵢ·kᵢ` (independent products), one multiply of finalising, the high
+/// 32 bits.
+#[inline(always)]
+fn shingle_value(words: &[u64], k: &[u64]) -> u32 {
+    let h = words.iter().zip(k).fold(0u64, |h, (&w, &k)| h.wrapping_add(w.wrapping_mul(k)));
+    ((h ^ (h >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 32) as u32
+}
+
+/// Folds every shingle value into `sig`, four shingles per pass over the hashes (the
 /// signature and the coefficients are loaded once for four). One lane per hash and no
 /// branches, so the compiler vectorises the inner loop: 4 lanes of 32-bit products with
 /// SSE4/AVX2's `pmulld`… 8 with AVX2, 16 with AVX-512.
 #[inline(always)]
-fn fold(words: &[u64], n: usize, a: &[u32], b: &[u32], sig: &mut [u32]) {
-    let xs: Vec<u32> = words.windows(n).map(|w| shingle_hash(w) as u32).collect();
+fn fold(xs: &[u32], a: &[u32], b: &[u32], sig: &mut [u32]) {
     let mut quads = xs.chunks_exact(4);
     for q in &mut quads {
         let (x0, x1, x2, x3) = (q[0], q[1], q[2], q[3]);
@@ -143,27 +163,33 @@ fn fold(words: &[u64], n: usize, a: &[u32], b: &[u32], sig: &mut [u32]) {
 /// [`fold`] compiled for AVX-512.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn fold_avx512(words: &[u64], n: usize, a: &[u32], b: &[u32], sig: &mut [u32]) {
-    fold(words, n, a, b, sig)
+unsafe fn fold_avx512(xs: &[u32], a: &[u32], b: &[u32], sig: &mut [u32]) {
+    fold(xs, a, b, sig)
 }
 
 /// [`fold`] compiled for AVX2 (the build targets baseline x86-64; chosen at run time).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn fold_avx2(words: &[u64], n: usize, a: &[u32], b: &[u32], sig: &mut [u32]) {
-    fold(words, n, a, b, sig)
+unsafe fn fold_avx2(xs: &[u32], a: &[u32], b: &[u32], sig: &mut [u32]) {
+    fold(xs, a, b, sig)
 }
 
 /// One key per band of `sig` (`rows` hashes each): the band's index, `salt` and its rows,
-/// hashed. Documents share a bucket when a band of theirs is equal under the same salt.
+/// hashed. Documents share a bucket when a band of theirs is equal under the same salt. Each
+/// band is a sum of independent products (no chain of mixes), finalised once.
 pub fn band_keys(sig: &[u32], rows: usize, salt: u64) -> impl Iterator<Item = u64> + '_ {
+    let salt = mix(salt ^ 0xb5ad_4ece_da1c_e2a9);
     sig.chunks(rows).enumerate().map(move |(band, rows)| {
-        let mut h = mix(band as u64 ^ 0xb5ad_4ece_da1c_e2a9 ^ salt.rotate_left(32));
-        for &r in rows {
-            h = mix(h ^ r as u64);
-        }
-        h
+        let h = rows.iter().enumerate().fold(salt ^ (band as u64) << 48, |h, (i, &r)| {
+            h.wrapping_add((r as u64 | (i as u64) << 32).wrapping_mul(0x9e37_79b9_7f4a_7c15 ^ (i as u64) << 1))
+        });
+        mix(h)
     })
+}
+
+/// The band keys of `sig`, as [`LshIndex`] takes them.
+pub fn band_key_vec(sig: &[u32], rows: usize, salt: u64) -> Vec<u64> {
+    band_keys(sig, rows, salt).collect()
 }
 
 /// The signature's estimate of the Jaccard similarity: the share of positions that agree.
@@ -177,7 +203,7 @@ pub fn jaccard(a: &str, b: &str, ngram: usize) -> f64 {
     let set = |t: &str| -> std::collections::HashSet<u64> {
         let w = word_hashes(t);
         let n = ngram.min(w.len()).max(1);
-        w.windows(n).map(shingle_hash).collect()
+        w.windows(n).map(|s| s.iter().fold(0x9e37_79b9_7f4a_7c15u64, |h, &x| mix(h.rotate_left(17) ^ x))).collect()
     };
     let (sa, sb) = (set(a), set(b));
     if sa.is_empty() && sb.is_empty() {
@@ -192,26 +218,41 @@ pub fn words_key(text: &str) -> u64 {
     key_of(&word_hashes(text))
 }
 
+/// A polynomial over the word hashes (order-sensitive), in four interleaved lanes so that the
+/// multiply-adds do not wait on each other, finalised with the count.
 fn key_of(words: &[u64]) -> u64 {
-    words.iter().fold(0x243f_6a88_85a3_08d3u64, |h, &w| mix(h ^ w))
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut lanes = [0x243f_6a88_85a3_08d3u64, 0x1319_8a2e_0370_7344, 0xa409_3822_299f_31d0, 0x082e_fa98_ec4e_6c89];
+    let mut quads = words.chunks_exact(4);
+    for q in &mut quads {
+        for (l, &w) in lanes.iter_mut().zip(q) {
+            *l = l.wrapping_mul(K).wrapping_add(w);
+        }
+    }
+    let tail = quads.remainder().iter().fold(words.len() as u64, |h, &w| h.wrapping_mul(K).wrapping_add(w));
+    mix(lanes.iter().fold(tail, |h, &l| mix(h ^ l)))
 }
 
 /// Signatures in LSH buckets, to ask which indexed document a new one nearly repeats.
 ///
-/// Laid out for size, since it holds every kept document: the signatures in one flat array
-/// (4 bytes per hash), and each bucket as a chain through the documents — a table from band key
-/// to the bucket's latest document, and per document and band the one before it — so a
-/// document costs its signature, one `u32` per band, and about 16 bytes per band of table
-/// (about 0.8 KB with the default 14 × 8, measured in the README).
+/// Laid out for size, since it holds every kept document: the signatures in one flat array,
+/// each hash cut to its low 16 bits (b-bit MinHash: two different minima agree on 16 bits with
+/// probability 2⁻¹⁶, which moves an estimate by less than 0.002 over 112 hashes), and each
+/// bucket as a chain through the documents — a table from a band key's low 32 bits to the
+/// bucket's latest document (a key collision merges two buckets: a few more candidates, each
+/// still verified), and per document and band the one before it. A document costs 224 bytes of
+/// signature, one `u32` per band, and its share of the table (about 0.5 KB in all with the
+/// default 14 × 8, measured in the README). Band keys are computed by the caller
+/// ([`band_key_vec`]), on the pipeline's workers rather than its ordered stage.
 #[derive(Debug)]
 pub struct LshIndex {
     rows: usize,
     bands: usize,
     threshold: f64,
-    heads: HashMap<u64, u32, BuildHasherDefault<KeyHasher>>,
+    heads: HashMap<u32, u32, BuildHasherDefault<KeyHasher>>,
     /// `next[doc * bands + band]`: the previous document in that band's bucket (`NONE`: none).
     next: Vec<u32>,
-    signatures: Vec<u32>,
+    signatures: Vec<u16>,
     exact: HashMap<u64, u32, BuildHasherDefault<KeyHasher>>,
     len: u32,
 }
@@ -254,6 +295,12 @@ impl LshIndex {
     /// Adds a document — its signature (`None` for a text without words: it can then only be
     /// matched exactly), its words key and its salt — and returns its index.
     pub fn insert(&mut self, sig: Option<&[u32]>, words: u64, salt: u64) -> u32 {
+        let keys = sig.map(|s| band_key_vec(s, self.rows, salt)).unwrap_or_default();
+        self.insert_keyed(sig, &keys, words, salt)
+    }
+
+    /// [`LshIndex::insert`] with the signature's band keys computed already.
+    pub fn insert_keyed(&mut self, sig: Option<&[u32]>, keys: &[u64], words: u64, salt: u64) -> u32 {
         let index = self.len;
         self.len = self.len.checked_add(1).expect("fewer than 4 billion indexed documents");
         self.exact.entry(exact_key(words, salt)).or_insert(index);
@@ -261,11 +308,12 @@ impl LshIndex {
         match sig {
             Some(sig) => {
                 assert_eq!(sig.len(), hashes, "a signature of the index's parameters");
-                for key in band_keys(sig, self.rows, salt) {
-                    let prev = self.heads.insert(key, index).unwrap_or(NONE);
+                assert_eq!(keys.len(), self.bands, "one key per band");
+                for &key in keys {
+                    let prev = self.heads.insert(key as u32, index).unwrap_or(NONE);
                     self.next.push(prev);
                 }
-                self.signatures.extend_from_slice(sig);
+                self.signatures.extend(sig.iter().map(|&h| h as u16));
             }
             None => {
                 self.next.extend(std::iter::repeat_n(NONE, self.bands));
@@ -275,7 +323,7 @@ impl LshIndex {
         index
     }
 
-    fn signature(&self, index: u32) -> &[u32] {
+    fn signature(&self, index: u32) -> &[u16] {
         let n = self.rows * self.bands;
         &self.signatures[index as usize * n..(index as usize + 1) * n]
     }
@@ -283,18 +331,29 @@ impl LshIndex {
     /// The best match of a document at or above the threshold: an exact one first, else the
     /// most similar verified candidate (the earliest indexed among equals).
     pub fn best_match(&self, sig: Option<&[u32]>, words: u64, salt: u64) -> Option<Match> {
+        let keys = sig.map(|s| band_key_vec(s, self.rows, salt)).unwrap_or_default();
+        self.best_match_keyed(sig, &keys, words, salt)
+    }
+
+    /// [`LshIndex::best_match`] with the signature's band keys computed already.
+    pub fn best_match_keyed(&self, sig: Option<&[u32]>, keys: &[u64], words: u64, salt: u64) -> Option<Match> {
         if let Some(&index) = self.exact.get(&exact_key(words, salt)) {
             return Some(Match { index, similarity: 1.0, exact: true });
         }
         let sig = sig?;
+        // Every band's bucket first, in a loop of independent lookups whose cache misses the
+        // CPU overlaps; then the chains, nearly always empty.
+        let heads: Vec<u32> = keys.iter().map(|&key| self.heads.get(&(key as u32)).copied().unwrap_or(NONE)).collect();
         let mut best: Option<Match> = None;
         let mut seen: Vec<u32> = Vec::new();
-        for (band, key) in band_keys(sig, self.rows, salt).enumerate() {
-            let mut i = self.heads.get(&key).copied().unwrap_or(NONE);
+        for (band, &head) in heads.iter().enumerate() {
+            let mut i = head;
             while i != NONE {
                 if !seen.contains(&i) {
                     seen.push(i);
-                    let s = similarity(sig, self.signature(i));
+                    let stored = self.signature(i);
+                    let same = sig.iter().zip(stored).filter(|(&x, &y)| x as u16 == y).count();
+                    let s = same as f64 / sig.len().max(1) as f64;
                     let better = best.is_none_or(|b| s > b.similarity || (s == b.similarity && i < b.index));
                     if s >= self.threshold && better {
                         best = Some(Match { index: i, similarity: s, exact: false });
@@ -329,90 +388,183 @@ impl std::hash::Hasher for KeyHasher {
     fn write_u64(&mut self, v: u64) {
         self.0 = v;
     }
+
+    /// A 32-bit key cut from a splitmix output: spread over all 64 bits (hashbrown takes its
+    /// tags from the top ones).
+    fn write_u32(&mut self, v: u32) {
+        self.0 = (v as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
 }
 
-/// Hashes of the text's words (alphanumeric runs), lowercased. Bytes are read as they come,
-/// ASCII without decoding; a word's bytes are packed 8 at a time into one word of state, mixed
-/// once per 8 bytes rather than once per byte.
+/// Hashes of the text's words (alphanumeric runs), lowercased. A bitmap of the bytes that
+/// may belong to a word — ASCII letters and digits, and every byte beyond ASCII — is built 64
+/// bytes at a time (vectorised, no branches), and its runs of set bits are walked with
+/// bit scans, so a word costs no mispredicted byte-loop exit. A run of ASCII bytes is a word,
+/// hashed 8 bytes per step and lowercased with one OR (`| 0x20` lowercases ASCII letters and
+/// leaves digits as they are); a run with other characters is split into words character by
+/// character and each lowercased into a buffer and hashed the same way, so both paths give an
+/// ASCII word the same hash.
 fn word_hashes(text: &str) -> Vec<u64> {
     let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len() / 5);
-    let mut w = WordHash::default();
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        if b < 0x80 {
-            match ASCII_WORD[b as usize] {
-                0 => w.end(&mut out),
-                l => w.push(l),
-            }
-            i += 1;
+    let (bits, high) = word_bitmap(bytes);
+    let mut out = Vec::with_capacity(bytes.len() / 4);
+    let mut lowered = Vec::new();
+    let mut word = |start: usize, end: usize, out: &mut Vec<u64>| {
+        if !any_bit(&high, start, end) {
+            out.push(hash_word(bytes, start, end, 0x2020_2020_2020_2020));
         } else {
-            let c = text[i..].chars().next().expect("a character starts here");
-            i += c.len_utf8();
-            if c.is_alphanumeric() {
-                for l in c.to_lowercase() {
-                    let mut buf = [0u8; 4];
-                    for &byte in l.encode_utf8(&mut buf).as_bytes() {
-                        w.push(byte);
-                    }
-                }
-            } else {
-                w.end(&mut out);
+            beyond_ascii(text, start, end, &mut lowered, out);
+        }
+    };
+    // Runs start and end where a bit differs from the one before it: those edges are taken
+    // off each word of the bitmap with one bit scan each, starts and ends in turn.
+    let (mut carry, mut start) = (0u64, None);
+    for (i, &w) in bits.iter().enumerate() {
+        let mut t = w ^ (w << 1 | carry);
+        carry = w >> 63;
+        while t != 0 {
+            let at = i * 64 + t.trailing_zeros() as usize;
+            t &= t - 1;
+            match start.take() {
+                None => start = Some(at),
+                Some(s) => word(s, at, &mut out),
             }
         }
     }
-    w.end(&mut out);
+    if let Some(s) = start {
+        word(s, bytes.len(), &mut out);
+    }
     out
 }
 
-/// Per ASCII byte: its lowercase form when it belongs to a word, 0 when it separates words.
-const ASCII_WORD: [u8; 128] = {
-    let mut t = [0u8; 128];
-    let mut b = 0;
-    while b < 128 {
-        let c = b as u8;
-        if c.is_ascii_alphanumeric() {
-            t[b] = c.to_ascii_lowercase();
+/// The words of a run that holds characters beyond ASCII (all their bytes are in the run):
+/// split at characters that are not alphanumeric, each lowercased into `lowered` and hashed.
+#[inline(never)]
+fn beyond_ascii(text: &str, start: usize, end: usize, lowered: &mut Vec<u8>, out: &mut Vec<u64>) {
+    lowered.clear();
+    let mut buf = [0u8; 4];
+    for c in text[start..end].chars() {
+        if c.is_alphanumeric() {
+            for l in c.to_lowercase() {
+                lowered.extend_from_slice(l.encode_utf8(&mut buf).as_bytes());
+            }
+        } else if !lowered.is_empty() {
+            out.push(hash_word(lowered, 0, lowered.len(), 0));
+            lowered.clear();
         }
-        b += 1;
     }
-    t
-};
-
-/// One word's hash as its bytes arrive.
-#[derive(Default)]
-struct WordHash {
-    h: u64,
-    acc: u64,
-    len: u64,
+    if !lowered.is_empty() {
+        out.push(hash_word(lowered, 0, lowered.len(), 0));
+    }
 }
 
-impl WordHash {
-    #[inline(always)]
-    fn push(&mut self, b: u8) {
-        self.acc = (self.acc << 8) | b as u64;
-        self.len += 1;
-        if self.len % 8 == 0 {
-            self.h = mix(self.h ^ self.acc ^ FNV_OFFSET);
-            self.acc = 0;
+/// Two bitmaps of `bytes`, bit `i % 64` of word `i / 64` for byte `i`: whether it may belong
+/// to a word (an ASCII letter or digit, or beyond ASCII), and whether it is beyond ASCII.
+fn word_bitmap(bytes: &[u8]) -> (Vec<u64>, Vec<u64>) {
+    let n = bytes.len().div_ceil(64);
+    let (mut bits, mut high) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just above.
+        unsafe { x86::bitmap_avx2(bytes, &mut bits, &mut high) };
+        return (bits, high);
+    }
+    for c in bytes.chunks(64) {
+        bits.push(c.iter().enumerate().fold(0u64, |m, (j, &b)| m | (is_word_byte(b) as u64) << j));
+        high.push(c.iter().enumerate().fold(0u64, |m, (j, &b)| m | ((b >= 0x80) as u64) << j));
+    }
+    (bits, high)
+}
+
+/// Whether any bit in `[start, end)` is set.
+#[inline(always)]
+fn any_bit(bits: &[u64], start: usize, end: usize) -> bool {
+    let (first, last) = (start / 64, (end - 1) / 64);
+    let lo = u64::MAX << (start % 64);
+    let hi = u64::MAX >> (63 - (end - 1) % 64);
+    if first == last {
+        return bits[first] & lo & hi != 0;
+    }
+    bits[first] & lo != 0 || bits[first + 1..last].iter().any(|&w| w != 0) || bits[last] & hi != 0
+}
+
+#[inline(always)]
+fn is_word_byte(b: u8) -> bool {
+    b >= 0x80 || b.wrapping_sub(b'0') < 10 || (b | 0x20).wrapping_sub(b'a') < 26
+}
+
+/// [`word_bitmap`] 32 bytes per step with AVX2 (AVX-512's byte compares would need Rust 1.89,
+/// past this crate's minimum): per byte, "beyond ASCII" is its sign bit, a digit is
+/// `b − '0' < 10` and a letter `(b | 0x20) − 'a' < 26`, unsigned.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn bitmap_avx2(bytes: &[u8], bits: &mut Vec<u64>, highs: &mut Vec<u64>) {
+        let mut push = |p: *const u8| {
+            // SAFETY: `p` is the start of 64 readable bytes (a chunk, or the padded buffer).
+            let ((w0, h0), (w1, h1)) = unsafe { (mask32(p), mask32(p.add(32))) };
+            bits.push(w0 as u64 | (w1 as u64) << 32);
+            highs.push(h0 as u64 | (h1 as u64) << 32);
+        };
+        let mut chunks = bytes.chunks_exact(64);
+        for c in &mut chunks {
+            push(c.as_ptr());
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            // Zero bytes belong to no word.
+            let mut last = [0u8; 64];
+            last[..rest.len()].copy_from_slice(rest);
+            push(last.as_ptr());
         }
     }
 
-    #[inline(always)]
-    fn end(&mut self, out: &mut Vec<u64>) {
-        if self.len > 0 {
-            out.push(mix(self.h ^ self.acc ^ self.len.rotate_right(8)));
-            *self = WordHash::default();
-        }
+    /// The word bits and the beyond-ASCII bits of the 32 bytes at `p`; `x < n` unsigned as
+    /// `min(x, n − 1) == x`.
+    #[target_feature(enable = "avx2")]
+    unsafe fn mask32(p: *const u8) -> (u32, u32) {
+        // SAFETY: the caller gives 32 readable bytes.
+        let v = unsafe { _mm256_loadu_si256(p as *const __m256i) };
+        let below = |x: __m256i, n: i8| _mm256_cmpeq_epi8(_mm256_min_epu8(x, _mm256_set1_epi8(n - 1)), x);
+        let digit = below(_mm256_sub_epi8(v, _mm256_set1_epi8(b'0' as i8)), 10);
+        let letter =
+            below(_mm256_sub_epi8(_mm256_or_si256(v, _mm256_set1_epi8(0x20)), _mm256_set1_epi8(b'a' as i8)), 26);
+        let high = _mm256_movemask_epi8(v) as u32;
+        (high | _mm256_movemask_epi8(_mm256_or_si256(digit, letter)) as u32, high)
     }
+}
+
+/// The hash of the word `bytes[start..end]`, 8 bytes per step, each byte OR-ed with `lower`'s
+/// (0x20 lowercases an ASCII letter or digit; 0 for bytes lowercased already): one multiply per
+/// step, and a final xor-shift. For a word of up to 8 bytes — nearly every word — that is a
+/// bijection of its bytes for each length, so two such words never share a hash. The last,
+/// partial step loads 8 bytes from the text around it and masks them (no copy, which would
+/// stall the load behind the copy's byte stores).
+#[inline(always)]
+fn hash_word(bytes: &[u8], start: usize, end: usize, lower: u64) -> u64 {
+    const K: u64 = 0x9fb2_1c65_1e98_df25;
+    let load = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    let mut h = FNV_OFFSET ^ ((end - start) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut at = start;
+    while at + 8 < end {
+        h = (h ^ (load(at) | lower)).wrapping_mul(K).rotate_left(29);
+        at += 8;
+    }
+    let n = end - at;
+    let v = if at + 8 <= bytes.len() {
+        load(at)
+    } else if bytes.len() >= 8 {
+        load(bytes.len() - 8) >> (8 * (at + 8 - bytes.len()))
+    } else {
+        bytes[at..end].iter().rev().fold(0u64, |v, &b| (v << 8) | b as u64)
+    };
+    h = (h ^ ((v | lower) & (u64::MAX >> (64 - 8 * n)))).wrapping_mul(K);
+    h ^ (h >> 32)
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-
-fn shingle_hash(words: &[u64]) -> u64 {
-    words.iter().fold(0x9e37_79b9_7f4a_7c15u64, |h, &w| mix(h.rotate_left(17) ^ w))
-}
 
 /// splitmix64's finaliser.
 fn mix(mut z: u64) -> u64 {
@@ -435,6 +587,69 @@ mod tests {
     fn words_ignore_case_and_punctuation_and_the_estimate_tracks_exact_jaccard() {
         assert_eq!(words_key("The film, the FILM!"), words_key("the film the film"));
         assert_ne!(words_key("the film"), words_key("the films"));
+        // Words beyond ASCII are lowercased as characters; both paths hash alike.
+        assert_eq!(words_key("NAÏVE Films, ÉCOLE"), words_key("naïve films école"));
+        assert_ne!(words_key("naïve"), words_key("naive"));
+        let lower = hash_word(b"abcdefghijk9", 0, 12, 0);
+        assert_eq!(hash_word(b"AbCdEfGhIjK9", 0, 12, 0x2020_2020_2020_2020), lower);
+        // Wherever the word lies: at the end of a long text, in a short one, inside one.
+        assert_eq!(hash_word(b"--------abcdefghijk9", 8, 20, 0), lower);
+        assert_eq!(hash_word(b"Ab1", 0, 3, 0x2020_2020_2020_2020), hash_word(b"x ab1 yyyyyyyyyyyy", 2, 5, 0));
+        assert_eq!(hash_word(b"x ab1", 2, 5, 0), hash_word(b"ab1", 0, 3, 0));
+        assert_eq!(word_hashes("été, 12 Z9").len(), 3);
+        // The bitmap walk finds the words a plain character loop finds, across 64-byte blocks,
+        // with runs mixing ASCII and other characters ("naïve—Film", "“Quote”").
+        let reference = |t: &str| -> Vec<u64> {
+            let mut out = Vec::new();
+            let mut w = String::new();
+            for c in t.chars().chain([' ']) {
+                if c.is_alphanumeric() {
+                    w.extend(c.to_lowercase());
+                } else if !w.is_empty() {
+                    out.push(hash_word(w.as_bytes(), 0, w.len(), 0));
+                    w.clear();
+                }
+            }
+            out
+        };
+        let all: Vec<u8> = (0..=255u8).cycle().take(700).collect();
+        for n in [0, 1, 31, 32, 33, 63, 64, 65, 127, 700] {
+            let map = |f: fn(u8) -> bool| -> Vec<u64> {
+                all[..n]
+                    .chunks(64)
+                    .map(|c| c.iter().enumerate().fold(0u64, |m, (j, &b)| m | (f(b) as u64) << j))
+                    .collect()
+            };
+            let want = (map(is_word_byte), map(|b| b >= 0x80));
+            assert_eq!(word_bitmap(&all[..n]), want, "{n} bytes");
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                let (mut bits, mut high) = (Vec::new(), Vec::new());
+                // SAFETY: checked just above.
+                unsafe { x86::bitmap_avx2(&all[..n], &mut bits, &mut high) };
+                assert_eq!((bits, high), want, "AVX2, {n} bytes");
+            }
+        }
+        let mut r = Rng::for_key(5, &[]);
+        let pieces = [
+            "a",
+            "Bc",
+            "naïve—Film",
+            "“Quote”",
+            "x9",
+            " ",
+            "  ",
+            ", ",
+            "ÉCOLE",
+            "12345678901",
+            "日本語",
+            "-",
+            "\u{a0}",
+        ];
+        for n in [0, 1, 5, 63, 64, 65, 200, 1000] {
+            let t: String = (0..n).map(|_| pieces[r.below(pieces.len())]).collect();
+            assert_eq!(word_hashes(&t), reference(&t), "{t:?}");
+        }
         let h = MinHasher::new(MinHashParams::default());
         assert!(h.signature(" ... !!").is_none());
         assert_eq!(h.signature("one two").unwrap().len(), 112);

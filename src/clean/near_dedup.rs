@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 use crate::clean::dedup::{DedupScope, IdArena};
-use crate::clean::minhash::{LshIndex, MinHashParams, MinHasher};
+use crate::clean::minhash::{band_key_vec, LshIndex, MinHashParams, MinHasher};
 use crate::contract::document::{Document, NearKey, OrderKey};
 use crate::contract::{Step, Verdict};
 
@@ -78,7 +78,8 @@ impl Step for NearDedup {
         };
         let (signature, words) = self.hasher().sign(&doc.text);
         let signature = signature.unwrap_or_default();
-        doc.order_keys.push(OrderKey::Near(NearKey { salt, words, signature }));
+        let bands = if signature.is_empty() { Vec::new() } else { band_key_vec(&signature, self.rows, salt) };
+        doc.order_keys.push(OrderKey::Near(NearKey { salt, words, signature, bands }));
         Verdict::Keep
     }
 }
@@ -98,11 +99,12 @@ fn split_salt(split: &str) -> u64 {
 pub struct NearIndex {
     lsh: LshIndex,
     ids: IdArena,
+    rows: usize,
 }
 
 impl NearIndex {
     pub fn new(params: &MinHashParams) -> NearIndex {
-        NearIndex { lsh: LshIndex::new(params), ids: IdArena::default() }
+        NearIndex { lsh: LshIndex::new(params), ids: IdArena::default(), rows: params.rows }
     }
 
     /// The earlier kept document `key` nearly repeats (its id and the estimated similarity),
@@ -112,10 +114,18 @@ impl NearIndex {
         if key.signature.is_empty() {
             return None;
         }
-        if let Some(m) = self.lsh.best_match(Some(&key.signature), key.words, key.salt) {
+        let computed;
+        let bands = if key.bands.is_empty() {
+            computed = band_key_vec(&key.signature, self.rows, key.salt);
+            &computed
+        } else {
+            &key.bands
+        };
+        let sig = Some(key.signature.as_slice());
+        if let Some(m) = self.lsh.best_match_keyed(sig, bands, key.words, key.salt) {
             return Some((self.ids.get(m.index), m.similarity));
         }
-        self.lsh.insert(Some(&key.signature), key.words, key.salt);
+        self.lsh.insert_keyed(sig, bands, key.words, key.salt);
         self.ids.push(id);
         None
     }

@@ -67,6 +67,9 @@ pub struct NearKey {
     pub words: u64,
     /// One minimum per hash; empty for a text without words, which is never compared.
     pub signature: Vec<u32>,
+    /// The signature's LSH band keys, computed on the worker; empty where they are not known
+    /// yet (a key read back from a scan file): then the ordered stage computes them.
+    pub bands: Vec<u64>,
 }
 
 /// A document that will not reach the shards, and why.

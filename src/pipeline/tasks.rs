@@ -116,7 +116,7 @@ fn task_rel(index: u32) -> String {
 
 /// Where the scan phase leaves each task's fingerprints and scores.
 pub const SCAN_DIR: &str = "scan";
-const SCAN_FORMAT: &str = "bertpipe-scan/2";
+const SCAN_FORMAT: &str = "bertpipe-scan/3";
 
 fn scan_file(index: u32) -> String {
     format!("{TASKS_DIR}/{SCAN_DIR}/{index:05}.bin")
@@ -435,7 +435,7 @@ pub fn parse_scan(bytes: &[u8], shown: &str, config_sha256: &str, task: TaskSpec
                         .chunks_exact(4)
                         .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
                         .collect();
-                    keys.push(OrderKey::Near(NearKey { salt, words, signature }));
+                    keys.push(OrderKey::Near(NearKey { salt, words, signature, bands: Vec::new() }));
                 }
                 tag => bail!("'{shown}' is corrupt: a key of unknown kind {tag}"),
             }
@@ -694,7 +694,12 @@ mod tests {
                     "d".into(),
                     vec![
                         OrderKey::Exact([1u8; 16]),
-                        OrderKey::Near(NearKey { salt: 3, words: 4, signature: vec![5, 6, u32::MAX] }),
+                        OrderKey::Near(NearKey {
+                            salt: 3,
+                            words: 4,
+                            signature: vec![5, 6, u32::MAX],
+                            bands: Vec::new(),
+                        }),
                     ],
                 ),
                 ("e".into(), vec![]),
