@@ -136,6 +136,29 @@ pub fn source_kind_by_name(path: &Path) -> Option<InputKind> {
     Some(InputKind::Source(kind))
 }
 
+/// What `path` is, as [`detect`] decides; in a bucket, a source file is known by its name and
+/// anything else is a shard folder, fetched into the local cache first (the path to read is
+/// returned with the kind).
+pub fn locate(path: &Path) -> Result<(PathBuf, InputKind)> {
+    if !crate::storage::is_remote(path) {
+        return Ok((path.to_path_buf(), detect(path)?));
+    }
+    Ok(match source_kind_by_name(path) {
+        Some(kind) => (path.to_path_buf(), kind),
+        None => (crate::sink::remote::fetch_shards(path)?, InputKind::Shards),
+    })
+}
+
+/// A pipeline's steps without its sequence building: the documents as they are cleaned.
+pub fn document_steps(pipeline: &Pipeline) -> Vec<PipelineStep> {
+    pipeline
+        .steps
+        .iter()
+        .filter(|s| !matches!(s, PipelineStep::ClassifySequences(_) | PipelineStep::PretrainSequences(_)))
+        .cloned()
+        .collect()
+}
+
 /// Decides what `path` is: a pipeline YAML, a finished shard folder, or a source.
 pub fn detect(path: &Path) -> Result<InputKind> {
     if !path.exists() {
@@ -272,12 +295,7 @@ pub fn from_pipeline(pipeline: &Pipeline, is_pipeline: bool, path: &Path, opts: 
     let started = Instant::now();
     let threads = threads_or_default(opts.threads);
     let max_len = pipeline.steps.iter().find_map(PipelineStep::max_len).map(|n| n as u32);
-    let mut steps: Vec<PipelineStep> = pipeline
-        .steps
-        .iter()
-        .filter(|s| !matches!(s, PipelineStep::ClassifySequences(_) | PipelineStep::PretrainSequences(_)))
-        .cloned()
-        .collect();
+    let mut steps = document_steps(pipeline);
     let scored = steps.iter().any(|s| matches!(s, PipelineStep::NoiseScore(_)));
     if !scored {
         steps.push(PipelineStep::NoiseScore(NoiseScore::default()));

@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use crate::clean::dedup::IdArena;
 use crate::clean::minhash::{LshIndex, MinHashParams, MinHasher, Signature};
-use crate::config::{Pipeline, PipelineStep};
+use crate::config::Pipeline;
 use crate::contract::columns;
 use crate::contract::progress::{Progress, Total};
 use crate::pipeline::parallel::{self, CorpusPart, Outcome};
@@ -84,18 +84,8 @@ enum Corpus {
 
 impl Corpus {
     fn open(path: &Path, set: &[String]) -> Result<Corpus> {
-        let fetched;
-        let (path, kind) = if crate::storage::is_remote(path) {
-            match collect::source_kind_by_name(path) {
-                Some(kind) => (path, kind),
-                None => {
-                    fetched = crate::sink::remote::fetch_shards(path)?;
-                    (fetched.as_path(), InputKind::Shards)
-                }
-            }
-        } else {
-            (path, collect::detect(path)?)
-        };
+        let (located, kind) = collect::locate(path)?;
+        let path = located.as_path();
         let config = |e: crate::config::ConfigErrors| anyhow::anyhow!("{e}");
         Ok(match kind {
             InputKind::Shards => {
@@ -175,12 +165,7 @@ impl Corpus {
                 }
             }
             Corpus::Pipeline(p) => {
-                let mut steps: Vec<PipelineStep> = p
-                    .steps
-                    .iter()
-                    .filter(|s| !matches!(s, PipelineStep::ClassifySequences(_) | PipelineStep::PretrainSequences(_)))
-                    .cloned()
-                    .collect();
+                let mut steps = collect::document_steps(p);
                 crate::pipeline::prepare_steps(&mut steps)?;
                 let threads = crate::pipeline::threads_or_default(opts.threads);
                 crate::pipeline::corpus::resolve_noise_quantiles(&p.source, p.seed, &mut steps, threads, opts.quiet)?;

@@ -82,19 +82,8 @@ pub fn run(input: &Path, opts: &StatsOptions) -> Result<(Report, collect::Collec
             .into());
         }
     }
-    // In a bucket: a source file by its name, else a shard folder, fetched into the cache.
-    let fetched;
-    let (input, kind) = if crate::storage::is_remote(input) {
-        match collect::source_kind_by_name(input) {
-            Some(kind) => (input, kind),
-            None => {
-                fetched = crate::sink::remote::fetch_shards(input)?;
-                (fetched.as_path(), InputKind::Shards)
-            }
-        }
-    } else {
-        (input, collect::detect(input)?)
-    };
+    let (located, kind) = collect::locate(input)?;
+    let input = located.as_path();
     let mut collected = match kind {
         InputKind::Shards => {
             if !opts.set.is_empty() {
