@@ -235,7 +235,7 @@ fn key_of(words: &[u64]) -> u64 {
 
 /// Signatures in LSH buckets, to ask which indexed document a new one nearly repeats.
 ///
-/// Laid out for size, since it holds every kept document: the signatures in one flat array,
+/// Laid out for size, since it holds every kept document: the signatures in flat blocks,
 /// each hash cut to its low 16 bits (b-bit MinHash: two different minima agree on 16 bits with
 /// probability 2⁻¹⁶, which moves an estimate by less than 0.002 over 112 hashes), and each
 /// bucket as a chain through the documents — a table from a band key's low 32 bits to the
@@ -251,8 +251,8 @@ pub struct LshIndex {
     threshold: f64,
     heads: HashMap<u32, u32, BuildHasherDefault<KeyHasher>>,
     /// `next[doc * bands + band]`: the previous document in that band's bucket (`NONE`: none).
-    next: Vec<u32>,
-    signatures: Vec<u16>,
+    next: Blocks<u32>,
+    signatures: Blocks<u16>,
     exact: HashMap<u64, u32, BuildHasherDefault<KeyHasher>>,
     len: u32,
 }
@@ -277,8 +277,8 @@ impl LshIndex {
             bands: params.bands,
             threshold: params.threshold,
             heads: HashMap::default(),
-            next: Vec::new(),
-            signatures: Vec::new(),
+            next: Blocks::new(params.bands),
+            signatures: Blocks::new(params.hashes()),
             exact: HashMap::default(),
             len: 0,
         }
@@ -309,23 +309,25 @@ impl LshIndex {
             Some(sig) => {
                 assert_eq!(sig.len(), hashes, "a signature of the index's parameters");
                 assert_eq!(keys.len(), self.bands, "one key per band");
-                for &key in keys {
-                    let prev = self.heads.insert(key as u32, index).unwrap_or(NONE);
-                    self.next.push(prev);
+                let links = self.next.push();
+                for (link, &key) in links.iter_mut().zip(keys) {
+                    *link = self.heads.insert(key as u32, index).unwrap_or(NONE);
                 }
-                self.signatures.extend(sig.iter().map(|&h| h as u16));
+                for (stored, &h) in self.signatures.push().iter_mut().zip(sig) {
+                    *stored = h as u16;
+                }
             }
             None => {
-                self.next.extend(std::iter::repeat_n(NONE, self.bands));
-                self.signatures.extend(std::iter::repeat_n(0, hashes));
+                // Never a candidate (no band links); its record keeps the indices aligned.
+                self.next.push().fill(NONE);
+                self.signatures.push();
             }
         }
         index
     }
 
     fn signature(&self, index: u32) -> &[u16] {
-        let n = self.rows * self.bands;
-        &self.signatures[index as usize * n..(index as usize + 1) * n]
+        self.signatures.get(index)
     }
 
     /// The best match of a document at or above the threshold: an exact one first, else the
@@ -359,10 +361,44 @@ impl LshIndex {
                         best = Some(Match { index: i, similarity: s, exact: false });
                     }
                 }
-                i = self.next[i as usize * self.bands + band];
+                i = self.next.get(i)[band];
             }
         }
         best
+    }
+}
+
+/// One fixed-size record per document, in blocks of 4,096 records: growing never copies or
+/// reallocates what is stored (a doubling `Vec` touches about twice the memory it keeps, and
+/// first touches of fresh pages are much of the index's cost).
+#[derive(Debug)]
+struct Blocks<T> {
+    width: usize,
+    blocks: Vec<Vec<T>>,
+}
+
+const BLOCK_RECORDS: usize = 4096;
+
+impl<T: Copy + Default> Blocks<T> {
+    fn new(width: usize) -> Self {
+        Blocks { width, blocks: Vec::new() }
+    }
+
+    /// A new record, zeroed (`T::default()`), to fill in.
+    fn push(&mut self) -> &mut [T] {
+        let cap = self.width * BLOCK_RECORDS;
+        if self.blocks.last().is_none_or(|b| b.len() == cap) {
+            self.blocks.push(Vec::with_capacity(cap));
+        }
+        let block = self.blocks.last_mut().expect("a block with room");
+        let start = block.len();
+        block.resize(start + self.width, T::default());
+        &mut block[start..]
+    }
+
+    fn get(&self, index: u32) -> &[T] {
+        let (b, r) = (index as usize / BLOCK_RECORDS, index as usize % BLOCK_RECORDS);
+        &self.blocks[b][r * self.width..(r + 1) * self.width]
     }
 }
 
@@ -670,6 +706,27 @@ mod tests {
             assert!((est - exact).abs() < 0.15, "k {k}: exact {exact:.3}, estimate {est:.3}");
         }
         assert!(worst > 0.0, "estimates are estimates");
+    }
+
+    #[test]
+    fn records_past_the_first_block_and_documents_without_words_keep_their_places() {
+        let h = MinHasher::new(MinHashParams::default());
+        let mut index = LshIndex::new(&h.params);
+        let texts: Vec<String> =
+            (0..5000).map(|i| if i % 7 == 3 { "?!".to_string() } else { text(i, 120).join(" ") }).collect();
+        for (i, t) in texts.iter().enumerate() {
+            assert_eq!(index.insert(h.signature(t).as_deref(), words_key(t), 0), i as u32);
+        }
+        for i in [0, 4095, 4096, 4097, 4500, 4999] {
+            let mut w: Vec<&str> = texts[i].split(' ').collect();
+            w[20] = "changed";
+            let near = w.join(" ");
+            let m = index.best_match(h.signature(&near).as_deref(), words_key(&near), 0).expect("found");
+            assert_eq!((m.index, m.exact), (i as u32, false), "copy of {i}");
+            assert!(m.similarity >= 0.8 && m.similarity < 1.0);
+        }
+        let m = index.best_match(None, words_key("?!"), 0).unwrap();
+        assert_eq!((m.index, m.exact), (3, true));
     }
 
     #[test]
