@@ -10,14 +10,15 @@
 //! error of `√(s(1−s)/112)` ≈ 0.04 at 0.8.
 //!
 //! Words are the text's alphanumeric runs, lowercased; a text shorter than the shingle is one
-//! shingle of all its words. A word is hashed 8 bytes at a time (splitmix64's finaliser per
-//! 8 bytes); a shingle of words `w₀…wₙ₋₁` is `x = hi32(fin(Σ wᵢ·kᵢ))` with odd per-position
+//! shingle of all its words. A word is hashed 8 bytes per multiply (a bijection for words of
+//! up to 8 bytes); a shingle of words `w₀…wₙ₋₁` is `x = hi32(fin(Σ wᵢ·kᵢ))` with odd per-position
 //! constants `kᵢ` — order-sensitive, and `n` independent products rather than a chain of `n`
 //! mixes. Hash `i` of a shingle is `(aᵢ·x + bᵢ) mod 2³²` with `aᵢ` odd: a permutation of the
 //! 32-bit values, as `datasketch` applies `(a·x + b) mod (2⁶¹ − 1)`, but in 32-bit lanes, so
 //! the 112 hashes of 4 shingles at a time vectorise (16 lanes with AVX-512). The estimates are
 //! checked against exact Jaccard in the tests and against `datasketch` in
-//! `benches/near_dedup.sh`. Signatures are 448 bytes per document.
+//! `benches/near_dedup.sh`. Signatures are 448 bytes per document (224 as [`LshIndex`] stores
+//! them).
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
