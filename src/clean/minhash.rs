@@ -296,12 +296,13 @@ impl LshIndex {
     /// Adds a document — its signature (`None` for a text without words: it can then only be
     /// matched exactly), its words key and its salt — and returns its index.
     pub fn insert(&mut self, sig: Option<&[u32]>, words: u64, salt: u64) -> u32 {
-        let keys = sig.map(|s| band_key_vec(s, self.rows, salt)).unwrap_or_default();
-        self.insert_keyed(sig, &keys, words, salt)
+        self.insert_keyed(sig, &[], words, salt)
     }
 
-    /// [`LshIndex::insert`] with the signature's band keys computed already.
+    /// [`LshIndex::insert`] with the signature's band keys when the caller has them (computed on
+    /// a worker: [`band_key_vec`]); empty `keys` are computed here.
     pub fn insert_keyed(&mut self, sig: Option<&[u32]>, keys: &[u64], words: u64, salt: u64) -> u32 {
+        let keys = self.keys_of(sig, keys, salt);
         let index = self.len;
         self.len = self.len.checked_add(1).expect("fewer than 4 billion indexed documents");
         self.exact.entry(exact_key(words, salt)).or_insert(index);
@@ -311,7 +312,7 @@ impl LshIndex {
                 assert_eq!(sig.len(), hashes, "a signature of the index's parameters");
                 assert_eq!(keys.len(), self.bands, "one key per band");
                 let links = self.next.push();
-                for (link, &key) in links.iter_mut().zip(keys) {
+                for (link, &key) in links.iter_mut().zip(keys.iter()) {
                     *link = self.heads.insert(key as u32, index).unwrap_or(NONE);
                 }
                 for (stored, &h) in self.signatures.push().iter_mut().zip(sig) {
@@ -327,6 +328,14 @@ impl LshIndex {
         index
     }
 
+    /// `keys` when given, else the band keys of `sig` (none without a signature).
+    fn keys_of<'a>(&self, sig: Option<&[u32]>, keys: &'a [u64], salt: u64) -> std::borrow::Cow<'a, [u64]> {
+        match sig {
+            Some(sig) if keys.is_empty() => band_key_vec(sig, self.rows, salt).into(),
+            _ => keys.into(),
+        }
+    }
+
     fn signature(&self, index: u32) -> &[u16] {
         self.signatures.get(index)
     }
@@ -334,15 +343,16 @@ impl LshIndex {
     /// The best match of a document at or above the threshold: an exact one first, else the
     /// most similar verified candidate (the earliest indexed among equals).
     pub fn best_match(&self, sig: Option<&[u32]>, words: u64, salt: u64) -> Option<Match> {
-        let keys = sig.map(|s| band_key_vec(s, self.rows, salt)).unwrap_or_default();
-        self.best_match_keyed(sig, &keys, words, salt)
+        self.best_match_keyed(sig, &[], words, salt)
     }
 
-    /// [`LshIndex::best_match`] with the signature's band keys computed already.
+    /// [`LshIndex::best_match`] with the signature's band keys when the caller has them; empty
+    /// `keys` are computed here.
     pub fn best_match_keyed(&self, sig: Option<&[u32]>, keys: &[u64], words: u64, salt: u64) -> Option<Match> {
         if let Some(&index) = self.exact.get(&exact_key(words, salt)) {
             return Some(Match { index, similarity: 1.0, exact: true });
         }
+        let keys = self.keys_of(sig, keys, salt);
         let sig = sig?;
         // Every band's bucket first, in a loop of independent lookups whose cache misses the
         // CPU overlaps; then the chains, nearly always empty.

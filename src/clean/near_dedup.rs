@@ -99,12 +99,11 @@ fn split_salt(split: &str) -> u64 {
 pub struct NearIndex {
     lsh: LshIndex,
     ids: IdArena,
-    rows: usize,
 }
 
 impl NearIndex {
     pub fn new(params: &MinHashParams) -> NearIndex {
-        NearIndex { lsh: LshIndex::new(params), ids: IdArena::default(), rows: params.rows }
+        NearIndex { lsh: LshIndex::new(params), ids: IdArena::default() }
     }
 
     /// The earlier kept document `key` nearly repeats (its id and the estimated similarity),
@@ -114,18 +113,11 @@ impl NearIndex {
         if key.signature.is_empty() {
             return None;
         }
-        let computed;
-        let bands = if key.bands.is_empty() {
-            computed = band_key_vec(&key.signature, self.rows, key.salt);
-            &computed
-        } else {
-            &key.bands
-        };
         let sig = Some(key.signature.as_slice());
-        if let Some(m) = self.lsh.best_match_keyed(sig, bands, key.words, key.salt) {
+        if let Some(m) = self.lsh.best_match_keyed(sig, &key.bands, key.words, key.salt) {
             return Some((self.ids.get(m.index), m.similarity));
         }
-        self.lsh.insert_keyed(sig, bands, key.words, key.salt);
+        self.lsh.insert_keyed(sig, &key.bands, key.words, key.salt);
         self.ids.push(id);
         None
     }

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::clean::minhash::{LshIndex, MinHashParams, MinHasher, Signature};
+use crate::clean::minhash::{band_key_vec, LshIndex, MinHashParams, MinHasher, Signature};
 use crate::contract::document::Document;
 use crate::contract::manifest::{LeakageInfo, LeakedDoc};
 
@@ -32,6 +32,8 @@ pub fn is_eval_split(split: &str) -> bool {
 pub struct DocSignature {
     signature: Option<Signature>,
     words: u64,
+    /// The signature's band keys, computed on the worker (empty once read back from a part).
+    bands: Vec<u64>,
 }
 
 /// Computes signatures on the workers.
@@ -46,7 +48,8 @@ impl Signer {
 
     pub fn sign(&self, doc: &Document) -> DocSignature {
         let (signature, words) = self.hasher.sign(&doc.text);
-        DocSignature { signature, words }
+        let bands = signature.as_deref().map(|s| band_key_vec(s, self.hasher.params.rows, 0)).unwrap_or_default();
+        DocSignature { signature, words, bands }
     }
 }
 
@@ -84,7 +87,7 @@ impl Leakage {
             return;
         }
         let split = split_index(&mut self.splits, split);
-        self.index.insert(sig.signature.as_deref(), sig.words, 0);
+        self.index.insert_keyed(sig.signature.as_deref(), &sig.bands, sig.words, 0);
         self.names.push((split, id.to_string()));
     }
 
@@ -106,7 +109,7 @@ impl Leakage {
         for (split, docs) in self.eval {
             let (mut exact, mut near, mut leaks) = (0u64, 0u64, Vec::new());
             for (id, sig) in &docs {
-                if let Some(m) = self.index.best_match(sig.signature.as_deref(), sig.words, 0) {
+                if let Some(m) = self.index.best_match_keyed(sig.signature.as_deref(), &sig.bands, sig.words, 0) {
                     if m.exact {
                         exact += 1;
                     } else {
@@ -180,7 +183,8 @@ struct PartHeader {
 impl Part {
     pub fn add(&mut self, doc: &Document, sig: DocSignature) {
         let split = split_index(&mut self.splits, &doc.split);
-        self.docs.push((split, doc.id.clone(), sig));
+        // The file holds signatures only; the merge computes the band keys again.
+        self.docs.push((split, doc.id.clone(), DocSignature { bands: Vec::new(), ..sig }));
     }
 
     /// The file's bytes: a JSON header line, then per document its split (u16), id (u32 length
@@ -271,7 +275,7 @@ impl Part {
                 ),
                 f => bail!("'{shown}' is corrupt: a signature flag of {f}"),
             };
-            docs.push((split, id, DocSignature { signature, words }));
+            docs.push((split, id, DocSignature { signature, words, bands: Vec::new() }));
         }
         if !r.is_empty() {
             bail!("'{shown}' is corrupt: {} bytes after its last document", r.len());

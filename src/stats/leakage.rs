@@ -110,9 +110,8 @@ impl Corpus {
     }
 
     /// Calls `each(split, id, signature, words key)` for every document of the splits `wanted`
-    /// accepts, in the input's order. Shards: windows folded into their document (its first
-    /// row), one record batch of text at a time, signed in parallel. A pipeline: its steps up to
-    /// the sequence building, the signatures computed on its workers.
+    /// accepts, in the input's order: shards through [`shard_documents`]; a pipeline through its
+    /// steps up to the sequence building, the signatures computed on its workers.
     fn each_signed(
         &self,
         shown: &str,
@@ -124,44 +123,7 @@ impl Corpus {
         match self {
             Corpus::Shards(shards) => {
                 for split in self.splits().into_iter().filter(|s| wanted(s)) {
-                    let mut seen = std::collections::HashSet::new();
-                    for shard in 0..shards.shard_rows(&split)?.len() {
-                        for b in shards.shard_batches(&split, shard, None)? {
-                            let b = b?;
-                            let shown = || shards.shard_shown(&split, shard);
-                            let Some(text) = b.column_by_name("text") else {
-                                bail!(
-                                    "{} has no `text` column: leakage compares texts, so the pipeline must keep them (`sink.keep_text: true`), or name the pipeline itself",
-                                    shown()
-                                );
-                            };
-                            let text = columns::strings(text, "text").with_context(shown)?;
-                            let ids = columns::strings(b.column_by_name("id").context("no `id` column")?, "id")
-                                .with_context(shown)?;
-                            let docs = b
-                                .column_by_name("doc_id")
-                                .map(|c| columns::strings(c, "doc_id"))
-                                .transpose()
-                                .with_context(shown)?;
-                            let firsts: Vec<(String, &str)> = text
-                                .iter()
-                                .enumerate()
-                                .filter_map(|(i, t)| {
-                                    let id = docs
-                                        .as_ref()
-                                        .and_then(|d| d[i].clone())
-                                        .or_else(|| ids[i].clone())
-                                        .unwrap_or_default();
-                                    seen.insert(id.clone()).then(|| (id, t.as_deref().unwrap_or_default()))
-                                })
-                                .collect();
-                            let signed: Vec<(Option<Signature>, u64)> =
-                                firsts.par_iter().map(|(_, t)| hasher.sign(t)).collect();
-                            for ((id, _), (sig, key)) in firsts.iter().zip(signed) {
-                                each(&split, id, sig, key);
-                            }
-                        }
-                    }
+                    shard_documents(shards, &split, hasher, &mut each)?;
                 }
             }
             Corpus::Pipeline(p) => {
@@ -193,6 +155,46 @@ impl Corpus {
         }
         Ok(())
     }
+}
+
+/// Every document of one split of a shard folder, signed: windows folded into their document
+/// (its first row), one record batch of text at a time, signed in parallel.
+fn shard_documents(
+    shards: &ShardSet,
+    split: &str,
+    hasher: &MinHasher,
+    each: &mut impl FnMut(&str, &str, Option<Signature>, u64),
+) -> Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    for shard in 0..shards.shard_rows(split)?.len() {
+        for b in shards.shard_batches(split, shard, None)? {
+            let b = b?;
+            let shown = || shards.shard_shown(split, shard);
+            let Some(text) = b.column_by_name("text") else {
+                bail!(
+                    "{} has no `text` column: leakage compares texts, so the pipeline must keep them (`sink.keep_text: true`), or name the pipeline itself",
+                    shown()
+                );
+            };
+            let text = columns::strings(text, "text").with_context(shown)?;
+            let ids = columns::strings(b.column_by_name("id").context("no `id` column")?, "id").with_context(shown)?;
+            let docs =
+                b.column_by_name("doc_id").map(|c| columns::strings(c, "doc_id")).transpose().with_context(shown)?;
+            let firsts: Vec<(String, &str)> = text
+                .iter()
+                .enumerate()
+                .filter_map(|(i, t)| {
+                    let id = docs.as_ref().and_then(|d| d[i].clone()).or_else(|| ids[i].clone()).unwrap_or_default();
+                    seen.insert(id.clone()).then(|| (id, t.as_deref().unwrap_or_default()))
+                })
+                .collect();
+            let signed: Vec<(Option<Signature>, u64)> = firsts.par_iter().map(|(_, t)| hasher.sign(t)).collect();
+            for ((id, _), (sig, key)) in firsts.iter().zip(signed) {
+                each(split, id, sig, key);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn same_input(a: &Path, b: &Path) -> bool {
