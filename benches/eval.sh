@@ -71,7 +71,7 @@ for m in mini minilm; do
       --out "$d/eval-$v" | "$py" -c "import json,sys; r=json.load(sys.stdin); print(f\"{r['metrics']['accuracy']:.4f}\")")
     printf '%-12s accuracy on the sample test split %s\n' "$v" "$acc"
   done
-  for v in int8 ort-int8 ort-int8-pc; do
+  for v in int8 int8-opt ort-int8 ort-int8-pc; do
     "$bin" eval --model "$d/$v.onnx" --baseline "$d/fp32.onnx" --data "$work/imdb" --threads "$threads" --quiet \
       --max-drop 100 --ort-lib "$ort_lib" --out "$d/gate-$v" | grep -E "rows flipped|^  accuracy|probability shift|gate:" | sed "s/^/$v: /"
   done
