@@ -193,12 +193,6 @@ pub fn band_key_vec(sig: &[u32], rows: usize, salt: u64) -> Vec<u64> {
     band_keys(sig, rows, salt).collect()
 }
 
-/// The signature's estimate of the Jaccard similarity: the share of positions that agree.
-pub fn similarity(a: &[u32], b: &[u32]) -> f64 {
-    let same = a.iter().zip(b).filter(|(x, y)| x == y).count();
-    same as f64 / a.len().max(1) as f64
-}
-
 /// The exact Jaccard similarity of two texts' shingle sets (what the signature estimates).
 pub fn jaccard(a: &str, b: &str, ngram: usize) -> f64 {
     let set = |t: &str| -> std::collections::HashSet<u64> {
@@ -623,6 +617,13 @@ fn mix(mut z: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The full 32-bit signature's estimate of the Jaccard similarity (the index compares 16
+    /// bits of each): the share of positions that agree.
+    fn similarity(a: &[u32], b: &[u32]) -> f64 {
+        let same = a.iter().zip(b).filter(|(x, y)| x == y).count();
+        same as f64 / a.len().max(1) as f64
+    }
 
     /// `n` words of a seeded vocabulary of 2,000.
     fn text(seed: u64, n: usize) -> Vec<String> {

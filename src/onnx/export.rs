@@ -537,19 +537,36 @@ fn activation(g: &mut Graph, name: &str, act: Activation, x: &str, p: Precision)
 /// One encoder layer in plain ONNX ops (int8: the six linear layers as
 /// `DynamicQuantizeMatMul`; everything else float32).
 fn layer_plain(g: &mut Graph, i: usize, layer: &BertLayer, x: &str, mask_bias: &str, s: &LayerShape) -> Result<String> {
-    let (p, eps) = (s.p, s.eps);
     let pre = format!("bert.encoder.layer.{i}");
-    let ctx = attention_plain(g, &pre, layer, x, mask_bias, s.heads, p)?;
-    // Attention output: dense, residual, LayerNorm.
-    let a = dense(g, &format!("{pre}.attention.output.dense"), &layer.attention_output.dense, &ctx, p)?;
-    let a = g.op("Add", &format!("/{pre}/attention/output/residual"), &[&a, x], vec![]);
-    let a =
-        layer_norm(g, &format!("{pre}.attention.output.LayerNorm"), &layer.attention_output.layer_norm, &a, eps, p)?;
-    // Feed-forward: dense, activation, dense, residual, LayerNorm.
+    let ctx = attention_plain(g, &pre, layer, x, mask_bias, s.heads, s.p)?;
+    let act = |g: &mut Graph, x: &str| activation(g, &format!("{pre}/intermediate/act"), s.act, x, s.p);
+    layer_tail(g, &pre, layer, &ctx, x, s, "Add", act)
+}
+
+/// The rest of a layer after its attention `ctx`, in plain ops: attention output dense,
+/// residual, LayerNorm; intermediate dense, `act`, output dense, residual, LayerNorm. Each
+/// dense layer is one product with its bias ([`dense`]); `residual` is the op that adds the
+/// residual (`Add`, or `Sum` where ONNX Runtime must not fuse it: [`int8_layer_tail`]).
+#[allow(clippy::too_many_arguments)]
+fn layer_tail(
+    g: &mut Graph,
+    pre: &str,
+    layer: &BertLayer,
+    ctx: &str,
+    x: &str,
+    s: &LayerShape,
+    residual: &str,
+    act: impl Fn(&mut Graph, &str) -> String,
+) -> Result<String> {
+    let (p, eps) = (s.p, s.eps);
+    let out = &layer.attention_output;
+    let a = dense(g, &format!("{pre}.attention.output.dense"), &out.dense, ctx, p)?;
+    let a = g.op(residual, &format!("/{pre}/attention/output/residual"), &[&a, x], vec![]);
+    let a = layer_norm(g, &format!("{pre}.attention.output.LayerNorm"), &out.layer_norm, &a, eps, p)?;
     let inter = dense(g, &format!("{pre}.intermediate.dense"), &layer.intermediate, &a, p)?;
-    let inter = activation(g, &format!("{pre}/intermediate/act"), s.act, &inter, p);
+    let inter = act(g, &inter);
     let o = dense(g, &format!("{pre}.output.dense"), &layer.output.dense, &inter, p)?;
-    let o = g.op("Add", &format!("/{pre}/output/residual"), &[&o, &a], vec![]);
+    let o = g.op(residual, &format!("/{pre}/output/residual"), &[&o, &a], vec![]);
     layer_norm(g, &format!("{pre}.output.LayerNorm"), &layer.output.layer_norm, &o, eps, p)
 }
 
@@ -673,9 +690,9 @@ fn layer_fused(g: &mut Graph, i: usize, layer: &BertLayer, x: &str, mask_i32: &s
     skip_layer_norm(g, &format!("{pre}.output"), &layer.output.dense, &layer.output.layer_norm, &inter, &a, eps, p)
 }
 
-/// The int8 fused layer after `QAttention`: each of the three other products a
-/// `DynamicQuantizeMatMul` that adds its own bias, the residual a `Sum`, then
-/// `LayerNormalization`; the activation without a bias input (`Gelu`, `FastGelu`, `Relu`).
+/// The int8 fused layer after `QAttention`: the plain [`layer_tail`] (each product a
+/// `DynamicQuantizeMatMul` that adds its own bias), with the residual a `Sum` and the
+/// activation ONNX Runtime's bias-free `Gelu` / `FastGelu` (or `Relu`).
 /// Not `SkipLayerNormalization` / `BiasGelu` as for fp32: once the products are int8, those
 /// two CPU kernels (a scalar loop per row: sequential sums, a division per element) are a large
 /// share of what is left. ONNX Runtime's profile of BERT-mini on 128 IMDb-shaped documents:
@@ -684,23 +701,14 @@ fn layer_fused(g: &mut Graph, i: usize, layer: &BertLayer, x: &str, mask_i32: &s
 /// throughput before, 2.1–2.2× after. `Sum`, not `Add`: ONNX Runtime's own optimiser fuses
 /// `Add` + `LayerNormalization` back into `SkipLayerNormalization`.
 fn int8_layer_tail(g: &mut Graph, pre: &str, layer: &BertLayer, ctx: &str, x: &str, s: &LayerShape) -> Result<String> {
-    let p = s.p;
-    let residual_norm = |g: &mut Graph, name: &str, l: &Linear, ln: &LayerNorm, y: &str, res: &str| {
-        let y = dense(g, &format!("{name}.dense"), l, y, p)?;
-        let y = g.op("Sum", &format!("/{name}/residual"), &[&y, res], vec![]);
-        layer_norm(g, &format!("{name}.LayerNorm"), ln, &y, s.eps, p)
-    };
-    let out = &layer.attention_output;
-    let a = residual_norm(g, &format!("{pre}.attention.output"), &out.dense, &out.layer_norm, ctx, x)?;
-    let inter = dense(g, &format!("{pre}.intermediate.dense"), &layer.intermediate, &a, p)?;
-    let inter = match s.act {
-        Activation::Gelu => g.ms_op("Gelu", &format!("/{pre}/intermediate/Gelu"), &[&inter], vec![], 1)[0].clone(),
+    let act = |g: &mut Graph, x: &str| match s.act {
+        Activation::Gelu => g.ms_op("Gelu", &format!("/{pre}/intermediate/Gelu"), &[x], vec![], 1)[0].clone(),
         Activation::GeluNew => {
-            g.ms_op("FastGelu", &format!("/{pre}/intermediate/FastGelu"), &[&inter], vec![], 1)[0].clone()
+            g.ms_op("FastGelu", &format!("/{pre}/intermediate/FastGelu"), &[x], vec![], 1)[0].clone()
         }
-        Activation::Relu => g.op("Relu", &format!("/{pre}/intermediate/Relu"), &[&inter], vec![]),
+        Activation::Relu => g.op("Relu", &format!("/{pre}/intermediate/Relu"), &[x], vec![]),
     };
-    residual_norm(g, &format!("{pre}.output"), &layer.output.dense, &layer.output.layer_norm, &inter, &a)
+    layer_tail(g, pre, layer, ctx, x, s, "Sum", act)
 }
 
 /// `LayerNorm(x @ Wᵀ + b + residual)` as a product + `SkipLayerNormalization` (which adds the
