@@ -90,50 +90,118 @@ impl MinHasher {
 
     /// The signature of `text`; `None` when it has no words.
     pub fn signature(&self, text: &str) -> Option<Signature> {
-        self.signature_of(&word_hashes(text))
+        self.sign(text).0
     }
 
-    /// The signature and the [`words_key`] of `text`, from one pass over its words.
+    /// The signature and the [`words_key`] of `text`, from one pass over its words. The
+    /// words go to a per-thread scratch buffer and the shingles are made and folded a block at
+    /// a time, so a document costs one allocation: its signature.
     pub fn sign(&self, text: &str) -> (Option<Signature>, u64) {
-        let words = word_hashes(text);
-        (self.signature_of(&words), key_of(&words))
+        SCRATCH.with_borrow_mut(|scratch| {
+            word_hashes_into(text, scratch);
+            let words = &scratch.words;
+            let key = key_of(words);
+            if words.is_empty() {
+                return (None, key);
+            }
+            let mut sig = vec![u32::MAX; self.a.len()];
+            self.fold_words(words, &mut sig);
+            (Some(sig), key)
+        })
     }
 
-    fn signature_of(&self, words: &[u64]) -> Option<Signature> {
-        if words.is_empty() {
-            return None;
-        }
-        let xs = self.shingles(words);
-        let mut sig = vec![u32::MAX; self.a.len()];
+    /// Folds every shingle of `words` (one of all of them when there are fewer than `ngram`)
+    /// into `sig`, with the widest vectors the CPU has.
+    fn fold_words(&self, words: &[u64], sig: &mut [u32]) {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512 F, checked just above.
-            unsafe { fold_avx512(&xs, &self.a, &self.b, &mut sig) };
-            return Some(sig);
+        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512dq") {
+            // SAFETY: the CPU has AVX-512 F and DQ, checked just above.
+            unsafe { fold_words_avx512(words, &self.k, &self.a, &self.b, sig) };
+            return;
         }
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2, checked just above.
-            unsafe { fold_avx2(&xs, &self.a, &self.b, &mut sig) };
-            return Some(sig);
+            unsafe { fold_words_avx2(words, &self.k, &self.a, &self.b, sig) };
+            return;
         }
-        fold(&xs, &self.a, &self.b, &mut sig);
-        Some(sig)
+        fold_words(words, &self.k, &self.a, &self.b, sig)
     }
+}
 
-    /// The 32-bit value of every shingle of `words` (one of all of them when there are fewer
-    /// than `ngram`).
-    fn shingles(&self, words: &[u64]) -> Vec<u32> {
-        let n = self.params.ngram.min(words.len());
-        words.windows(n).map(|w| shingle_value(w, &self.k)).collect()
+/// What [`MinHasher::sign`] reuses from one document to the next on a thread: the bitmaps, a
+/// buffer for lowercasing words beyond ASCII, the word hashes.
+#[derive(Default)]
+struct Scratch {
+    bits: Vec<u64>,
+    high: Vec<u64>,
+    lowered: Vec<u8>,
+    words: Vec<u64>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+}
+
+/// Shingles made and folded per block of this many.
+const SHINGLE_BLOCK: usize = 64;
+
+/// The shingle values of `words`, [`SHINGLE_BLOCK`] at a time into a buffer on the stack,
+/// each block folded into `sig`. A full block is computed position by position over the
+/// block (`acc[j] += w[j + i]·kᵢ`), which vectorises (64-bit products with AVX-512 DQ).
+#[inline(always)]
+fn fold_words(words: &[u64], k: &[u64], a: &[u32], b: &[u32], sig: &mut [u32]) {
+    let n = k.len().min(words.len());
+    let k = &k[..n];
+    let shingles = words.len() - n + 1;
+    let mut xs = [0u32; SHINGLE_BLOCK];
+    let mut j = 0;
+    while j < shingles {
+        let m = SHINGLE_BLOCK.min(shingles - j);
+        if m == SHINGLE_BLOCK {
+            let mut acc = [0u64; SHINGLE_BLOCK];
+            for (i, &ki) in k.iter().enumerate() {
+                let w: &[u64; SHINGLE_BLOCK] = words[j + i..j + i + SHINGLE_BLOCK].try_into().expect("a full block");
+                for (h, &w) in acc.iter_mut().zip(w) {
+                    *h = h.wrapping_add(w.wrapping_mul(ki));
+                }
+            }
+            for (x, &h) in xs.iter_mut().zip(&acc) {
+                *x = finish_shingle(h);
+            }
+        } else {
+            for (q, x) in xs[..m].iter_mut().enumerate() {
+                *x = shingle_value(&words[j + q..j + q + n], k);
+            }
+        }
+        fold(&xs[..m], a, b, sig);
+        j += m;
     }
+}
+
+/// [`fold_words`] compiled for AVX-512.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn fold_words_avx512(words: &[u64], k: &[u64], a: &[u32], b: &[u32], sig: &mut [u32]) {
+    fold_words(words, k, a, b, sig)
+}
+
+/// [`fold_words`] compiled for AVX2 (the build targets baseline x86-64; chosen at run time).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn fold_words_avx2(words: &[u64], k: &[u64], a: &[u32], b: &[u32], sig: &mut [u32]) {
+    fold_words(words, k, a, b, sig)
 }
 
 /// A shingle's value: `Σ wᵢ·kᵢ` (independent products), one multiply of finalising, the high
 /// 32 bits.
 #[inline(always)]
 fn shingle_value(words: &[u64], k: &[u64]) -> u32 {
-    let h = words.iter().zip(k).fold(0u64, |h, (&w, &k)| h.wrapping_add(w.wrapping_mul(k)));
+    finish_shingle(words.iter().zip(k).fold(0u64, |h, (&w, &k)| h.wrapping_add(w.wrapping_mul(k))))
+}
+
+#[inline(always)]
+fn finish_shingle(h: u64) -> u32 {
     ((h ^ (h >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 32) as u32
 }
 
@@ -159,20 +227,6 @@ fn fold(xs: &[u32], a: &[u32], b: &[u32], sig: &mut [u32]) {
             *s = (*s).min(a.wrapping_mul(x).wrapping_add(b));
         }
     }
-}
-
-/// [`fold`] compiled for AVX-512.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn fold_avx512(xs: &[u32], a: &[u32], b: &[u32], sig: &mut [u32]) {
-    fold(xs, a, b, sig)
-}
-
-/// [`fold`] compiled for AVX2 (the build targets baseline x86-64; chosen at run time).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn fold_avx2(xs: &[u32], a: &[u32], b: &[u32], sig: &mut [u32]) {
-    fold(xs, a, b, sig)
 }
 
 /// One key per band of `sig` (`rows` hashes each): the band's index, `salt` and its rows,
@@ -244,7 +298,7 @@ pub struct LshIndex {
     rows: usize,
     bands: usize,
     threshold: f64,
-    heads: HashMap<u32, u32, BuildHasherDefault<KeyHasher>>,
+    heads: Heads,
     /// `next[doc * bands + band]`: the previous document in that band's bucket (`NONE`: none).
     next: Blocks<u32>,
     signatures: Blocks<u16>,
@@ -271,7 +325,7 @@ impl LshIndex {
             rows: params.rows,
             bands: params.bands,
             threshold: params.threshold,
-            heads: HashMap::default(),
+            heads: Heads::new(),
             next: Blocks::new(params.bands),
             signatures: Blocks::new(params.hashes()),
             exact: HashMap::default(),
@@ -307,7 +361,7 @@ impl LshIndex {
                 assert_eq!(keys.len(), self.bands, "one key per band");
                 let links = self.next.push();
                 for (link, &key) in links.iter_mut().zip(keys.iter()) {
-                    *link = self.heads.insert(key as u32, index).unwrap_or(NONE);
+                    *link = self.heads.insert(key as u32, index);
                 }
                 for (stored, &h) in self.signatures.push().iter_mut().zip(sig) {
                     *stored = h as u16;
@@ -350,7 +404,7 @@ impl LshIndex {
         let sig = sig?;
         // Every band's bucket first, in a loop of independent lookups whose cache misses the
         // CPU overlaps; then the chains, nearly always empty.
-        let heads: Vec<u32> = keys.iter().map(|&key| self.heads.get(&(key as u32)).copied().unwrap_or(NONE)).collect();
+        let heads: Vec<u32> = keys.iter().map(|&key| self.heads.get(key as u32)).collect();
         let mut best: Option<Match> = None;
         let mut seen: Vec<u32> = Vec::new();
         for (band, &head) in heads.iter().enumerate() {
@@ -370,6 +424,31 @@ impl LshIndex {
             }
         }
         best
+    }
+}
+
+/// The bucket table: a band key's low 32 bits → the bucket's latest document, in 256 tables
+/// by the key's top byte. One table of a million entries grows by doubling, each time into
+/// fresh memory while the old table is freed — and the first touches of fresh pages were the
+/// index's largest cost (`perf`: the kernel clearing pages). 256 small tables grow one at a
+/// time, into the blocks the allocator just got back from another's growth.
+#[derive(Debug)]
+struct Heads(Vec<HashMap<u32, u32, BuildHasherDefault<KeyHasher>>>);
+
+impl Heads {
+    fn new() -> Heads {
+        Heads((0..256).map(|_| HashMap::default()).collect())
+    }
+
+    /// Makes `index` the latest document of `key`'s bucket; returns the one before (`NONE`).
+    #[inline]
+    fn insert(&mut self, key: u32, index: u32) -> u32 {
+        self.0[(key >> 24) as usize].insert(key, index).unwrap_or(NONE)
+    }
+
+    #[inline]
+    fn get(&self, key: u32) -> u32 {
+        self.0[(key >> 24) as usize].get(&key).copied().unwrap_or(NONE)
     }
 }
 
@@ -437,45 +516,68 @@ impl std::hash::Hasher for KeyHasher {
     }
 }
 
-/// Hashes of the text's words (alphanumeric runs), lowercased. A bitmap of the bytes that
-/// may belong to a word — ASCII letters and digits, and every byte beyond ASCII — is built 64
-/// bytes at a time (vectorised, no branches), and its runs of set bits are walked with
-/// bit scans, so a word costs no mispredicted byte-loop exit. A run of ASCII bytes is a word,
-/// hashed 8 bytes per step and lowercased with one OR (`| 0x20` lowercases ASCII letters and
-/// leaves digits as they are); a run with other characters is split into words character by
-/// character and each lowercased into a buffer and hashed the same way, so both paths give an
-/// ASCII word the same hash.
+/// Hashes of the text's words (alphanumeric runs), lowercased: [`word_hashes_into`] with
+/// buffers of its own.
 fn word_hashes(text: &str) -> Vec<u64> {
+    let mut scratch = Scratch::default();
+    word_hashes_into(text, &mut scratch);
+    scratch.words
+}
+
+/// `scratch.words` ← the hashes of the text's words (alphanumeric runs), lowercased. A bitmap
+/// of the bytes that may belong to a word — ASCII letters and digits, and every byte beyond
+/// ASCII — is built 64 bytes at a time (vectorised, no branches), and its runs of set bits are
+/// walked with bit scans, so a word costs no mispredicted byte-loop exit. A run of ASCII bytes
+/// is a word, hashed 8 bytes per step and lowercased with one OR (`| 0x20` lowercases ASCII
+/// letters and leaves digits as they are); a run with other characters is split into words
+/// character by character and each lowercased into a buffer and hashed the same way, so both
+/// paths give an ASCII word the same hash.
+fn word_hashes_into(text: &str, scratch: &mut Scratch) {
+    const LOWER: u64 = 0x2020_2020_2020_2020;
     let bytes = text.as_bytes();
-    let (bits, high) = word_bitmap(bytes);
-    let mut out = Vec::with_capacity(bytes.len() / 4);
-    let mut lowered = Vec::new();
-    let mut word = |start: usize, end: usize, out: &mut Vec<u64>| {
-        if !any_bit(&high, start, end) {
-            out.push(hash_word(bytes, start, end, 0x2020_2020_2020_2020));
-        } else {
-            beyond_ascii(text, start, end, &mut lowered, out);
-        }
-    };
+    let Scratch { bits, high, lowered, words: out } = scratch;
+    bitmap_into(bytes, bits, high);
+    // One zero word past the end, so a run's beyond-ASCII bits are read as two words.
+    high.push(0);
+    out.clear();
     // Runs start and end where a bit differs from the one before it: those edges are taken
     // off each word of the bitmap with one bit scan each, starts and ends in turn.
-    let (mut carry, mut start) = (0u64, None);
+    let (mut carry, mut start, mut open) = (0u64, 0usize, false);
     for (i, &w) in bits.iter().enumerate() {
-        let mut t = w ^ (w << 1 | carry);
+        let mut edges = w ^ (w << 1 | carry);
         carry = w >> 63;
-        while t != 0 {
-            let at = i * 64 + t.trailing_zeros() as usize;
-            t &= t - 1;
-            match start.take() {
-                None => start = Some(at),
-                Some(s) => word(s, at, &mut out),
+        while edges != 0 {
+            let at = i * 64 + edges.trailing_zeros() as usize;
+            edges &= edges - 1;
+            if !open {
+                (start, open) = (at, true);
+                continue;
+            }
+            open = false;
+            let len = at - start;
+            let (block, shift) = (start / 64, start % 64);
+            let beyond = if len < 64 {
+                let window = ((high[block + 1] as u128) << 64 | high[block] as u128) >> shift;
+                window as u64 & !(u64::MAX << len) != 0
+            } else {
+                any_bit(high, start, at)
+            };
+            if beyond {
+                beyond_ascii(text, start, at, lowered, out);
+            } else if len <= 8 && start + 8 <= bytes.len() {
+                out.push(hash_short(bytes, start, len, LOWER));
+            } else {
+                out.push(hash_word(bytes, start, at, LOWER));
             }
         }
     }
-    if let Some(s) = start {
-        word(s, bytes.len(), &mut out);
+    if open {
+        if any_bit(high, start, bytes.len()) {
+            beyond_ascii(text, start, bytes.len(), lowered, out);
+        } else {
+            out.push(hash_word(bytes, start, bytes.len(), LOWER));
+        }
     }
-    out
 }
 
 /// The words of a run that holds characters beyond ASCII (all their bytes are in the run):
@@ -501,20 +603,27 @@ fn beyond_ascii(text: &str, start: usize, end: usize, lowered: &mut Vec<u8>, out
 
 /// Two bitmaps of `bytes`, bit `i % 64` of word `i / 64` for byte `i`: whether it may belong
 /// to a word (an ASCII letter or digit, or beyond ASCII), and whether it is beyond ASCII.
+#[cfg(test)]
 fn word_bitmap(bytes: &[u8]) -> (Vec<u64>, Vec<u64>) {
-    let n = bytes.len().div_ceil(64);
-    let (mut bits, mut high) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut bits, mut high) = (Vec::new(), Vec::new());
+    bitmap_into(bytes, &mut bits, &mut high);
+    (bits, high)
+}
+
+/// [`word_bitmap`] into `bits` and `high`, replacing what they held.
+fn bitmap_into(bytes: &[u8], bits: &mut Vec<u64>, high: &mut Vec<u64>) {
+    bits.clear();
+    high.clear();
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2, checked just above.
-        unsafe { x86::bitmap_avx2(bytes, &mut bits, &mut high) };
-        return (bits, high);
+        unsafe { x86::bitmap_avx2(bytes, bits, high) };
+        return;
     }
     for c in bytes.chunks(64) {
         bits.push(c.iter().enumerate().fold(0u64, |m, (j, &b)| m | (is_word_byte(b) as u64) << j));
         high.push(c.iter().enumerate().fold(0u64, |m, (j, &b)| m | ((b >= 0x80) as u64) << j));
     }
-    (bits, high)
 }
 
 /// Whether any bit in `[start, end)` is set.
@@ -602,6 +711,17 @@ fn hash_word(bytes: &[u8], start: usize, end: usize, lower: u64) -> u64 {
         bytes[at..end].iter().rev().fold(0u64, |v, &b| (v << 8) | b as u64)
     };
     h = (h ^ ((v | lower) & (u64::MAX >> (64 - 8 * n)))).wrapping_mul(K);
+    h ^ (h >> 32)
+}
+
+/// [`hash_word`] for a word of 1 to 8 bytes at `start` with 8 bytes readable there: one load,
+/// one mask, one multiply (the same hash).
+#[inline(always)]
+fn hash_short(bytes: &[u8], start: usize, len: usize, lower: u64) -> u64 {
+    const K: u64 = 0x9fb2_1c65_1e98_df25;
+    let v = u64::from_le_bytes(bytes[start..start + 8].try_into().expect("8 bytes"));
+    let h = FNV_OFFSET ^ (len as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let h = (h ^ ((v | lower) & (u64::MAX >> (64 - 8 * len)))).wrapping_mul(K);
     h ^ (h >> 32)
 }
 
