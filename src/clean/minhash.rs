@@ -533,50 +533,33 @@ fn word_hashes(text: &str) -> Vec<u64> {
 /// character by character and each lowercased into a buffer and hashed the same way, so both
 /// paths give an ASCII word the same hash.
 fn word_hashes_into(text: &str, scratch: &mut Scratch) {
-    const LOWER: u64 = 0x2020_2020_2020_2020;
-    let bytes = text.as_bytes();
     let Scratch { bits, high, lowered, words: out } = scratch;
-    bitmap_into(bytes, bits, high);
-    // One zero word past the end, so a run's beyond-ASCII bits are read as two words.
-    high.push(0);
+    bitmap_into(text.as_bytes(), bits, high);
     out.clear();
+    let mut word = |start: usize, end: usize| {
+        if !any_bit(high, start, end) {
+            out.push(hash_word(text.as_bytes(), start, end, 0x2020_2020_2020_2020));
+        } else {
+            beyond_ascii(text, start, end, lowered, out);
+        }
+    };
     // Runs start and end where a bit differs from the one before it: those edges are taken
     // off each word of the bitmap with one bit scan each, starts and ends in turn.
-    let (mut carry, mut start, mut open) = (0u64, 0usize, false);
+    let (mut carry, mut start) = (0u64, None);
     for (i, &w) in bits.iter().enumerate() {
         let mut edges = w ^ (w << 1 | carry);
         carry = w >> 63;
         while edges != 0 {
             let at = i * 64 + edges.trailing_zeros() as usize;
             edges &= edges - 1;
-            if !open {
-                (start, open) = (at, true);
-                continue;
-            }
-            open = false;
-            let len = at - start;
-            let (block, shift) = (start / 64, start % 64);
-            let beyond = if len < 64 {
-                let window = ((high[block + 1] as u128) << 64 | high[block] as u128) >> shift;
-                window as u64 & !(u64::MAX << len) != 0
-            } else {
-                any_bit(high, start, at)
-            };
-            if beyond {
-                beyond_ascii(text, start, at, lowered, out);
-            } else if len <= 8 && start + 8 <= bytes.len() {
-                out.push(hash_short(bytes, start, len, LOWER));
-            } else {
-                out.push(hash_word(bytes, start, at, LOWER));
+            match start.take() {
+                None => start = Some(at),
+                Some(s) => word(s, at),
             }
         }
     }
-    if open {
-        if any_bit(high, start, bytes.len()) {
-            beyond_ascii(text, start, bytes.len(), lowered, out);
-        } else {
-            out.push(hash_word(bytes, start, bytes.len(), LOWER));
-        }
+    if let Some(s) = start {
+        word(s, text.len());
     }
 }
 
@@ -714,17 +697,6 @@ fn hash_word(bytes: &[u8], start: usize, end: usize, lower: u64) -> u64 {
     h ^ (h >> 32)
 }
 
-/// [`hash_word`] for a word of 1 to 8 bytes at `start` with 8 bytes readable there: one load,
-/// one mask, one multiply (the same hash).
-#[inline(always)]
-fn hash_short(bytes: &[u8], start: usize, len: usize, lower: u64) -> u64 {
-    const K: u64 = 0x9fb2_1c65_1e98_df25;
-    let v = u64::from_le_bytes(bytes[start..start + 8].try_into().expect("8 bytes"));
-    let h = FNV_OFFSET ^ (len as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let h = (h ^ ((v | lower) & (u64::MAX >> (64 - 8 * len)))).wrapping_mul(K);
-    h ^ (h >> 32)
-}
-
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
 /// splitmix64's finaliser.
@@ -838,6 +810,32 @@ mod tests {
             assert!((est - exact).abs() < 0.15, "k {k}: exact {exact:.3}, estimate {est:.3}");
         }
         assert!(worst > 0.0, "estimates are estimates");
+    }
+
+    /// The blocked, vectorised fold with the per-thread scratch buffers gives the signature
+    /// by its definition — per hash, the minimum of `a·x + b` over every shingle's value — for
+    /// texts shorter than a shingle, around the 64-shingle blocks, and after longer texts on
+    /// the same thread (nothing of one document left in the scratch for the next).
+    #[test]
+    fn signatures_equal_their_definition_across_blocks_and_after_other_documents() {
+        let h = MinHasher::new(MinHashParams::default());
+        let definition = |t: &str| -> Vec<u32> {
+            let words = word_hashes(t);
+            let n = h.params.ngram.min(words.len());
+            let xs: Vec<u32> = words.windows(n).map(|w| shingle_value(w, &h.k)).collect();
+            (0..h.a.len())
+                .map(|i| xs.iter().map(|&x| h.a[i].wrapping_mul(x).wrapping_add(h.b[i])).min().unwrap())
+                .collect()
+        };
+        let mut longest = 0;
+        for (seed, words) in [1, 2, 4, 5, 6, 63, 64, 67, 68, 69, 131, 400, 3, 68].into_iter().enumerate() {
+            let t = text(seed as u64 + 50, words).join(" ");
+            let (sig, key) = h.sign(&t);
+            assert_eq!(sig.unwrap(), definition(&t), "{words} words, after {longest}");
+            assert_eq!(key, words_key(&t));
+            longest = longest.max(words);
+        }
+        assert_eq!(h.sign(" ?! ").0, None);
     }
 
     #[test]
