@@ -23,6 +23,7 @@
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
+use crate::contract::document::Sketch;
 use crate::rng::Rng;
 
 /// How near-duplicates are found.
@@ -90,23 +91,33 @@ impl MinHasher {
 
     /// The signature of `text`; `None` when it has no words.
     pub fn signature(&self, text: &str) -> Option<Signature> {
-        self.sign(text).0
+        let (sketch, _) = self.sketch(text, 0);
+        let sig = sketch.signature();
+        (!sig.is_empty()).then(|| sig.to_vec())
     }
 
-    /// The signature and the [`words_key`] of `text`, from one pass over its words. The
-    /// words go to a per-thread scratch buffer and the shingles are made and folded a block at
-    /// a time, so a document costs one allocation: its signature.
-    pub fn sign(&self, text: &str) -> (Option<Signature>, u64) {
+    /// The signature of `text` with its band keys under `salt` (an empty sketch when it has
+    /// no words), and its [`words_key`], from one pass over its words. The words go to a
+    /// per-thread scratch buffer and the shingles are made and folded a block at a time, so a
+    /// document costs one allocation: its sketch.
+    pub fn sketch(&self, text: &str, salt: u64) -> (Sketch, u64) {
         SCRATCH.with_borrow_mut(|scratch| {
             word_hashes_into(text, scratch);
             let words = &scratch.words;
             let key = key_of(words);
             if words.is_empty() {
-                return (None, key);
+                return (Sketch::default(), key);
             }
-            let mut sig = vec![u32::MAX; self.a.len()];
-            self.fold_words(words, &mut sig);
-            (Some(sig), key)
+            let (hashes, rows) = (self.a.len(), self.params.rows);
+            let mut values = Vec::with_capacity(hashes + self.params.bands);
+            values.resize(hashes, u32::MAX);
+            self.fold_words(words, &mut values);
+            let salt = band_salt(salt);
+            for band in 0..self.params.bands {
+                let key = band_key(&values[band * rows..(band + 1) * rows], band, salt);
+                values.push(key);
+            }
+            (Sketch::new(values, hashes), key)
         })
     }
 
@@ -205,13 +216,22 @@ fn finish_shingle(h: u64) -> u32 {
     ((h ^ (h >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 32) as u32
 }
 
-/// Folds every shingle value into `sig`, four shingles per pass over the hashes (the
-/// signature and the coefficients are loaded once for four). One lane per hash and no
-/// branches, so the compiler vectorises the inner loop: 4 lanes of 32-bit products with
-/// SSE4/AVX2's `pmulld`… 8 with AVX2, 16 with AVX-512.
+/// Folds every shingle value into `sig`, eight shingles per pass over the hashes (the
+/// signature and the coefficients are loaded once for eight; four, then one at a time, for
+/// the rest). One lane per hash and no branches, so the compiler vectorises the inner loop: 4
+/// lanes of 32-bit products with SSE4's `pmulld`, 8 with AVX2, 16 with AVX-512.
 #[inline(always)]
 fn fold(xs: &[u32], a: &[u32], b: &[u32], sig: &mut [u32]) {
-    let mut quads = xs.chunks_exact(4);
+    let mut octs = xs.chunks_exact(8);
+    for q in &mut octs {
+        let q: &[u32; 8] = q.try_into().expect("chunks of 8");
+        for ((s, &a), &b) in sig.iter_mut().zip(a).zip(b) {
+            let h = q.map(|x| a.wrapping_mul(x).wrapping_add(b));
+            let m = h[0].min(h[1]).min(h[2].min(h[3])).min(h[4].min(h[5]).min(h[6].min(h[7])));
+            *s = (*s).min(m);
+        }
+    }
+    let mut quads = octs.remainder().chunks_exact(4);
     for q in &mut quads {
         let (x0, x1, x2, x3) = (q[0], q[1], q[2], q[3]);
         for ((s, &a), &b) in sig.iter_mut().zip(a).zip(b) {
@@ -230,21 +250,25 @@ fn fold(xs: &[u32], a: &[u32], b: &[u32], sig: &mut [u32]) {
 }
 
 /// One key per band of `sig` (`rows` hashes each): the band's index, `salt` and its rows,
-/// hashed. Documents share a bucket when a band of theirs is equal under the same salt. Each
-/// band is a sum of independent products (no chain of mixes), finalised once.
-pub fn band_keys(sig: &[u32], rows: usize, salt: u64) -> impl Iterator<Item = u64> + '_ {
-    let salt = mix(salt ^ 0xb5ad_4ece_da1c_e2a9);
-    sig.chunks(rows).enumerate().map(move |(band, rows)| {
-        let h = rows.iter().enumerate().fold(salt ^ (band as u64) << 48, |h, (i, &r)| {
-            h.wrapping_add((r as u64 | (i as u64) << 32).wrapping_mul(0x9e37_79b9_7f4a_7c15 ^ (i as u64) << 1))
-        });
-        mix(h)
-    })
+/// hashed, cut to 32 bits. Documents share a bucket when a band of theirs is equal under the
+/// same salt (or, once in 2³² pairs of bands, when two keys collide: one more candidate,
+/// still verified).
+pub fn band_keys(sig: &[u32], rows: usize, salt: u64) -> Vec<u32> {
+    let salt = band_salt(salt);
+    sig.chunks(rows).enumerate().map(|(band, rows)| band_key(rows, band, salt)).collect()
 }
 
-/// The band keys of `sig`, as [`LshIndex`] takes them.
-pub fn band_key_vec(sig: &[u32], rows: usize, salt: u64) -> Vec<u64> {
-    band_keys(sig, rows, salt).collect()
+fn band_salt(salt: u64) -> u64 {
+    mix(salt ^ 0xb5ad_4ece_da1c_e2a9)
+}
+
+/// A band's key: a sum of independent products (no chain of mixes), finalised once.
+#[inline]
+fn band_key(rows: &[u32], band: usize, salt: u64) -> u32 {
+    let h = rows.iter().enumerate().fold(salt ^ (band as u64) << 48, |h, (i, &r)| {
+        h.wrapping_add((r as u64 | (i as u64) << 32).wrapping_mul(0x9e37_79b9_7f4a_7c15 ^ (i as u64) << 1))
+    });
+    mix(h) as u32
 }
 
 /// The exact Jaccard similarity of two texts' shingle sets (what the signature estimates).
@@ -287,12 +311,11 @@ fn key_of(words: &[u64]) -> u64 {
 /// Laid out for size, since it holds every kept document: the signatures in flat blocks,
 /// each hash cut to its low 16 bits (b-bit MinHash: two different minima agree on 16 bits with
 /// probability 2⁻¹⁶, which moves an estimate by less than 0.002 over 112 hashes), and each
-/// bucket as a chain through the documents — a table from a band key's low 32 bits to the
-/// bucket's latest document (a key collision merges two buckets: a few more candidates, each
-/// still verified), and per document and band the one before it. A document costs 224 bytes of
+/// bucket as a chain through the documents — a table from a band key to the bucket's latest
+/// document, and per document and band the one before it. A document costs 224 bytes of
 /// signature, one `u32` per band, and its share of the table (about 0.5 KB in all with the
-/// default 14 × 8, measured in the README). Band keys are computed by the caller
-/// ([`band_key_vec`]), on the pipeline's workers rather than its ordered stage.
+/// default 14 × 8, measured in the README). Band keys come with the caller's [`Sketch`]
+/// ([`MinHasher::sketch`]), from the pipeline's workers rather than its ordered stage.
 #[derive(Debug)]
 pub struct LshIndex {
     rows: usize,
@@ -347,9 +370,13 @@ impl LshIndex {
         self.insert_keyed(sig, &[], words, salt)
     }
 
-    /// [`LshIndex::insert`] with the signature's band keys when the caller has them (computed on
-    /// a worker: [`band_key_vec`]); empty `keys` are computed here.
-    pub fn insert_keyed(&mut self, sig: Option<&[u32]>, keys: &[u64], words: u64, salt: u64) -> u32 {
+    /// [`LshIndex::insert`] of a worker's sketch, with its band keys when it has them.
+    pub fn insert_sketch(&mut self, sketch: &Sketch, words: u64, salt: u64) -> u32 {
+        self.insert_keyed(Some(sketch.signature()).filter(|s| !s.is_empty()), sketch.bands(), words, salt)
+    }
+
+    /// [`LshIndex::insert`] with the signature's band keys, or empty `keys` to compute them.
+    fn insert_keyed(&mut self, sig: Option<&[u32]>, keys: &[u32], words: u64, salt: u64) -> u32 {
         let keys = self.keys_of(sig, keys, salt);
         let index = self.len;
         self.len = self.len.checked_add(1).expect("fewer than 4 billion indexed documents");
@@ -361,7 +388,7 @@ impl LshIndex {
                 assert_eq!(keys.len(), self.bands, "one key per band");
                 let links = self.next.push();
                 for (link, &key) in links.iter_mut().zip(keys.iter()) {
-                    *link = self.heads.insert(key as u32, index);
+                    *link = self.heads.insert(key, index);
                 }
                 for (stored, &h) in self.signatures.push().iter_mut().zip(sig) {
                     *stored = h as u16;
@@ -377,9 +404,9 @@ impl LshIndex {
     }
 
     /// `keys` when given, else the band keys of `sig` (none without a signature).
-    fn keys_of<'a>(&self, sig: Option<&[u32]>, keys: &'a [u64], salt: u64) -> std::borrow::Cow<'a, [u64]> {
+    fn keys_of<'a>(&self, sig: Option<&[u32]>, keys: &'a [u32], salt: u64) -> std::borrow::Cow<'a, [u32]> {
         match sig {
-            Some(sig) if keys.is_empty() => band_key_vec(sig, self.rows, salt).into(),
+            Some(sig) if keys.is_empty() => band_keys(sig, self.rows, salt).into(),
             _ => keys.into(),
         }
     }
@@ -394,17 +421,30 @@ impl LshIndex {
         self.best_match_keyed(sig, &[], words, salt)
     }
 
-    /// [`LshIndex::best_match`] with the signature's band keys when the caller has them; empty
-    /// `keys` are computed here.
-    pub fn best_match_keyed(&self, sig: Option<&[u32]>, keys: &[u64], words: u64, salt: u64) -> Option<Match> {
+    /// [`LshIndex::best_match`] of a worker's sketch, with its band keys when it has them.
+    pub fn best_match_sketch(&self, sketch: &Sketch, words: u64, salt: u64) -> Option<Match> {
+        self.best_match_keyed(Some(sketch.signature()).filter(|s| !s.is_empty()), sketch.bands(), words, salt)
+    }
+
+    /// [`LshIndex::best_match`] with the signature's band keys, or empty `keys` to compute them.
+    fn best_match_keyed(&self, sig: Option<&[u32]>, keys: &[u32], words: u64, salt: u64) -> Option<Match> {
         if let Some(&index) = self.exact.get(&exact_key(words, salt)) {
             return Some(Match { index, similarity: 1.0, exact: true });
         }
         let keys = self.keys_of(sig, keys, salt);
         let sig = sig?;
         // Every band's bucket first, in a loop of independent lookups whose cache misses the
-        // CPU overlaps; then the chains, nearly always empty.
-        let heads: Vec<u32> = keys.iter().map(|&key| self.heads.get(key as u32)).collect();
+        // CPU overlaps (on the stack for up to 32 bands); then the chains, nearly always empty.
+        let (mut stack, mut heap) = ([NONE; 32], Vec::new());
+        let heads = if keys.len() <= stack.len() {
+            &mut stack[..keys.len()]
+        } else {
+            heap.resize(keys.len(), NONE);
+            &mut heap[..]
+        };
+        for (head, &key) in heads.iter_mut().zip(keys.iter()) {
+            *head = self.heads.get(key);
+        }
         let mut best: Option<Match> = None;
         let mut seen: Vec<u32> = Vec::new();
         for (band, &head) in heads.iter().enumerate() {
@@ -427,7 +467,7 @@ impl LshIndex {
     }
 }
 
-/// The bucket table: a band key's low 32 bits → the bucket's latest document, in 256 tables
+/// The bucket table: a band key → the bucket's latest document, in 256 tables
 /// by the key's top byte. One table of a million entries grows by doubling, each time into
 /// fresh memory while the old table is freed — and the first touches of fresh pages were the
 /// index's largest cost (`perf`: the kernel clearing pages). 256 small tables grow one at a
@@ -546,7 +586,10 @@ fn word_hashes_into(text: &str, scratch: &mut Scratch) {
     // Runs start and end where a bit differs from the one before it: those edges are taken
     // off each word of the bitmap with one bit scan each, starts and ends in turn.
     let (mut carry, mut start) = (0u64, None);
-    for (i, &w) in bits.iter().enumerate() {
+    // One more, empty word after the bitmap ends a run that reaches the text's end (the last
+    // chunk is padded with bytes of no word, so a run ends inside it otherwise), and keeps
+    // `word` to one call site, inlined.
+    for (i, &w) in bits.iter().chain([&0]).enumerate() {
         let mut edges = w ^ (w << 1 | carry);
         carry = w >> 63;
         while edges != 0 {
@@ -558,30 +601,87 @@ fn word_hashes_into(text: &str, scratch: &mut Scratch) {
             }
         }
     }
-    if let Some(s) = start {
-        word(s, text.len());
-    }
 }
 
 /// The words of a run that holds characters beyond ASCII (all their bytes are in the run):
 /// split at characters that are not alphanumeric, each lowercased into `lowered` and hashed.
 #[inline(never)]
 fn beyond_ascii(text: &str, start: usize, end: usize, lowered: &mut Vec<u8>, out: &mut Vec<u64>) {
+    let table = two_byte_lowercase();
     lowered.clear();
     let mut buf = [0u8; 4];
     for c in text[start..end].chars() {
-        if c.is_alphanumeric() {
-            for l in c.to_lowercase() {
-                lowered.extend_from_slice(l.encode_utf8(&mut buf).as_bytes());
+        match lowercase_of(c, table) {
+            Lowered::One(l) => lowered.extend_from_slice(l.encode_utf8(&mut buf).as_bytes()),
+            Lowered::Std => {
+                for l in c.to_lowercase() {
+                    lowered.extend_from_slice(l.encode_utf8(&mut buf).as_bytes());
+                }
             }
-        } else if !lowered.is_empty() {
-            out.push(hash_word(lowered, 0, lowered.len(), 0));
-            lowered.clear();
+            Lowered::NotAlphanumeric => {
+                if !lowered.is_empty() {
+                    out.push(hash_word(lowered, 0, lowered.len(), 0));
+                    lowered.clear();
+                }
+            }
         }
     }
     if !lowered.is_empty() {
         out.push(hash_word(lowered, 0, lowered.len(), 0));
     }
+}
+
+/// What a character of a word becomes: `char::is_alphanumeric` and `char::to_lowercase`, with
+/// the characters below U+0800 from a table made of those two functions once.
+#[derive(Debug, PartialEq)]
+enum Lowered {
+    NotAlphanumeric,
+    One(char),
+    /// Alphanumeric, lowercased by `to_lowercase` itself.
+    Std,
+}
+
+#[inline(always)]
+fn lowercase_of(c: char, table: &[u16; TWO_BYTE]) -> Lowered {
+    match c as u32 {
+        0..0x80 if c.is_ascii_alphanumeric() => Lowered::One(c.to_ascii_lowercase()),
+        0..0x80 => Lowered::NotAlphanumeric,
+        cp @ 0x80..0x800 => match table[cp as usize - 0x80] {
+            NOT_ALPHANUMERIC => Lowered::NotAlphanumeric,
+            ASK_STD => Lowered::Std,
+            l => Lowered::One(char::from_u32(l as u32).expect("a table of chars")),
+        },
+        // General Punctuation (spaces, dashes, quotes, ellipsis): none alphanumeric (tested).
+        0x2000..0x2070 => Lowered::NotAlphanumeric,
+        _ if c.is_alphanumeric() => Lowered::Std,
+        _ => Lowered::NotAlphanumeric,
+    }
+}
+
+/// The characters of two UTF-8 bytes, U+0080 to U+07FF (Latin-1 and Latin Extended, the
+/// combining marks NFKD leaves, Greek, Cyrillic, Hebrew, Arabic).
+const TWO_BYTE: usize = 0x800 - 0x80;
+const NOT_ALPHANUMERIC: u16 = 0;
+const ASK_STD: u16 = u16::MAX;
+
+/// Per two-byte character: [`NOT_ALPHANUMERIC`], its lowercase when that is one character
+/// below U+FFFF, else [`ASK_STD`] — from `char`'s own methods, so they agree by construction.
+fn two_byte_lowercase() -> &'static [u16; TWO_BYTE] {
+    static TABLE: std::sync::OnceLock<Box<[u16; TWO_BYTE]>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = Box::new([NOT_ALPHANUMERIC; TWO_BYTE]);
+        for (i, e) in t.iter_mut().enumerate() {
+            let c = char::from_u32(0x80 + i as u32).expect("no surrogates below U+0800");
+            if c.is_alphanumeric() {
+                let mut l = c.to_lowercase();
+                *e = match (l.next(), l.next()) {
+                    (Some(one), None) if (one as u32) < ASK_STD as u32 => one as u16,
+                    _ => ASK_STD,
+                };
+            }
+        }
+        t
+    })
 }
 
 /// Two bitmaps of `bytes`, bit `i % 64` of word `i / 64` for byte `i`: whether it may belong
@@ -638,9 +738,6 @@ mod x86 {
         let mut push = |p: *const u8| {
             // SAFETY: `p` is the start of 64 readable bytes (a chunk, or the padded buffer).
             let ((w0, h0), (w1, h1)) = unsafe { (mask32(p), mask32(p.add(32))) };
-            // Through `black_box`: LLVM otherwise sees two 32-lane compare results joined into
-            // one 64-bit mask, and without AVX-512 BW it builds that mask a byte at a time
-            // (64 `pextrb` per 64 bytes: three quarters of the words' cost, measured).
             bits.push(w0 as u64 | (std::hint::black_box(w1) as u64) << 32);
             highs.push(h0 as u64 | (h1 as u64) << 32);
         };
@@ -788,6 +885,14 @@ mod tests {
             "日本語",
             "-",
             "\u{a0}",
+            "Café\u{301}",
+            "İSTANBUL",
+            "ΣΟΦΊΑ",
+            "Москва́",
+            "ǅemal",
+            "½²",
+            "…",
+            "😀",
         ];
         for n in [0, 1, 5, 63, 64, 65, 200, 1000] {
             let t: String = (0..n).map(|_| pieces[r.below(pieces.len())]).collect();
@@ -815,6 +920,23 @@ mod tests {
         assert!(worst > 0.0, "estimates are estimates");
     }
 
+    /// The table of characters below U+0800 and the General Punctuation shortcut say what
+    /// `char::is_alphanumeric` and `char::to_lowercase` say, for every character.
+    #[test]
+    fn the_lowercase_table_agrees_with_char_for_every_character() {
+        let table = two_byte_lowercase();
+        for c in (0..=char::MAX as u32).filter_map(char::from_u32) {
+            match lowercase_of(c, table) {
+                Lowered::NotAlphanumeric => assert!(!c.is_alphanumeric(), "{c:?}"),
+                Lowered::One(l) => assert!(c.is_alphanumeric() && c.to_lowercase().eq([l]), "{c:?}"),
+                Lowered::Std => assert!(c.is_alphanumeric(), "{c:?}"),
+            }
+        }
+        assert_eq!(lowercase_of('É', table), Lowered::One('é'));
+        assert_eq!(lowercase_of('\u{130}', table), Lowered::Std, "İ lowercases to two characters");
+        assert_eq!(lowercase_of('\u{301}', table), Lowered::NotAlphanumeric, "a combining mark");
+    }
+
     /// The blocked, vectorised fold with the per-thread scratch buffers gives the signature
     /// by its definition — per hash, the minimum of `a·x + b` over every shingle's value — for
     /// texts shorter than a shingle, around the 64-shingle blocks, and after longer texts on
@@ -833,12 +955,13 @@ mod tests {
         let mut longest = 0;
         for (seed, words) in [1, 2, 4, 5, 6, 63, 64, 67, 68, 69, 131, 400, 3, 68].into_iter().enumerate() {
             let t = text(seed as u64 + 50, words).join(" ");
-            let (sig, key) = h.sign(&t);
-            assert_eq!(sig.unwrap(), definition(&t), "{words} words, after {longest}");
+            let (sketch, key) = h.sketch(&t, 7);
+            assert_eq!(sketch.signature(), definition(&t), "{words} words, after {longest}");
+            assert_eq!(sketch.bands(), band_keys(&definition(&t), h.params.rows, 7));
             assert_eq!(key, words_key(&t));
             longest = longest.max(words);
         }
-        assert_eq!(h.sign(" ?! ").0, None);
+        assert_eq!(h.sketch(" ?! ", 7).0, Sketch::default());
     }
 
     #[test]

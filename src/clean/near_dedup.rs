@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 use crate::clean::dedup::{DedupScope, IdArena};
-use crate::clean::minhash::{band_key_vec, LshIndex, MinHashParams, MinHasher};
+use crate::clean::minhash::{LshIndex, MinHashParams, MinHasher};
 use crate::contract::document::{Document, NearKey, OrderKey};
 use crate::contract::{Step, Verdict};
 
@@ -76,10 +76,8 @@ impl Step for NearDedup {
             DedupScope::Split => split_salt(&doc.split),
             DedupScope::Global => 0,
         };
-        let (signature, words) = self.hasher().sign(&doc.text);
-        let signature = signature.unwrap_or_default();
-        let bands = if signature.is_empty() { Vec::new() } else { band_key_vec(&signature, self.rows, salt) };
-        doc.order_keys.push(OrderKey::Near(NearKey { salt, words, signature, bands }));
+        let (sketch, words) = self.hasher().sketch(&doc.text, salt);
+        doc.order_keys.push(OrderKey::Near(NearKey { salt, words, sketch }));
         Verdict::Keep
     }
 }
@@ -110,14 +108,13 @@ impl NearIndex {
     /// or `None` — and then the document is kept and indexed. A text without words is neither
     /// compared nor indexed.
     pub fn check(&mut self, key: &NearKey, id: &str) -> Option<(&str, f64)> {
-        if key.signature.is_empty() {
+        if key.sketch.signature().is_empty() {
             return None;
         }
-        let sig = Some(key.signature.as_slice());
-        if let Some(m) = self.lsh.best_match_keyed(sig, &key.bands, key.words, key.salt) {
+        if let Some(m) = self.lsh.best_match_sketch(&key.sketch, key.words, key.salt) {
             return Some((self.ids.get(m.index), m.similarity));
         }
-        self.lsh.insert_keyed(sig, &key.bands, key.words, key.salt);
+        self.lsh.insert_sketch(&key.sketch, key.words, key.salt);
         self.ids.push(id);
         None
     }

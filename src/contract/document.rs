@@ -65,11 +65,41 @@ pub struct NearKey {
     pub salt: u64,
     /// A key of the words (equal keys: the same words up to case and punctuation).
     pub words: u64,
+    pub sketch: Sketch,
+}
+
+/// A document's MinHash signature and, when a worker computed them, its LSH band keys, in one
+/// buffer: what a worker hands the ordered stage per document, in one allocation.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Sketch {
+    /// The signature's minima, then the band keys.
+    values: Vec<u32>,
+    hashes: usize,
+}
+
+impl Sketch {
+    /// `values`: the `hashes` minima of a signature, then its band keys if known.
+    pub fn new(values: Vec<u32>, hashes: usize) -> Sketch {
+        assert!(hashes <= values.len(), "a sketch holds its signature");
+        Sketch { values, hashes }
+    }
+
     /// One minimum per hash; empty for a text without words, which is never compared.
-    pub signature: Vec<u32>,
-    /// The signature's LSH band keys, computed on the worker; empty where they are not known
-    /// yet (a key read back from a scan file): then the ordered stage computes them.
-    pub bands: Vec<u64>,
+    pub fn signature(&self) -> &[u32] {
+        &self.values[..self.hashes]
+    }
+
+    /// The band keys; empty where they are not known yet (a signature read back from a file):
+    /// then the ordered stage computes them.
+    pub fn bands(&self) -> &[u32] {
+        &self.values[self.hashes..]
+    }
+
+    /// The signature alone, as files keep it.
+    pub fn without_bands(mut self) -> Sketch {
+        self.values.truncate(self.hashes);
+        self
+    }
 }
 
 /// A document that will not reach the shards, and why.

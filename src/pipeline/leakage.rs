@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::clean::minhash::{band_key_vec, LshIndex, MinHashParams, MinHasher, Signature};
-use crate::contract::document::Document;
+use crate::clean::minhash::{LshIndex, MinHashParams, MinHasher};
+use crate::contract::document::{Document, Sketch};
 use crate::contract::manifest::{LeakageInfo, LeakedDoc};
 
 /// Split names read as evaluation splits.
@@ -30,10 +30,10 @@ pub fn is_eval_split(split: &str) -> bool {
 /// What a worker computes for one kept document.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DocSignature {
-    signature: Option<Signature>,
+    /// The signature and, computed on the worker, its band keys (none once read back from a
+    /// part); empty for a text without words.
+    sketch: Sketch,
     words: u64,
-    /// The signature's band keys, computed on the worker (empty once read back from a part).
-    bands: Vec<u64>,
 }
 
 /// Computes signatures on the workers.
@@ -47,9 +47,8 @@ impl Signer {
     }
 
     pub fn sign(&self, doc: &Document) -> DocSignature {
-        let (signature, words) = self.hasher.sign(&doc.text);
-        let bands = signature.as_deref().map(|s| band_key_vec(s, self.hasher.params.rows, 0)).unwrap_or_default();
-        DocSignature { signature, words, bands }
+        let (sketch, words) = self.hasher.sketch(&doc.text, 0);
+        DocSignature { sketch, words }
     }
 }
 
@@ -87,7 +86,7 @@ impl Leakage {
             return;
         }
         let split = split_index(&mut self.splits, split);
-        self.index.insert_keyed(sig.signature.as_deref(), &sig.bands, sig.words, 0);
+        self.index.insert_sketch(&sig.sketch, sig.words, 0);
         self.names.push((split, id.to_string()));
     }
 
@@ -109,7 +108,7 @@ impl Leakage {
         for (split, docs) in self.eval {
             let (mut exact, mut near, mut leaks) = (0u64, 0u64, Vec::new());
             for (id, sig) in &docs {
-                if let Some(m) = self.index.best_match_keyed(sig.signature.as_deref(), &sig.bands, sig.words, 0) {
+                if let Some(m) = self.index.best_match_sketch(&sig.sketch, sig.words, 0) {
                     if m.exact {
                         exact += 1;
                     } else {
@@ -184,7 +183,7 @@ impl Part {
     pub fn add(&mut self, doc: &Document, sig: DocSignature) {
         let split = split_index(&mut self.splits, &doc.split);
         // The file holds signatures only; the merge computes the band keys again.
-        self.docs.push((split, doc.id.clone(), DocSignature { bands: Vec::new(), ..sig }));
+        self.docs.push((split, doc.id.clone(), DocSignature { sketch: sig.sketch.without_bands(), ..sig }));
     }
 
     /// The file's bytes: a JSON header line, then per document its split (u16), id (u32 length
@@ -207,12 +206,12 @@ impl Part {
             w.extend_from_slice(&(id.len() as u32).to_le_bytes());
             w.extend_from_slice(id.as_bytes());
             w.extend_from_slice(&sig.words.to_le_bytes());
-            match &sig.signature {
-                Some(s) => {
+            match sig.sketch.signature() {
+                [] => w.push(0),
+                s => {
                     w.push(1);
                     s.iter().for_each(|v| w.extend_from_slice(&v.to_le_bytes()));
                 }
-                None => w.push(0),
             }
         }
         w
@@ -265,17 +264,18 @@ impl Part {
             let len = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
             let id = String::from_utf8(take(len)?.to_vec()).with_context(|| format!("'{shown}' is corrupt"))?;
             let words = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
-            let signature = match take(1)?[0] {
-                0 => None,
-                1 => Some(
+            let sketch = match take(1)?[0] {
+                0 => Sketch::default(),
+                1 => Sketch::new(
                     take(4 * header.hashes)?
                         .chunks_exact(4)
                         .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
                         .collect(),
+                    header.hashes,
                 ),
                 f => bail!("'{shown}' is corrupt: a signature flag of {f}"),
             };
-            docs.push((split, id, DocSignature { signature, words, bands: Vec::new() }));
+            docs.push((split, id, DocSignature { sketch, words }));
         }
         if !r.is_empty() {
             bail!("'{shown}' is corrupt: {} bytes after its last document", r.len());

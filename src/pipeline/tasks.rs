@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::config::{Pipeline, PipelineStep};
-use crate::contract::document::{NearKey, OrderKey};
+use crate::contract::document::{NearKey, OrderKey, Sketch};
 use crate::contract::manifest::{self, is_task_name, Manifest, ShardInfo, TasksInfo, TASKS_DIR};
 use crate::contract::partition::Partition;
 use crate::contract::progress::{Progress, Total};
@@ -345,8 +345,9 @@ fn write_scan(out: &Path, config_sha256: &str, task: TaskSpec, scan: &Scan) -> R
                     w.push(TAG_NEAR);
                     w.extend_from_slice(&n.salt.to_le_bytes());
                     w.extend_from_slice(&n.words.to_le_bytes());
-                    w.extend_from_slice(&(n.signature.len() as u16).to_le_bytes());
-                    for v in &n.signature {
+                    let signature = n.sketch.signature();
+                    w.extend_from_slice(&(signature.len() as u16).to_le_bytes());
+                    for v in signature {
                         w.extend_from_slice(&v.to_le_bytes());
                     }
                 }
@@ -435,7 +436,7 @@ pub fn parse_scan(bytes: &[u8], shown: &str, config_sha256: &str, task: TaskSpec
                         .chunks_exact(4)
                         .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
                         .collect();
-                    keys.push(OrderKey::Near(NearKey { salt, words, signature, bands: Vec::new() }));
+                    keys.push(OrderKey::Near(NearKey { salt, words, sketch: Sketch::new(signature, hashes) }));
                 }
                 tag => bail!("'{shown}' is corrupt: a key of unknown kind {tag}"),
             }
@@ -694,12 +695,7 @@ mod tests {
                     "d".into(),
                     vec![
                         OrderKey::Exact([1u8; 16]),
-                        OrderKey::Near(NearKey {
-                            salt: 3,
-                            words: 4,
-                            signature: vec![5, 6, u32::MAX],
-                            bands: Vec::new(),
-                        }),
+                        OrderKey::Near(NearKey { salt: 3, words: 4, sketch: Sketch::new(vec![5, 6, u32::MAX], 3) }),
                     ],
                 ),
                 ("e".into(), vec![]),

@@ -17,9 +17,10 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::clean::dedup::IdArena;
-use crate::clean::minhash::{LshIndex, MinHashParams, MinHasher, Signature};
+use crate::clean::minhash::{LshIndex, MinHashParams, MinHasher};
 use crate::config::Pipeline;
 use crate::contract::columns;
+use crate::contract::document::Sketch;
 use crate::contract::progress::{Progress, Total};
 use crate::pipeline::parallel::{self, CorpusPart, Outcome};
 use crate::shards::ShardSet;
@@ -118,7 +119,7 @@ impl Corpus {
         wanted: &(dyn Fn(&str) -> bool + Sync),
         hasher: &MinHasher,
         opts: &LeakageOptions,
-        mut each: impl FnMut(&str, &str, Option<Signature>, u64),
+        mut each: impl FnMut(&str, &str, Sketch, u64),
     ) -> Result<()> {
         match self {
             Corpus::Shards(shards) => {
@@ -134,7 +135,7 @@ impl Corpus {
                 let progress = Progress::new(opts.quiet, "leakage");
                 let set_total = |t: Total| progress.set_total(t);
                 let sign =
-                    |doc: &crate::contract::document::Document| wanted(&doc.split).then(|| hasher.sign(&doc.text));
+                    |doc: &crate::contract::document::Document| wanted(&doc.split).then(|| hasher.sketch(&doc.text, 0));
                 parallel::process_with(
                     CorpusPart::whole(&p.source, p.seed, &steps),
                     &steps,
@@ -163,7 +164,7 @@ fn shard_documents(
     shards: &ShardSet,
     split: &str,
     hasher: &MinHasher,
-    each: &mut impl FnMut(&str, &str, Option<Signature>, u64),
+    each: &mut impl FnMut(&str, &str, Sketch, u64),
 ) -> Result<()> {
     let mut seen = std::collections::HashSet::new();
     for shard in 0..shards.shard_rows(split)?.len() {
@@ -188,7 +189,7 @@ fn shard_documents(
                     seen.insert(id.clone()).then(|| (id, t.as_deref().unwrap_or_default()))
                 })
                 .collect();
-            let signed: Vec<(Option<Signature>, u64)> = firsts.par_iter().map(|(_, t)| hasher.sign(t)).collect();
+            let signed: Vec<(Sketch, u64)> = firsts.par_iter().map(|(_, t)| hasher.sketch(t, 0)).collect();
             for ((id, _), (sig, key)) in firsts.iter().zip(signed) {
                 each(split, id, sig, key);
             }
@@ -227,7 +228,7 @@ pub fn run(opts: &LeakageOptions) -> Result<LeakageReport> {
         }
     }
     let hasher = MinHasher::new(opts.params);
-    let mut eval_docs: Vec<(String, Option<Signature>, u64)> = Vec::new();
+    let mut eval_docs: Vec<(String, Sketch, u64)> = Vec::new();
     let mut index = LshIndex::new(&opts.params);
     // Per training document: which `INPUT:SPLIT` it came from, and its id.
     let (mut labels, mut label_of, mut ids): (Vec<String>, Vec<u16>, IdArena) = Default::default();
@@ -263,7 +264,7 @@ pub fn run(opts: &LeakageOptions) -> Result<LeakageReport> {
             if is_eval(split) {
                 eval_docs.push((id.to_string(), sig, key));
             } else if let Some(t) = training.iter().position(|t| t == split) {
-                index.insert(sig.as_deref(), key, 0);
+                index.insert_sketch(&sig, key, 0);
                 label_of.push((first_label + t) as u16);
                 ids.push(id);
                 counts[t] += 1;
@@ -276,7 +277,7 @@ pub fn run(opts: &LeakageOptions) -> Result<LeakageReport> {
     }
     let (mut exact, mut near, mut leaks) = (0, 0, Vec::new());
     for (id, sig, key) in &eval_docs {
-        if let Some(m) = index.best_match(sig.as_deref(), *key, 0) {
+        if let Some(m) = index.best_match_sketch(sig, *key, 0) {
             if m.exact {
                 exact += 1;
             } else {
