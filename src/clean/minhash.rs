@@ -386,10 +386,7 @@ impl LshIndex {
             Some(sig) => {
                 assert_eq!(sig.len(), hashes, "a signature of the index's parameters");
                 assert_eq!(keys.len(), self.bands, "one key per band");
-                let links = self.next.push();
-                for (link, &key) in links.iter_mut().zip(keys.iter()) {
-                    *link = self.heads.insert(key, index);
-                }
+                self.heads.link(&keys, index, self.next.push());
                 for (stored, &h) in self.signatures.push().iter_mut().zip(sig) {
                     *stored = h as u16;
                 }
@@ -434,17 +431,17 @@ impl LshIndex {
         let keys = self.keys_of(sig, keys, salt);
         let sig = sig?;
         // Every band's bucket first, in a loop of independent lookups whose cache misses the
-        // CPU overlaps (on the stack for up to 32 bands); then the chains, nearly always empty.
-        let (mut stack, mut heap) = ([NONE; 32], Vec::new());
-        let heads = if keys.len() <= stack.len() {
-            &mut stack[..keys.len()]
-        } else {
-            heap.resize(keys.len(), NONE);
-            &mut heap[..]
-        };
-        for (head, &key) in heads.iter_mut().zip(keys.iter()) {
+        // CPU overlaps; then the chains, nearly always empty.
+        let mut heads = BandSlots::new(keys.len());
+        for (head, &key) in heads.get().iter_mut().zip(keys.iter()) {
             *head = self.heads.get(key);
         }
+        self.best_candidate(sig, heads.get())
+    }
+
+    /// The most similar document at or above the threshold (the earliest indexed among
+    /// equals) in the buckets whose latest documents are `heads`, one per band.
+    fn best_candidate(&self, sig: &[u32], heads: &[u32]) -> Option<Match> {
         let mut best: Option<Match> = None;
         let mut seen: Vec<u32> = Vec::new();
         for (band, &head) in heads.iter().enumerate() {
@@ -464,6 +461,28 @@ impl LshIndex {
             }
         }
         best
+    }
+}
+
+/// One `u32` per band, on the stack for up to 32 bands.
+struct BandSlots {
+    stack: [u32; 32],
+    heap: Vec<u32>,
+    len: usize,
+}
+
+impl BandSlots {
+    fn new(len: usize) -> BandSlots {
+        let heap = if len > 32 { vec![NONE; len] } else { Vec::new() };
+        BandSlots { stack: [NONE; 32], heap, len }
+    }
+
+    fn get(&mut self) -> &mut [u32] {
+        if self.len > self.stack.len() {
+            &mut self.heap
+        } else {
+            &mut self.stack[..self.len]
+        }
     }
 }
 
@@ -489,6 +508,21 @@ impl Heads {
     #[inline]
     fn get(&self, key: u32) -> u32 {
         self.0[(key >> 24) as usize].get(&key).copied().unwrap_or(NONE)
+    }
+
+    /// Makes `index` the latest document of each band's bucket, `links[band]` ← the one before.
+    /// Two bands of one document under one key (a 32-bit collision, once in 2³² pairs) share a
+    /// bucket: the later band's link continues the earlier one's chain, never pointing back at
+    /// the document itself, so every chain runs to strictly earlier documents and ends.
+    fn link(&mut self, keys: &[u32], index: u32, links: &mut [u32]) {
+        for (band, &key) in keys.iter().enumerate() {
+            let before = self.insert(key, index);
+            links[band] = if before == index {
+                links[keys.iter().position(|&k| k == key).expect("an earlier band of this key")]
+            } else {
+                before
+            };
+        }
     }
 }
 
@@ -962,6 +996,25 @@ mod tests {
             longest = longest.max(words);
         }
         assert_eq!(h.sketch(" ?! ", 7).0, Sketch::default());
+    }
+
+    /// Two bands of one document whose keys collide (once in 2³² pairs) share one bucket
+    /// entry: the document is linked into it once, so a walk of either band's chain ends.
+    #[test]
+    fn two_bands_of_one_document_under_one_key_leave_its_bucket_a_chain() {
+        let h = MinHasher::new(MinHashParams::default());
+        let t = text(3, 100).join(" ");
+        let sig = h.signature(&t).unwrap();
+        let mut keys = band_keys(&sig, h.params.rows, 0);
+        keys[9] = keys[2];
+        let sketch = Sketch::new([sig.clone(), keys].concat(), sig.len());
+        let mut index = LshIndex::new(&h.params);
+        let other = text(4, 100).join(" ");
+        index.insert(h.signature(&other).as_deref(), words_key(&other), 0);
+        assert_eq!(index.insert_sketch(&sketch, words_key(&t), 0), 1);
+        // Not the same words, so the buckets are walked (band 9's among them).
+        let m = index.best_match_sketch(&sketch, words_key(&t) ^ 1, 0).expect("itself");
+        assert_eq!((m.index, m.similarity, m.exact), (1, 1.0, false));
     }
 
     #[test]
