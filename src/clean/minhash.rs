@@ -15,10 +15,10 @@
 //! constants `kᵢ` — order-sensitive, and `n` independent products rather than a chain of `n`
 //! mixes. Hash `i` of a shingle is `(aᵢ·x + bᵢ) mod 2³²` with `aᵢ` odd: a permutation of the
 //! 32-bit values, as `datasketch` applies `(a·x + b) mod (2⁶¹ − 1)`, but in 32-bit lanes, so
-//! the 112 hashes of 4 shingles at a time vectorise (16 lanes with AVX-512). The estimates are
+//! the 112 hashes of 8 shingles at a time vectorise (16 lanes with AVX-512). The estimates are
 //! checked against exact Jaccard in the tests and against `datasketch` in
-//! `benches/near_dedup.sh`. Signatures are 448 bytes per document (224 as [`LshIndex`] stores
-//! them).
+//! `benches/near_dedup.sh`. A worker's [`Sketch`] of a document is 504 bytes (the 448-byte
+//! signature and 14 band keys, one allocation); [`LshIndex`] keeps 224 bytes of it.
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
