@@ -364,48 +364,37 @@ impl LshIndex {
         self.len == 0
     }
 
-    /// Adds a document — its signature (`None` for a text without words: it can then only be
-    /// matched exactly), its words key and its salt — and returns its index.
-    pub fn insert(&mut self, sig: Option<&[u32]>, words: u64, salt: u64) -> u32 {
-        self.insert_keyed(sig, &[], words, salt)
-    }
-
-    /// [`LshIndex::insert`] of a worker's sketch, with its band keys when it has them.
-    pub fn insert_sketch(&mut self, sketch: &Sketch, words: u64, salt: u64) -> u32 {
-        self.insert_keyed(Some(sketch.signature()).filter(|s| !s.is_empty()), sketch.bands(), words, salt)
-    }
-
-    /// [`LshIndex::insert`] with the signature's band keys, or empty `keys` to compute them.
-    fn insert_keyed(&mut self, sig: Option<&[u32]>, keys: &[u32], words: u64, salt: u64) -> u32 {
-        let keys = self.keys_of(sig, keys, salt);
+    /// Adds a document — its sketch (empty for a text without words: it can then only be
+    /// matched exactly; band keys computed here when it has none), its words key and its
+    /// salt — and returns its index.
+    pub fn insert(&mut self, sketch: &Sketch, words: u64, salt: u64) -> u32 {
         let index = self.len;
         self.len = self.len.checked_add(1).expect("fewer than 4 billion indexed documents");
         self.exact.entry(exact_key(words, salt)).or_insert(index);
-        let hashes = self.rows * self.bands;
-        match sig {
-            Some(sig) => {
-                assert_eq!(sig.len(), hashes, "a signature of the index's parameters");
-                assert_eq!(keys.len(), self.bands, "one key per band");
-                self.heads.link(&keys, index, self.next.push());
-                for (stored, &h) in self.signatures.push().iter_mut().zip(sig) {
-                    *stored = h as u16;
-                }
-            }
-            None => {
-                // Never a candidate (no band links); its record keeps the indices aligned.
-                self.next.push().fill(NONE);
-                self.signatures.push();
-            }
+        let sig = sketch.signature();
+        if sig.is_empty() {
+            // Never a candidate (no band links); its record keeps the indices aligned.
+            self.next.push().fill(NONE);
+            self.signatures.push();
+            return index;
+        }
+        assert_eq!(sig.len(), self.rows * self.bands, "a signature of the index's parameters");
+        let keys = self.keys_of(sketch, salt);
+        self.heads.link(&keys, index, self.next.push());
+        for (stored, &h) in self.signatures.push().iter_mut().zip(sig) {
+            *stored = h as u16;
         }
         index
     }
 
-    /// `keys` when given, else the band keys of `sig` (none without a signature).
-    fn keys_of<'a>(&self, sig: Option<&[u32]>, keys: &'a [u32], salt: u64) -> std::borrow::Cow<'a, [u32]> {
-        match sig {
-            Some(sig) if keys.is_empty() => band_keys(sig, self.rows, salt).into(),
-            _ => keys.into(),
-        }
+    /// The sketch's band keys, computed here when it came without them (read back from a file).
+    fn keys_of<'a>(&self, sketch: &'a Sketch, salt: u64) -> std::borrow::Cow<'a, [u32]> {
+        let keys: std::borrow::Cow<[u32]> = match sketch.bands() {
+            [] => band_keys(sketch.signature(), self.rows, salt).into(),
+            keys => keys.into(),
+        };
+        assert_eq!(keys.len(), self.bands, "one key per band");
+        keys
     }
 
     fn signature(&self, index: u32) -> &[u16] {
@@ -414,22 +403,15 @@ impl LshIndex {
 
     /// The best match of a document at or above the threshold: an exact one first, else the
     /// most similar verified candidate (the earliest indexed among equals).
-    pub fn best_match(&self, sig: Option<&[u32]>, words: u64, salt: u64) -> Option<Match> {
-        self.best_match_keyed(sig, &[], words, salt)
-    }
-
-    /// [`LshIndex::best_match`] of a worker's sketch, with its band keys when it has them.
-    pub fn best_match_sketch(&self, sketch: &Sketch, words: u64, salt: u64) -> Option<Match> {
-        self.best_match_keyed(Some(sketch.signature()).filter(|s| !s.is_empty()), sketch.bands(), words, salt)
-    }
-
-    /// [`LshIndex::best_match`] with the signature's band keys, or empty `keys` to compute them.
-    fn best_match_keyed(&self, sig: Option<&[u32]>, keys: &[u32], words: u64, salt: u64) -> Option<Match> {
+    pub fn best_match(&self, sketch: &Sketch, words: u64, salt: u64) -> Option<Match> {
         if let Some(&index) = self.exact.get(&exact_key(words, salt)) {
             return Some(Match { index, similarity: 1.0, exact: true });
         }
-        let keys = self.keys_of(sig, keys, salt);
-        let sig = sig?;
+        let sig = sketch.signature();
+        if sig.is_empty() {
+            return None;
+        }
+        let keys = self.keys_of(sketch, salt);
         // Every band's bucket first, in a loop of independent lookups whose cache misses the
         // CPU overlaps; then the chains, nearly always empty.
         let mut heads = BandSlots::new(keys.len());
@@ -1010,10 +992,11 @@ mod tests {
         let sketch = Sketch::new([sig.clone(), keys].concat(), sig.len());
         let mut index = LshIndex::new(&h.params);
         let other = text(4, 100).join(" ");
-        index.insert(h.signature(&other).as_deref(), words_key(&other), 0);
-        assert_eq!(index.insert_sketch(&sketch, words_key(&t), 0), 1);
+        index.insert(&h.sketch(&other, 0).0, words_key(&other), 0);
+        assert_eq!(index.insert(&sketch, words_key(&t), 0), 1);
+        assert!(!index.next.get(1).contains(&1), "a band's link points back at its own document");
         // Not the same words, so the buckets are walked (band 9's among them).
-        let m = index.best_match_sketch(&sketch, words_key(&t) ^ 1, 0).expect("itself");
+        let m = index.best_match(&sketch, words_key(&t) ^ 1, 0).expect("itself");
         assert_eq!((m.index, m.similarity, m.exact), (1, 1.0, false));
     }
 
@@ -1024,17 +1007,17 @@ mod tests {
         let texts: Vec<String> =
             (0..5000).map(|i| if i % 7 == 3 { "?!".to_string() } else { text(i, 120).join(" ") }).collect();
         for (i, t) in texts.iter().enumerate() {
-            assert_eq!(index.insert(h.signature(t).as_deref(), words_key(t), 0), i as u32);
+            assert_eq!(index.insert(&h.sketch(t, 0).0, words_key(t), 0), i as u32);
         }
         for i in [0, 4095, 4096, 4097, 4500, 4999] {
             let mut w: Vec<&str> = texts[i].split(' ').collect();
             w[20] = "changed";
             let near = w.join(" ");
-            let m = index.best_match(h.signature(&near).as_deref(), words_key(&near), 0).expect("found");
+            let m = index.best_match(&h.sketch(&near, 0).0, words_key(&near), 0).expect("found");
             assert_eq!((m.index, m.exact), (i as u32, false), "copy of {i}");
             assert!(m.similarity >= 0.8 && m.similarity < 1.0);
         }
-        let m = index.best_match(None, words_key("?!"), 0).unwrap();
+        let m = index.best_match(&Sketch::default(), words_key("?!"), 0).unwrap();
         assert_eq!((m.index, m.exact), (3, true));
     }
 
@@ -1043,8 +1026,10 @@ mod tests {
         let h = MinHasher::new(MinHashParams::default());
         let mut index = LshIndex::new(&h.params);
         let originals: Vec<String> = (0..200).map(|s| text(1000 + s, 250).join(" ")).collect();
+        // Indexed as a scan file gives them back (no band keys: the index computes them), and
+        // looked up with a worker's keys: both must put a document in the same buckets.
         for t in &originals {
-            index.insert(h.signature(t).as_deref(), words_key(t), 0);
+            index.insert(&h.sketch(t, 0).0.without_bands(), words_key(t), 0);
         }
         let (mut near_found, mut far_found) = (0, 0);
         for (i, t) in originals.iter().enumerate() {
@@ -1054,7 +1039,7 @@ mod tests {
             near[50] = "changed".into();
             near[180] = "again".into();
             let near = near.join(" ");
-            if let Some(m) = index.best_match(h.signature(&near).as_deref(), words_key(&near), 0) {
+            if let Some(m) = index.best_match(&h.sketch(&near, 0).0, words_key(&near), 0) {
                 assert!(!m.exact && m.similarity >= 0.8);
                 near_found += (m.index as usize == i) as usize;
             }
@@ -1064,10 +1049,10 @@ mod tests {
                 }
             }
             let far = w.join(" ");
-            far_found += index.best_match(h.signature(&far).as_deref(), words_key(&far), 0).is_some() as usize;
+            far_found += index.best_match(&h.sketch(&far, 0).0, words_key(&far), 0).is_some() as usize;
             // The original itself, recased and repunctuated, is an exact match.
             let same = t.to_uppercase().replace(' ', ", ");
-            let m = index.best_match(h.signature(&same).as_deref(), words_key(&same), 0).unwrap();
+            let m = index.best_match(&h.sketch(&same, 0).0, words_key(&same), 0).unwrap();
             assert_eq!((m.index as usize, m.exact), (i, true));
         }
         assert!(near_found >= 196, "{near_found} of 200 near copies found");

@@ -111,10 +111,10 @@ impl NearIndex {
         if key.sketch.signature().is_empty() {
             return None;
         }
-        if let Some(m) = self.lsh.best_match_sketch(&key.sketch, key.words, key.salt) {
+        if let Some(m) = self.lsh.best_match(&key.sketch, key.words, key.salt) {
             return Some((self.ids.get(m.index), m.similarity));
         }
-        self.lsh.insert_sketch(&key.sketch, key.words, key.salt);
+        self.lsh.insert(&key.sketch, key.words, key.salt);
         self.ids.push(id);
         None
     }

@@ -86,7 +86,7 @@ impl Leakage {
             return;
         }
         let split = split_index(&mut self.splits, split);
-        self.index.insert_sketch(&sig.sketch, sig.words, 0);
+        self.index.insert(&sig.sketch, sig.words, 0);
         self.names.push((split, id.to_string()));
     }
 
@@ -108,7 +108,7 @@ impl Leakage {
         for (split, docs) in self.eval {
             let (mut exact, mut near, mut leaks) = (0u64, 0u64, Vec::new());
             for (id, sig) in &docs {
-                if let Some(m) = self.index.best_match_sketch(&sig.sketch, sig.words, 0) {
+                if let Some(m) = self.index.best_match(&sig.sketch, sig.words, 0) {
                     if m.exact {
                         exact += 1;
                     } else {

@@ -264,7 +264,7 @@ pub fn run(opts: &LeakageOptions) -> Result<LeakageReport> {
             if is_eval(split) {
                 eval_docs.push((id.to_string(), sig, key));
             } else if let Some(t) = training.iter().position(|t| t == split) {
-                index.insert_sketch(&sig, key, 0);
+                index.insert(&sig, key, 0);
                 label_of.push((first_label + t) as u16);
                 ids.push(id);
                 counts[t] += 1;
@@ -277,7 +277,7 @@ pub fn run(opts: &LeakageOptions) -> Result<LeakageReport> {
     }
     let (mut exact, mut near, mut leaks) = (0, 0, Vec::new());
     for (id, sig, key) in &eval_docs {
-        if let Some(m) = index.best_match_sketch(sig, *key, 0) {
+        if let Some(m) = index.best_match(sig, *key, 0) {
             if m.exact {
                 exact += 1;
             } else {
