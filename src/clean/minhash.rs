@@ -64,9 +64,6 @@ impl MinHashParams {
     }
 }
 
-/// A document's signature: the minimum of each permutation over its shingles.
-pub type Signature = Vec<u32>;
-
 /// Computes signatures and band keys for one set of parameters.
 #[derive(Debug, Clone)]
 pub struct MinHasher {
@@ -87,13 +84,6 @@ impl MinHasher {
         }
         let k = (0..params.ngram as u64).map(|i| mix(0x5348_494e_474c_4553 ^ i) | 1).collect();
         MinHasher { params, a, b, k }
-    }
-
-    /// The signature of `text`; `None` when it has no words.
-    pub fn signature(&self, text: &str) -> Option<Signature> {
-        let (sketch, _) = self.sketch(text, 0);
-        let sig = sketch.signature();
-        (!sig.is_empty()).then(|| sig.to_vec())
     }
 
     /// The signature of `text` with its band keys under `salt` (an empty sketch when it has
@@ -140,7 +130,7 @@ impl MinHasher {
     }
 }
 
-/// What [`MinHasher::sign`] reuses from one document to the next on a thread: the bitmaps, a
+/// What [`MinHasher::sketch`] reuses from one document to the next on a thread: the bitmaps, a
 /// buffer for lowercasing words beyond ASCII, the word hashes.
 #[derive(Default)]
 struct Scratch {
@@ -831,6 +821,15 @@ mod tests {
     fn similarity(a: &[u32], b: &[u32]) -> f64 {
         let same = a.iter().zip(b).filter(|(x, y)| x == y).count();
         same as f64 / a.len().max(1) as f64
+    }
+
+    impl MinHasher {
+        /// The signature of `text`; `None` when it has no words.
+        fn signature(&self, text: &str) -> Option<Vec<u32>> {
+            let (sketch, _) = self.sketch(text, 0);
+            let sig = sketch.signature();
+            (!sig.is_empty()).then(|| sig.to_vec())
+        }
     }
 
     /// `n` words of a seeded vocabulary of 2,000.
