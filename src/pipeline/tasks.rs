@@ -485,10 +485,27 @@ pub fn resolve_from_scans(out: &Path, config_sha256: &str, task: TaskSpec, steps
             root.display(&format!("{TASKS_DIR}/{SCAN_DIR}"))
         );
     }
+    // A scan whose signatures are not of this pipeline's `near_dedup` (a file damaged in a way
+    // that kept its structure) is refused here, by name, rather than tripping the index.
+    let near_hashes = steps.iter().find_map(|s| match s {
+        PipelineStep::NearDedup(n) => Some(n.params().hashes()),
+        _ => None,
+    });
     let mut scores = Vec::new();
     for i in needed {
         let scan = read_scan(&root, config_sha256, TaskSpec { index: i, count: task.count })?;
         for (id, keys) in scan.docs {
+            for key in &keys {
+                let OrderKey::Near(n) = key else { continue };
+                let got = n.sketch.signature().len();
+                if got != 0 && near_hashes != Some(got) {
+                    bail!(
+                        "'{}' is corrupt or from another pipeline: document '{id}' has a near_dedup signature of {got} hashes, this pipeline's near_dedup has {}; run `bertpipe pipeline scan` for task {i} again",
+                        root.display(&scan_file(i)),
+                        near_hashes.map_or("none".to_string(), |h| format!("{h}")),
+                    );
+                }
+            }
             seen.resolve(keys, &id);
         }
         scores.extend(scan.scores);
@@ -720,6 +737,21 @@ mod tests {
         let e = parse_scan(&long_id, "s.bin", "c", task).unwrap_err().to_string();
         assert!(e.contains("s.bin") && e.contains("4294967295 bytes"), "{e}");
         assert!(parse_scan(b"no header line", "s.bin", "c", task).unwrap_err().to_string().contains("s.bin"));
+    }
+
+    /// A scan's signatures of another length than the pipeline's `near_dedup` makes are an
+    /// error naming the file (they would otherwise trip the index's assertion).
+    #[test]
+    fn a_scan_with_signatures_of_another_length_is_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("bertpipe-scan-len-test-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join(TASKS_DIR).join(SCAN_DIR)).unwrap();
+        let near = NearKey { salt: 3, words: 4, sketch: Sketch::new(vec![5, 6, 7], 3) };
+        let scan = Scan { docs: vec![("d".into(), vec![OrderKey::Near(near)])], scores: vec![] };
+        write_scan(&dir, "c", TaskSpec { index: 0, count: 2 }, &scan).unwrap();
+        let mut steps = vec![PipelineStep::NearDedup(Default::default())];
+        let e = resolve_from_scans(&dir, "c", TaskSpec { index: 1, count: 2 }, &mut steps).unwrap_err().to_string();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(e.contains("00000.bin") && e.contains("3 hashes") && e.contains("has 112"), "{e}");
     }
 
     #[test]
