@@ -321,13 +321,11 @@ pub fn is_shard_path(rel: &str, folder: &str, merged: bool) -> bool {
 /// `tasks/NNNNN/…` and `tasks/scan/NNNNN.bin`. What `--overwrite` may remove.
 pub fn is_layout_file(rel: &str) -> bool {
     let parts: Vec<&str> = rel.split('/').collect();
-    let shard_or_temp = |n: &str| {
-        is_shard_name(n) || n.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")).is_some_and(is_shard_name)
-    };
+    let shard_or_temp = |n: &str| is_shard_name(n) || super::temp_target(n).is_some_and(is_shard_name);
     match parts.as_slice() {
-        [name] => matches!(*name, MANIFEST | JOURNAL | ".manifest.json.tmp"),
+        [name] => matches!(*name, MANIFEST | JOURNAL) || super::temp_target(name) == Some(MANIFEST),
         [t, s, f] if *t == TASKS_DIR && *s == "scan" => {
-            let f = f.strip_prefix('.').and_then(|f| f.strip_suffix(".tmp")).unwrap_or(f);
+            let f = super::temp_target(f).unwrap_or(f);
             f.strip_suffix(".bin").is_some_and(is_task_name)
         }
         [t, n, rest @ ..] if *t == TASKS_DIR && is_task_name(n) && !rest.is_empty() => {

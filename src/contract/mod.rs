@@ -7,11 +7,13 @@
 //! - [`manifest`]: the shard folder's layout and `manifest.json`, the tokenizer record;
 //! - [`partition`]: which part of the input a task of an array reads;
 //! - [`columns`]: Arrow columns read as the contract's types from any type that means the same;
+//! - [`interrupt`]: Ctrl-C, handled once for the process;
 //! - [`checksum`], [`progress`], and the cache folder and atomic writes below.
 
 pub mod checksum;
 pub mod columns;
 pub mod document;
+pub mod interrupt;
 pub mod manifest;
 pub mod partition;
 pub mod progress;
@@ -23,21 +25,63 @@ use anyhow::{Context, Result};
 
 pub use step::{Step, Verdict};
 
-/// Writes `path` whole or not at all: the bytes go to `.<name>.tmp` beside it, which is then
-/// renamed over it (the folder is created if needed).
+/// Writes `path` whole or not at all: the bytes go to a temporary file beside it
+/// (`.<name>.<pid>-<n>.tmp`, unique to this process and call, so two processes writing the same
+/// file never share one), which is then renamed over it (the folder is created if needed).
 pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
-    let tmp = dir.join(format!(".{}.tmp", path.file_name().unwrap_or_default().to_string_lossy()));
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.{}-{n}.tmp", std::process::id()));
     std::fs::write(&tmp, bytes).with_context(|| format!("could not write '{}'", tmp.display()))?;
+    kill_point();
     std::fs::rename(&tmp, path).with_context(|| format!("could not write '{}'", path.display()))
 }
 
-/// The fault-injection switches the tests use to simulate a crash, a Ctrl-C or a diverging
-/// loss (`BERTPIPE_CRASH_AFTER_SHARDS`, `BERTPIPE_STOP_AT_STEP`, `BERTPIPE_NAN_AT_STEP`):
+/// The file a temporary of [`write_file_atomic`] (`.<name>.<pid>-<n>.tmp`) or of a shard
+/// writer (`.<name>.tmp`) stands for: `<name>`; `None` for any other name.
+pub fn temp_target(file: &str) -> Option<&str> {
+    let inner = file.strip_prefix('.')?.strip_suffix(".tmp")?;
+    match inner.rsplit_once('.') {
+        Some((name, tag))
+            if tag.split_once('-').is_some_and(|(a, b)| {
+                !a.is_empty() && !b.is_empty() && (a.bytes().chain(b.bytes())).all(|c| c.is_ascii_digit())
+            }) =>
+        {
+            Some(name)
+        }
+        _ => Some(inner),
+    }
+}
+
+/// Test hook `BERTPIPE_KILL_AT=N`: the N-th kill point this process passes (1-based) kills it
+/// with SIGKILL, as `kill -9` would. Kill points sit between writing a file and renaming it into
+/// place ([`write_file_atomic`], shards, checkpoints) and between the chain runner's steps, so
+/// a test can stop a run at every place a real kill could land and check what survives.
+pub fn kill_point() {
+    static PASSED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let Some(at) = test_hook("BERTPIPE_KILL_AT") else { return };
+    let n = PASSED.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+    if std::env::var_os("BERTPIPE_KILL_TRACE").is_some() {
+        eprintln!("kill point {n}");
+    }
+    if n == at {
+        // SAFETY: kill(2) on our own pid with a constant signal has no memory effects.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
+/// The fault-injection switches the tests use to simulate a crash, a Ctrl-C, a diverging loss
+/// or a `kill -9` (`BERTPIPE_CRASH_AFTER_SHARDS`, `BERTPIPE_STOP_AT_STEP`, `BERTPIPE_NAN_AT_STEP`,
+/// `BERTPIPE_KILL_AT`):
 /// test-only, documented as such in the README. A set one is announced on stderr (once per
 /// process), so it can never act unnoticed in a real run.
-pub const TEST_HOOKS: [&str; 3] = ["BERTPIPE_CRASH_AFTER_SHARDS", "BERTPIPE_STOP_AT_STEP", "BERTPIPE_NAN_AT_STEP"];
+pub const TEST_HOOKS: [&str; 4] =
+    ["BERTPIPE_CRASH_AFTER_SHARDS", "BERTPIPE_STOP_AT_STEP", "BERTPIPE_NAN_AT_STEP", "BERTPIPE_KILL_AT"];
 
 /// The value of test hook `name` (one of [`TEST_HOOKS`]), when it is set to a number.
 pub fn test_hook(name: &str) -> Option<u64> {
@@ -67,4 +111,30 @@ pub fn cache_dir() -> PathBuf {
     }
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
     home.join(".cache").join("bertpipe")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporaries_name_the_file_they_stand_for_and_never_collide() {
+        assert_eq!(temp_target(".manifest.json.4242-7.tmp"), Some("manifest.json"));
+        assert_eq!(temp_target(".part-00003.parquet.tmp"), Some("part-00003.parquet"));
+        assert_eq!(temp_target(".00001.bin.17-0.tmp"), Some("00001.bin"));
+        assert_eq!(temp_target("manifest.json"), None);
+        assert_eq!(temp_target(".hidden"), None);
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("record.json");
+        // Two writers of one file: each through its own temporary, the last rename wins whole.
+        std::thread::scope(|s| {
+            for i in 0..8u8 {
+                let f = &f;
+                s.spawn(move || write_file_atomic(f, &[i; 4096]).unwrap());
+            }
+        });
+        let bytes = std::fs::read(&f).unwrap();
+        assert!(bytes.len() == 4096 && bytes.iter().all(|b| *b == bytes[0]));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary left behind");
+    }
 }

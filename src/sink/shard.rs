@@ -179,6 +179,7 @@ impl ShardWriter {
         sink.inner.get_ref().sync_all().with_context(|| format!("could not sync '{}'", open.tmp.display()))?;
         let name = shard_name(self.shards.len());
         let final_path = self.out_root.join(&self.folder).join(&name);
+        crate::contract::kill_point();
         std::fs::rename(&open.tmp, &final_path)
             .with_context(|| format!("could not rename '{}'", open.tmp.display()))?;
         let info = ShardInfo {

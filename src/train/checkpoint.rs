@@ -67,6 +67,7 @@ pub fn write_atomic(dir: &Path, fill: impl FnOnce(&Path) -> Result<()>) -> Resul
     }
     std::fs::create_dir_all(&tmp).with_context(|| format!("could not create '{}'", tmp.display()))?;
     fill(&tmp)?;
+    crate::contract::kill_point();
     if dir.exists() {
         let old = parent.join(format!(".old-{name}"));
         if old.exists() {

@@ -19,7 +19,6 @@ pub mod tensorboard;
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -98,9 +97,6 @@ pub struct TrainSummary {
     pub notes: Vec<String>,
 }
 
-/// Set by Ctrl-C / SIGTERM; the loop checkpoints and stops at the next optimiser step.
-static STOP: AtomicBool = AtomicBool::new(false);
-
 /// Test hook: behave as if Ctrl-C came during optimiser step N (`BERTPIPE_STOP_AT_STEP=N`).
 fn stop_at_step() -> Option<u64> {
     crate::contract::test_hook("BERTPIPE_STOP_AT_STEP")
@@ -113,13 +109,14 @@ fn nan_at_step() -> Option<u64> {
 
 pub fn run(cfg: &TrainConfig, opts: &TrainOptions) -> Result<TrainSummary> {
     keep_freed_memory();
+    // Ctrl-C / SIGTERM while training: checkpoint and stop at the next optimiser step. The
+    // flag is the process's (one handler for every stage of a chain); a stop handled here is
+    // cleared, so later work starts afresh.
+    let _graceful = crate::contract::interrupt::graceful();
     let mut t = Trainer::new(cfg, opts)?;
-    let _ = ctrlc::set_handler(|| {
-        if STOP.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
-        }
-    });
-    t.run()
+    let summary = t.run();
+    crate::contract::interrupt::clear();
+    summary
 }
 
 /// Every training op allocates tensors of the same few sizes; by default glibc serves the large
@@ -269,7 +266,7 @@ impl Trainer {
             }
         }
         let save_now = self.cfg.save_steps.is_some_and(|n| step % n == 0) || epoch_done || last;
-        let stop = STOP.load(Ordering::SeqCst) || stop_at_step() == Some(step);
+        let stop = crate::contract::interrupt::requested() || stop_at_step() == Some(step);
         let early = tally.stopped_early.is_some();
         if save_now || stop || early {
             self.save_checkpoint()?;

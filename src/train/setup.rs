@@ -1,6 +1,7 @@
 //! Preparing a run: shards checked against the task and the vocabulary, the model built or
 //! loaded (or restored for `--resume`), loaders, schedule length, and the output folder.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -72,13 +73,13 @@ impl Trainer {
         let eval = eval_loader(cfg, &shards.manifest, &data.train, &mut notes)?;
         let batches_per_epoch = data.train.batches_per_epoch(data.usable_rows);
 
-        let (model, mut state, resume_from) = model_and_state(cfg, opts, &shards, &data, &dev, &mut notes)?;
+        let (model, mut state, resumed) = model_and_state(cfg, opts, &shards, &data, &dev, &mut notes)?;
         let mut optimizer =
             optim::AdamW::new(&model.params, cfg.adam_beta1, cfg.adam_beta2, cfg.adam_epsilon, cfg.weight_decay)?;
-        if let Some(dir) = &resume_from {
-            let saved = candle_core::safetensors::load(dir.join(checkpoint::OPTIMIZER), &dev)?;
-            optimizer.load_state(&model.params, &saved.into_iter().collect(), state.global_step)?;
+        if let Some((_, saved)) = &resumed {
+            optimizer.load_state(&model.params, saved, state.global_step)?;
         }
+        let resume_from = resumed.map(|(dir, _)| dir);
 
         let accum = cfg.gradient_accumulation_steps as u64;
         let steps_per_epoch = batches_per_epoch.div_ceil(accum);
@@ -323,8 +324,78 @@ fn eval_loader(
     }))
 }
 
-/// The model and the trainer state: from the newest checkpoint (`--resume`, whose folder is
-/// returned too), else a checkpoint (`init_from`), a config or a preset, in a fresh output.
+/// A checkpoint's saved optimiser state, by tensor name.
+type SavedOptimizer = BTreeMap<String, candle_core::Tensor>;
+
+/// Where a resumed run continues from: the checkpoint folder and its optimiser state.
+type ResumePoint = (PathBuf, SavedOptimizer);
+
+/// A checkpoint to resume from, read whole: its trainer state, model and optimiser state.
+struct Resumed {
+    dir: PathBuf,
+    state: TrainerState,
+    model: BertWithHead,
+    optimizer: SavedOptimizer,
+}
+
+/// The newest checkpoint in `out` that reads back whole. A damaged one (a file cut short or
+/// unreadable) is skipped for the one before it, and named in `notes`; a checkpoint written by
+/// another training configuration is refused, not skipped.
+fn newest_intact(
+    out: &Path,
+    config_sha: &str,
+    kind: ModelKind,
+    dev: &Device,
+    seed: u64,
+    notes: &mut Vec<String>,
+) -> Result<Resumed> {
+    let all = checkpoint::list(out);
+    if all.is_empty() {
+        bail!("--resume: '{}' holds no complete checkpoint to continue from", out.display());
+    }
+    let mut damaged = Vec::new();
+    for (_, dir) in all.into_iter().rev() {
+        let state = match TrainerState::read(&dir) {
+            Ok(s) => s,
+            Err(e) => {
+                damaged.push(format!("{e:#}"));
+                continue;
+            }
+        };
+        if state.config_sha256 != config_sha {
+            bail!(
+                "--resume: the training config differs from the one that wrote '{}'; resume with the same config (and --set values), or start a new output_dir",
+                dir.display()
+            );
+        }
+        let read = || -> Result<(BertWithHead, SavedOptimizer)> {
+            let model = BertWithHead::from_checkpoint(kind, &dir, None, dev, seed)
+                .with_context(|| format!("could not read '{}'", dir.join("model.safetensors").display()))?;
+            let path = dir.join(checkpoint::OPTIMIZER);
+            let saved = candle_core::safetensors::load(&path, dev)
+                .with_context(|| format!("could not read '{}'", path.display()))?;
+            Ok((model, saved.into_iter().collect()))
+        };
+        match read() {
+            Ok((model, optimizer)) => {
+                for d in &damaged {
+                    notes.push(format!("skipped a damaged checkpoint: {d}"));
+                }
+                return Ok(Resumed { dir, state, model, optimizer });
+            }
+            Err(e) => damaged.push(format!("{e:#}")),
+        }
+    }
+    bail!(
+        "--resume: no checkpoint in '{}' reads back whole:\n  {}\nstart again with --overwrite",
+        out.display(),
+        damaged.join("\n  ")
+    )
+}
+
+/// The model and the trainer state: from the newest intact checkpoint (`--resume`, whose
+/// folder and optimiser state are returned too), else a checkpoint (`init_from`), a config or a
+/// preset, in a fresh output.
 fn model_and_state(
     cfg: &TrainConfig,
     opts: &TrainOptions,
@@ -332,15 +403,14 @@ fn model_and_state(
     data: &Loaders,
     dev: &Device,
     notes: &mut Vec<String>,
-) -> Result<(BertWithHead, TrainerState, Option<PathBuf>)> {
+) -> Result<(BertWithHead, TrainerState, Option<ResumePoint>)> {
     let config_sha = sha256_hex(serde_json::to_string(cfg)?.as_bytes());
     let out = &cfg.output_dir;
-    let resume_from = if opts.resume {
-        let Some((_, dir)) = checkpoint::newest(out) else {
-            bail!("--resume: '{}' holds no complete checkpoint to continue from", out.display());
-        };
-        Some(dir)
-    } else if opts.dry_run {
+    if opts.resume {
+        let r = newest_intact(out, &config_sha, data.model_kind, dev, cfg.seed, notes)?;
+        return Ok((r.model, r.state, Some((r.dir, r.optimizer))));
+    }
+    if opts.dry_run {
         if let Err(e) = prepare_output(out, false) {
             notes.push(if opts.overwrite {
                 format!("--overwrite would remove the run in '{}'", out.display())
@@ -348,55 +418,32 @@ fn model_and_state(
                 format!("{e:#}")
             });
         }
-        None
     } else {
         prepare_output(out, opts.overwrite)?;
-        None
+    }
+    let vocab_size = shards.tokenizer()?.vocab_size;
+    let mut c = model_config(cfg, vocab_size)?;
+    if c.vocab_size < vocab_size {
+        bail!("the model's vocab_size {} is smaller than the shards' vocabulary ({vocab_size} tokens)", c.vocab_size);
+    }
+    let max_len = shards.manifest.longest_row();
+    if c.max_position_embeddings < max_len {
+        bail!(
+            "the model has {} positions but the shards' rows are up to {max_len} tokens; rebuild the shards with max_len ≤ {}",
+            c.max_position_embeddings,
+            c.max_position_embeddings
+        );
+    }
+    if cfg.task == Objective::Classify {
+        c.set_labels(&data.label_names);
+    }
+    let model = match &cfg.model.init_from {
+        Some(dir) => BertWithHead::from_checkpoint(data.model_kind, dir, Some(&c), dev, cfg.seed)?,
+        None => BertWithHead::fresh(data.model_kind, &c, dev, cfg.seed)?,
     };
-    let (model, state) = match &resume_from {
-        Some(dir) => {
-            let state = TrainerState::read(dir)?;
-            if state.config_sha256 != config_sha {
-                bail!(
-                    "--resume: the training config differs from the one that wrote '{}'; resume with the same config (and --set values), or start a new output_dir",
-                    dir.display()
-                );
-            }
-            (BertWithHead::from_checkpoint(data.model_kind, dir, None, dev, cfg.seed)?, state)
-        }
-        None => {
-            let vocab_size = shards.tokenizer()?.vocab_size;
-            let mut c = model_config(cfg, vocab_size)?;
-            if c.vocab_size < vocab_size {
-                bail!(
-                    "the model's vocab_size {} is smaller than the shards' vocabulary ({vocab_size} tokens)",
-                    c.vocab_size
-                );
-            }
-            let max_len = shards.manifest.longest_row();
-            if c.max_position_embeddings < max_len {
-                bail!(
-                    "the model has {} positions but the shards' rows are up to {max_len} tokens; rebuild the shards with max_len ≤ {}",
-                    c.max_position_embeddings,
-                    c.max_position_embeddings
-                );
-            }
-            if cfg.task == Objective::Classify {
-                c.set_labels(&data.label_names);
-            }
-            let model = match &cfg.model.init_from {
-                Some(dir) => BertWithHead::from_checkpoint(data.model_kind, dir, Some(&c), dev, cfg.seed)?,
-                None => BertWithHead::fresh(data.model_kind, &c, dev, cfg.seed)?,
-            };
-            let state = TrainerState {
-                format: checkpoint::STATE_FORMAT.into(),
-                config_sha256: config_sha,
-                ..Default::default()
-            };
-            (model, state)
-        }
-    };
-    if cfg.model.init_from.is_some() && resume_from.is_none() {
+    let state =
+        TrainerState { format: checkpoint::STATE_FORMAT.into(), config_sha256: config_sha, ..Default::default() };
+    if cfg.model.init_from.is_some() {
         if !model.initialised.is_empty() {
             notes.push(format!("initialised (not in the checkpoint): {}", model.initialised.join(", ")));
         }
@@ -404,7 +451,7 @@ fn model_and_state(
             notes.push(format!("not used from the checkpoint: {}", model.unexpected.join(", ")));
         }
     }
-    Ok((model, state, resume_from))
+    Ok((model, state, None))
 }
 
 /// `metrics.jsonl`, opened for appending; on resume (`state` of the checkpoint) cut back to
