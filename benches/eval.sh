@@ -59,9 +59,9 @@ for m in mini minilm; do
   d="$work/p-$m"; mkdir -p "$d"
   echo "-- $m ($ckpt)"
   "$bin" export onnx --checkpoint "$ckpt" --out "$d/fp32.onnx" --verify --ort-lib "$ort_lib" 2>&1 | tail -1
-  "$bin" export onnx --checkpoint "$ckpt" --out "$d/int8.onnx" --quantize int8 --verify --ort-lib "$ort_lib" 2>&1 | tail -1
-  "$bin" export onnx --checkpoint "$ckpt" --out "$d/int8-opt.onnx" --quantize int8 --optimize --verify --ort-lib "$ort_lib" 2>&1 | tail -1
-  "$bin" export onnx --checkpoint "$ckpt" --out "$d/fp16.onnx" --fp16 --verify --ort-lib "$ort_lib" 2>&1 | tail -1
+  "$bin" export onnx --checkpoint "$ckpt" --out "$d/int8.onnx" --precision int8 --verify --ort-lib "$ort_lib" 2>&1 | tail -1
+  "$bin" export onnx --checkpoint "$ckpt" --out "$d/int8-opt.onnx" --precision int8 --optimize --verify --ort-lib "$ort_lib" 2>&1 | tail -1
+  "$bin" export onnx --checkpoint "$ckpt" --out "$d/fp16.onnx" --precision fp16 --verify --ort-lib "$ort_lib" 2>&1 | tail -1
   "$py" benches/precision_reference.py "$ckpt" "$d" "$d/fp32.onnx" 2>&1 | tail -1
   "$py" benches/eval_onnx.py "$threads" "$docs" "$repeats" torch="$d/torch.onnx" fp32="$d/fp32.onnx" \
     int8="$d/int8.onnx" int8-opt="$d/int8-opt.onnx" ort-int8="$d/ort-int8.onnx" ort-int8-pc="$d/ort-int8-pc.onnx" \

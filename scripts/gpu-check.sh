@@ -133,8 +133,8 @@ bertpipe export onnx --checkpoint "$work/ft-cpu/final" --out "$work/model.onnx" 
   || { echo "ONNX export --verify FAILED"; fail=1; }
 bertpipe export onnx --checkpoint "$work/ft-cpu/final" --out "$work/model-opt.onnx" --optimize --verify 2>&1 | tail -1 \
   || { echo "ONNX export --optimize --verify FAILED"; fail=1; }
-bertpipe export onnx --checkpoint "$work/ft-cpu/final" --out "$work/model-fp16.onnx" --fp16 --optimize --verify 2>&1 | tail -1 \
-  || { echo "ONNX export --fp16 --optimize --verify FAILED"; fail=1; }
+bertpipe export onnx --checkpoint "$work/ft-cpu/final" --out "$work/model-fp16.onnx" --precision fp16 --optimize --verify 2>&1 | tail -1 \
+  || { echo "ONNX export --precision fp16 --optimize --verify FAILED"; fail=1; }
 bertpipe eval --model "$work/model.onnx" --data "$work/imdb" --quiet --out "$work/eval-cpu" | grep -E '^rows|docs/s|^eval' \
   || { echo "CPU eval FAILED"; fail=1; }
 if python3 -c "import onnxruntime as o; assert 'CUDAExecutionProvider' in o.get_available_providers()" 2>/dev/null; then

@@ -103,37 +103,14 @@ pub struct ExportOnnxArgs {
     /// The ONNX file to write.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
-    /// Run the export in ONNX Runtime and the checkpoint in candle on random and real
-    /// (tokenized, padded) batches; fail on any non-finite logit or past the precision's
-    /// bound on max |Δ logits|: < 1e-4 for fp32, 5e-3 + 1e-2·max|logit| for fp16, 0.1 +
-    /// 0.1·max|logit| for int8 on text (README, "Precision").
-    #[arg(long)]
-    pub verify: bool,
-    /// Emit ONNX Runtime's fused com.microsoft ops (EmbedLayerNormalization, Attention,
-    /// SkipLayerNormalization, BiasGelu; with --quantize int8, QAttention and the int8
-    /// products before plain LayerNormalization and Gelu, which are faster there); the model
-    /// then runs in ONNX Runtime only. The fastest int8 model.
-    #[arg(long)]
-    pub optimize: bool,
-    /// Quantise: `int8` is dynamic quantisation of the encoder's linear layers (weights int8
-    /// per output channel, activations at run time), for fast CPU inference; gate it with
-    /// `eval --baseline FP32.onnx`.
-    #[arg(long, value_name = "int8", value_parser = ["int8"], conflicts_with = "fp16")]
+    #[command(flatten)]
+    pub settings: crate::onnx::export::ExportSettings,
+    /// Same as `--precision int8` (kept for scripts written before `--precision`).
+    #[arg(long, value_name = "int8", value_parser = ["int8"], hide = true, conflicts_with_all = ["fp16", "precision"])]
     pub quantize: Option<String>,
-    /// fp16 weights and arithmetic (LayerNorm statistics and softmax in fp32), for CUDA; int64
-    /// inputs and float32 logits as always.
-    #[arg(long)]
+    /// Same as `--precision fp16` (kept for scripts written before `--precision`).
+    #[arg(long, hide = true, conflicts_with = "precision")]
     pub fp16: bool,
-    /// The vocabulary to record (default: the checkpoint's vocab.txt or tokenizer.json).
-    #[arg(long, value_name = "FILE")]
-    pub vocab: Option<PathBuf>,
-    /// The longest input to record (default: the checkpoint's tokenizer_config.json, else
-    /// the position table).
-    #[arg(long, value_name = "N")]
-    pub max_len: Option<usize>,
-    /// Write the weights to OUT.data beside the model (automatic past protobuf's 2 GB limit).
-    #[arg(long)]
-    pub external_data: bool,
     #[command(flatten)]
     pub ort: OrtArgs,
 }
@@ -146,57 +123,24 @@ pub struct EvalArgs {
     /// The shard folder (with manifest.json).
     #[arg(long, value_name = "DIR")]
     pub data: PathBuf,
-    /// The split to evaluate (a folder of the shard set).
-    #[arg(long, default_value = "test")]
-    pub split: String,
-    /// `cpu`, `cuda` or `cuda:N` (CUDA never falls back to the CPU silently).
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// Rows per ONNX Runtime call.
-    #[arg(long, default_value_t = 32)]
-    pub batch_size: usize,
-    /// Pad every batch to this length (default: each batch to its longest row, rows sorted
-    /// by length).
-    #[arg(long, value_name = "N")]
-    pub max_len: Option<usize>,
-    /// ONNX Runtime intra-op threads (0: one per core).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub settings: crate::onnx::eval::EvalSettings,
     /// Output folder (default: MODEL-eval-SPLIT beside the model).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// How many of the most confident mistakes to list.
-    #[arg(long, default_value_t = 10)]
-    pub mistakes: usize,
-    /// Fixed upper edges of the length slices in tokens, e.g. 64,128,256,512 (default: the
-    /// split's length quartiles, so each slice holds about a quarter of the rows).
-    #[arg(long, value_name = "N,N,…", value_delimiter = ',')]
-    pub length_edges: Option<Vec<usize>>,
     /// Also run this model (e.g. the fp32 export an int8 one came from) on the same rows and
     /// report what changed: agreement, accuracy / F1 / loss overall and per slice, the largest
     /// probability shifts, the flipped predictions (`gate` in metrics.json).
     #[arg(long, value_name = "BASE.onnx")]
     pub baseline: Option<PathBuf>,
-    /// With --baseline: exit 1 when the model loses more than this many accuracy points
-    /// (on documents when rows are windows).
-    #[arg(long, value_name = "POINTS", default_value_t = bertpipe_default_max_drop(), requires = "baseline")]
-    pub max_drop: f64,
-    /// Score the documents the pipeline's training splits hold (its manifest's `leakage`)
-    /// apart from the clean ones, beside the overall figures.
-    #[arg(long)]
-    pub exclude_leaked: bool,
     /// No progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,
     #[command(flatten)]
     pub ort: OrtArgs,
-}
-
-const fn bertpipe_default_max_drop() -> f64 {
-    crate::onnx::gate::DEFAULT_MAX_DROP
 }
 
 #[derive(Debug, Args)]
@@ -265,6 +209,9 @@ pub struct ExperimentArgs {
     /// No progress bars or stage output; the closing summary only.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// When another run holds OUT/.lock, wait for it to finish instead of exiting at once.
+    #[arg(long)]
+    pub wait: bool,
     /// Run one task of this pipeline stage as part of a task array (with --task-index /
     /// --task-count or the scheduler's variables); the next plain `bertpipe run` merges the
     /// tasks and goes on.
@@ -386,19 +333,11 @@ pub enum VocabCommand {
 pub struct VocabTrainArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// Vocabulary size, special tokens included.
-    #[arg(long, default_value_t = 30522)]
-    pub size: usize,
-    /// Drop words and merges seen fewer times than this.
-    #[arg(long, default_value_t = 2)]
-    pub min_frequency: u64,
+    #[command(flatten)]
+    pub settings: crate::vocab::VocabSettings,
     /// Output folder for vocab.txt and tokenizer.json.
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
-    /// Keep case and accents (default: uncased, like bert-base-uncased). Without this flag the
-    /// pipeline's tokenize step, if any, decides.
-    #[arg(long)]
-    pub cased: bool,
     /// Worker threads for reading and cleaning (default: all cores).
     #[arg(long, short = 'j', value_name = "N", default_value_t = 0, hide_default_value = true)]
     pub threads: usize,

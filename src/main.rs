@@ -1,7 +1,6 @@
 use std::process::ExitCode;
 
 use bertpipe::cli::{Cli, Command, PipelineCommand, VocabCommand};
-use bertpipe::config::PipelineStep;
 use bertpipe::config::{ConfigErrors, Pipeline};
 use bertpipe::pipeline::{self, RunOptions};
 use clap::Parser;
@@ -156,15 +155,9 @@ fn vocab_train(args: bertpipe::cli::VocabTrainArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => return config_failure(&e),
     };
-    let pipeline_lowercase = p.steps.iter().find_map(PipelineStep::as_tokenize).map(|t| t.lowercase);
-    let opts = bertpipe::vocab::VocabTrainOptions {
-        size: args.size,
-        min_frequency: args.min_frequency,
-        lowercase: !args.cased && pipeline_lowercase.unwrap_or(true),
-        out: args.out,
-        threads: args.threads,
-        quiet: args.quiet,
-    };
+    let mut opts = args.settings.options(&p, args.out);
+    opts.threads = args.threads;
+    opts.quiet = args.quiet;
     match bertpipe::vocab::train_vocab(&p, &opts) {
         Ok(r) => {
             eprintln!(
@@ -341,7 +334,7 @@ fn run_experiment(args: bertpipe::cli::ExperimentArgs) -> ExitCode {
         };
         return report(experiment::run_task(&exp, stage, task, args.scan, args.quiet));
     }
-    let opts = experiment::RunOptions { force: args.force, dry_run: args.dry_run, quiet: args.quiet };
+    let opts = experiment::RunOptions { force: args.force, dry_run: args.dry_run, quiet: args.quiet, wait: args.wait };
     match experiment::run(&exp, &opts) {
         Ok(r) => {
             if args.dry_run {
@@ -365,20 +358,13 @@ fn report(r: anyhow::Result<()>) -> ExitCode {
 
 fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
     use bertpipe::onnx::{export, runtime, verify};
-    let opts = export::ExportOptions {
-        checkpoint: args.checkpoint.clone(),
-        out: args.out.clone(),
-        optimize: args.optimize,
-        precision: match (&args.quantize, args.fp16) {
-            (Some(_), _) => export::Precision::Int8,
-            (None, true) => export::Precision::Fp16,
-            (None, false) => export::Precision::Fp32,
-        },
-        vocab: args.vocab.clone(),
-        max_len: args.max_len,
-        external_data: args.external_data,
-        metadata: Vec::new(),
-    };
+    let mut settings = args.settings.clone();
+    match (&args.quantize, args.fp16) {
+        (Some(_), _) => settings.precision = export::Precision::Int8,
+        (None, true) => settings.precision = export::Precision::Fp16,
+        (None, false) => {}
+    }
+    let opts = settings.options(args.checkpoint.clone(), args.out.clone(), Vec::new());
     let t0 = std::time::Instant::now();
     let done = export::export(&opts)?;
     let meta = |k: &str| done.metadata.iter().find(|(m, _)| m == k).map(|(_, v)| v.clone()).unwrap_or_default();
@@ -387,7 +373,7 @@ fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
         args.checkpoint.display(),
         done.precision.name(),
         done.nodes,
-        if args.optimize { ", com.microsoft fused ops" } else { "" },
+        if settings.optimize { ", com.microsoft fused ops" } else { "" },
         done.parameters,
         bertpipe::contract::progress::human_bytes(done.bytes),
         t0.elapsed().as_secs_f64(),
@@ -404,7 +390,7 @@ fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
         meta("max_len"),
         meta("id2label")
     );
-    if args.verify {
+    if settings.verify {
         let rt = runtime::init(args.ort.ort_lib.as_deref())?;
         let checked = verify::verify_export(rt, &done)?;
         for c in &checked {
@@ -423,23 +409,13 @@ fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
 
 fn eval(args: bertpipe::cli::EvalArgs) -> anyhow::Result<()> {
     use bertpipe::onnx::eval;
-    let opts = eval::EvalOptions {
-        model: args.model,
-        data: args.data,
-        split: args.split,
-        device: args.device,
-        batch_size: args.batch_size,
-        pad_to: args.max_len,
-        threads: args.threads,
-        out: args.out,
-        ort_lib: args.ort.ort_lib,
-        quiet: args.quiet,
-        mistakes: args.mistakes,
-        length_edges: args.length_edges,
-        baseline: args.baseline,
-        max_drop: args.max_drop,
-        exclude_leaked: if args.exclude_leaked { eval::ScoreLeaked::Yes } else { eval::ScoreLeaked::No },
-    };
+    if let Some((key, why)) = args.settings.problems().into_iter().next() {
+        anyhow::bail!("--{}: {why}", key.replace('_', "-"));
+    }
+    let mut opts = args.settings.options(args.model, args.data, args.baseline, eval::ScoreLeaked::No);
+    opts.out = args.out;
+    opts.ort_lib = args.ort.ort_lib;
+    opts.quiet = args.quiet;
     let r = eval::run(&opts)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);

@@ -33,6 +33,49 @@ use crate::pipeline::parallel::{self, CorpusPart, Outcome};
 use crate::tokenize::wordpiece::SPECIALS;
 use crate::tokenize::{Tokenize, WordPiece};
 
+/// What vocabulary to learn: the flags of `bertpipe vocab train` and, with the same names and
+/// defaults, the keys of an experiment's vocab stage. The pipeline whose cleaned text it
+/// learns from (and the output folder) the command takes as arguments and a stage wires.
+#[derive(Debug, Clone, PartialEq, clap::Args, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VocabSettings {
+    /// Vocabulary size, special tokens included.
+    #[arg(long, default_value_t = DEFAULT_SIZE)]
+    pub size: usize,
+    /// Drop words and merges seen fewer times than this.
+    #[arg(long, default_value_t = DEFAULT_MIN_FREQUENCY)]
+    pub min_frequency: u64,
+    /// Keep case and accents. Without it the pipeline's tokenize step, if any, decides;
+    /// uncased (like bert-base-uncased) otherwise.
+    #[arg(long)]
+    pub cased: bool,
+}
+
+const DEFAULT_SIZE: usize = 30522;
+const DEFAULT_MIN_FREQUENCY: u64 = 2;
+
+impl Default for VocabSettings {
+    fn default() -> VocabSettings {
+        VocabSettings { size: DEFAULT_SIZE, min_frequency: DEFAULT_MIN_FREQUENCY, cased: false }
+    }
+}
+
+impl VocabSettings {
+    /// The call that learns a vocabulary from `pipeline`'s text into `out`: lower-cased unless
+    /// `cased`, or the pipeline's tokenize step keeps case.
+    pub fn options(&self, pipeline: &Pipeline, out: PathBuf) -> VocabTrainOptions {
+        let step_lowercase = pipeline.steps.iter().find_map(PipelineStep::as_tokenize).map(|t| t.lowercase);
+        VocabTrainOptions {
+            size: self.size,
+            min_frequency: self.min_frequency,
+            lowercase: !self.cased && step_lowercase.unwrap_or(true),
+            out,
+            threads: 0,
+            quiet: false,
+        }
+    }
+}
+
 /// Options of `vocab train`.
 #[derive(Debug, Clone)]
 pub struct VocabTrainOptions {

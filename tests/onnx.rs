@@ -737,7 +737,7 @@ fn the_int8_gate_agrees_on_the_sample_and_its_figures_follow_from_the_two_predic
     assert_eq!(g["passed"], true);
     // The fused int8 graph (`QAttention`, its own residual tail) too.
     let fused = dir.path().join("int8-optimize.onnx");
-    assert_ok(&export_cli(&t.checkpoint, &fused, &["--quantize", "int8", "--optimize", "--verify"]));
+    assert_ok(&export_cli(&t.checkpoint, &fused, &["--precision", "int8", "--optimize", "--verify"]));
     let o = eval_cli(&fused, &t.shards, &dir.path().join("gate-optimize"), &["--baseline", &base, "--json"]);
     assert_ok(&o);
     let fg = &serde_json::from_slice::<Value>(&o.stdout).unwrap()["gate"];

@@ -1,7 +1,11 @@
 //! The experiment YAML: named stages, each a pipeline, vocabulary, training, export or
 //! evaluation, wired to one another by name, resolved into typed configurations in the order
 //! they run — with the same located errors (`file:line:col`, the names that would fit) as
-//! every other configuration file.
+//! every other configuration file. A stage's own settings are its command's: a pipeline or
+//! training file (typed, `--set` applied), or for vocab, export and eval stages the settings
+//! struct the command's flags are (`VocabSettings`, `ExportSettings`, `EvalSettings`). What
+//! this file adds is the wiring — which stages and paths each stage reads — and the names:
+//! a stage name is `[A-Za-z0-9_-]+`, as it names the folder `OUT/<stage>/`.
 //!
 //! ```yaml
 //! name: imdb-sentiment
@@ -21,8 +25,14 @@ use serde_json::Value;
 
 use crate::config::yaml::{self, Node, PathSeg, Pos};
 use crate::config::{suggest, ConfigError, ConfigErrors, Pipeline, PipelineStep, YamlFile};
-use crate::onnx::export::Precision;
+use crate::onnx::eval::EvalSettings;
+use crate::onnx::export::ExportSettings;
 use crate::train::config::TrainConfig;
+
+use super::stages::eval::Eval;
+use super::stages::export::Export;
+use super::stages::vocab::Vocab;
+use super::stages::StageKind;
 
 /// What a stage does: the command it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,67 +82,28 @@ pub struct Stage {
 #[derive(Debug, Clone)]
 pub enum Spec {
     Pipeline(Box<Pipeline>),
-    Vocab {
-        pipeline: Box<Pipeline>,
-        size: usize,
-        min_frequency: u64,
-        lowercase: bool,
-    },
+    Vocab(Vocab),
     Train(Box<TrainConfig>),
-    Export {
-        checkpoint: PathBuf,
-        optimize: bool,
-        max_len: Option<usize>,
-        verify: bool,
-        precision: Precision,
-    },
-    Eval {
-        model: PathBuf,
-        data: PathBuf,
-        split: String,
-        batch_size: usize,
-        device: String,
-        mistakes: usize,
-        /// The model to gate against (`baseline:`, an export stage or a path) and the accuracy
-        /// points it may lose.
-        baseline: Option<PathBuf>,
-        max_drop: f64,
-    },
+    Export(Export),
+    Eval(Eval),
 }
 
 impl Spec {
+    /// The stage's kind, as the runner calls it.
+    pub fn kind(&self) -> &dyn StageKind {
+        match self {
+            Spec::Pipeline(p) => p.as_ref(),
+            Spec::Vocab(v) => v,
+            Spec::Train(c) => c.as_ref(),
+            Spec::Export(e) => e,
+            Spec::Eval(e) => e,
+        }
+    }
+
     /// The resolved configuration as JSON: the part of the stage's key that its own settings
     /// make.
     pub fn canonical(&self) -> Value {
-        match self {
-            Spec::Pipeline(p) => serde_json::to_value(p).expect("a pipeline serialises"),
-            Spec::Vocab { pipeline, size, min_frequency, lowercase } => serde_json::json!({
-                "pipeline": pipeline, "size": size, "min_frequency": min_frequency, "lowercase": lowercase
-            }),
-            Spec::Train(c) => serde_json::to_value(c).expect("a train config serialises"),
-            // Keys added later (precision, baseline) appear only when set: a stage written before
-            // them keeps its key.
-            Spec::Export { checkpoint, optimize, max_len, verify, precision } => {
-                let mut v = serde_json::json!({
-                    "checkpoint": checkpoint, "optimize": optimize, "max_len": max_len, "verify": verify
-                });
-                if *precision != Precision::Fp32 {
-                    v["precision"] = precision.name().into();
-                }
-                v
-            }
-            Spec::Eval { model, data, split, batch_size, device, mistakes, baseline, max_drop } => {
-                let mut v = serde_json::json!({
-                    "model": model, "data": data, "split": split, "batch_size": batch_size, "device": device,
-                    "mistakes": mistakes
-                });
-                if let Some(b) = baseline {
-                    v["baseline"] = serde_json::json!(b);
-                    v["max_drop"] = serde_json::json!(max_drop);
-                }
-                v
-            }
-        }
+        self.kind().canonical()
     }
 }
 
@@ -149,10 +120,21 @@ impl Experiment {
     pub fn stage(&self, name: &str) -> Option<&Stage> {
         self.stages.iter().find(|s| s.name == name)
     }
+
+    /// Whether stage `name` is `stage` or one it reads, directly or not.
+    pub fn reads(&self, stage: &str, name: &str) -> bool {
+        stage == name || self.stage(stage).is_some_and(|s| s.deps.iter().any(|d| self.reads(d, name)))
+    }
+}
+
+/// Whether `name` can name a stage: it becomes the folder `OUT/<name>/`, so only letters,
+/// digits, `_` and `-` (no separators, no `.` or `..`, nothing absolute).
+pub fn valid_stage_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// What each kind's output is, for wires.
-fn output_of(kind: Kind, out: &Path, checkpoint: &str) -> PathBuf {
+pub(super) fn output_of(kind: Kind, out: &Path, checkpoint: &str) -> PathBuf {
     match kind {
         Kind::Train => out.join(checkpoint),
         Kind::Export => out.join("model.onnx"),
@@ -163,59 +145,48 @@ fn output_of(kind: Kind, out: &Path, checkpoint: &str) -> PathBuf {
 
 /// Keys of a stage mapping that are the experiment's, not the command's configuration.
 const STAGE_KEYS: &[&str] = &["kind", "base"];
-const EXPORT_KEYS: &[&str] = &["kind", "from", "checkpoint", "optimize", "max_len", "verify", "precision"];
-const EVAL_KEYS: &[&str] =
-    &["kind", "model", "data", "split", "batch_size", "device", "mistakes", "baseline", "max_drop"];
-const VOCAB_KEYS: &[&str] = &["kind", "pipeline", "size", "min_frequency", "cased"];
 const TOP_KEYS: &[&str] = &["name", "out", "stages"];
 
 /// A stage as read, before it is resolved.
-struct Raw {
-    name: String,
-    pos: Pos,
+pub(super) struct Raw {
+    pub(super) name: String,
+    pub(super) pos: Pos,
     /// A path to a YAML file, or an inline mapping.
-    node: Node,
+    pub(super) node: Node,
     /// `--set NAME.rest=value` overrides, as `rest=value`.
-    overrides: Vec<String>,
+    pub(super) overrides: Vec<String>,
 }
 
 /// Collects errors located in the experiment file.
-struct Errors {
-    file: String,
-    list: Vec<ConfigError>,
+pub(super) struct Errors {
+    pub(super) file: String,
+    pub(super) list: Vec<ConfigError>,
 }
 
 impl Errors {
-    fn at(&mut self, pos: Option<Pos>, message: String) {
+    pub(super) fn at(&mut self, pos: Option<Pos>, message: String) {
         self.list.push(ConfigError { file: self.file.clone(), pos, message });
     }
 
-    fn extend(&mut self, e: ConfigErrors) {
+    pub(super) fn extend(&mut self, e: ConfigErrors) {
         self.list.extend(e.0);
     }
 }
 
-fn map_get<'a>(node: &'a Node, key: &str) -> Option<(&'a Node, Pos)> {
+pub(super) fn map_get<'a>(node: &'a Node, key: &str) -> Option<(&'a Node, Pos)> {
     let Node::Map(entries, _) = node else { return None };
     entries.iter().find(|(k, _, _)| k == key).map(|(_, p, v)| (v, *p))
 }
 
-fn as_str(node: &Node) -> Option<String> {
+pub(super) fn as_str(node: &Node) -> Option<String> {
     match node {
         Node::Scalar(Value::String(s), _) => Some(s.clone()),
         _ => None,
     }
 }
 
-fn scalar(node: &Node) -> Option<&Value> {
-    match node {
-        Node::Scalar(v, _) => Some(v),
-        _ => None,
-    }
-}
-
 /// Relative to `base`, absolute and free of `..` (as every configuration path is).
-fn absolute(path: &str, base: &Path) -> PathBuf {
+pub(super) fn absolute(path: &str, base: &Path) -> PathBuf {
     let mut p = PathBuf::from(path);
     crate::config::resolve_path(&mut p, base);
     p
@@ -231,8 +202,6 @@ pub fn load(path: &Path, overrides: &[String]) -> Result<Experiment, ConfigError
         .map_err(|e| ConfigErrors(vec![ConfigError { file: file.clone(), pos: Some(e.pos), message: e.message }]))?;
     let base = std::path::absolute(path.parent().unwrap_or(Path::new("."))).unwrap_or_default();
     let mut errs = Errors { file: file.clone(), list: Vec::new() };
-    let cwd = std::env::current_dir().unwrap_or_else(|_| base.clone());
-
     let Node::Map(entries, _) = &root else {
         errs.at(Some(root.pos()), "an experiment must be a mapping with name, out and stages".into());
         return Err(ConfigErrors(errs.list));
@@ -243,22 +212,61 @@ pub fn load(path: &Path, overrides: &[String]) -> Result<Experiment, ConfigError
             errs.at(Some(*pos), format!("unknown top-level key `{k}`{hint} (valid: {})", TOP_KEYS.join(", ")));
         }
     }
-    let mut name = map_get(&root, "name").and_then(|(n, _)| as_str(n)).unwrap_or_default();
-    let mut out = map_get(&root, "out").and_then(|(n, _)| as_str(n)).map(|o| absolute(&o, &base));
+    let mut raws = read_stages(&root, &mut errs);
+    let mut top = Top {
+        name: map_get(&root, "name").and_then(|(n, _)| as_str(n)).unwrap_or_default(),
+        out: map_get(&root, "out").and_then(|(n, p)| Some((as_str(n)?, Some(p)))),
+    };
+    apply_sets(overrides, &mut raws, &mut top, &mut errs);
+    if top.name.is_empty() {
+        errs.at(Some(root.pos()), "missing `name`".into());
+    }
+    let Some(out) = out_folder(&top, &base, root.pos(), &mut errs) else {
+        return Err(ConfigErrors(errs.list).sorted());
+    };
+    let stages = resolve_stages(&raws, &file, &base, &out, &mut errs)?;
+    if !errs.list.is_empty() {
+        return Err(ConfigErrors(errs.list).sorted());
+    }
+    Ok(Experiment { file: path.to_path_buf(), name: top.name, out, stages })
+}
+
+/// The experiment's own keys as read and overridden: its name, and `out` with where it was
+/// written (`None`: by `--set`, relative to the current directory).
+struct Top {
+    name: String,
+    out: Option<(String, Option<Pos>)>,
+}
+
+/// The `stages:` mapping, each stage as read; a name that cannot be a folder is an error.
+fn read_stages(root: &Node, errs: &mut Errors) -> Vec<Raw> {
     let mut raws: Vec<Raw> = Vec::new();
-    match map_get(&root, "stages") {
+    match map_get(root, "stages") {
         Some((Node::Map(stages, _), _)) => {
             for (k, pos, node) in stages {
+                if !valid_stage_name(k) {
+                    errs.at(
+                        Some(*pos),
+                        format!(
+                            "stage name `{k}`: use letters, digits, `_` and `-` only (a stage writes the folder OUT/<name>/, so a name cannot be a path)"
+                        ),
+                    );
+                    continue;
+                }
                 raws.push(Raw { name: k.clone(), pos: *pos, node: node.clone(), overrides: Vec::new() });
             }
         }
         Some((other, _)) => errs.at(Some(other.pos()), "`stages` must be a mapping of stage names".into()),
         None => errs.at(Some(root.pos()), "missing `stages`".into()),
     }
-    if raws.is_empty() && map_get(&root, "stages").is_some() {
+    if raws.is_empty() && map_get(root, "stages").is_some() {
         errs.at(Some(root.pos()), "`stages` is empty".into());
     }
-    // `--set STAGE.key=value` reaches into a stage; `--set out=…` / `name=…` the experiment.
+    raws
+}
+
+/// `--set STAGE.key=value` reaches into a stage; `--set out=…` / `name=…` the experiment.
+fn apply_sets(overrides: &[String], raws: &mut [Raw], top: &mut Top, errs: &mut Errors) {
     let stage_names: Vec<String> = raws.iter().map(|r| r.name.clone()).collect();
     for o in overrides {
         let Some((key, value)) = o.split_once('=') else {
@@ -271,8 +279,8 @@ pub fn load(path: &Path, overrides: &[String]) -> Result<Experiment, ConfigError
             None => (key, ""),
         };
         match (head, rest) {
-            ("out", "") => out = Some(absolute(value.trim(), &cwd)),
-            ("name", "") => name = value.trim().to_string(),
+            ("out", "") => top.out = Some((value.trim().to_string(), None)),
+            ("name", "") => top.name = value.trim().to_string(),
             (stage, rest) if !rest.is_empty() && stage_names.iter().any(|n| n == stage) => {
                 let raw = raws.iter_mut().find(|r| r.name == stage).expect("a known stage");
                 raw.overrides.push(format!("{rest}={value}"));
@@ -291,44 +299,61 @@ pub fn load(path: &Path, overrides: &[String]) -> Result<Experiment, ConfigError
             }
         }
     }
-    if name.is_empty() {
-        errs.at(Some(root.pos()), "missing `name`".into());
-    }
-    let Some(out) = out else {
-        errs.at(Some(root.pos()), "missing `out` (the folder every stage writes under)".into());
-        return Err(ConfigErrors(errs.list).sorted());
-    };
+}
 
-    // Kinds first: wires are checked against them.
-    let mut kinds: Vec<Option<Kind>> = Vec::new();
-    for r in &raws {
-        kinds.push(stage_kind(r, &base, &mut errs));
+/// `out`, absolute: relative to the experiment file, or to the current directory when `--set`
+/// gave it. The records, the lock and the digest cache live beside the outputs, on a local file
+/// system; a bucket is for a pipeline's shards (`bertpipe pipeline run` with a bucket
+/// `sink.path`), not for a chain's folder.
+fn out_folder(top: &Top, base: &Path, root: Pos, errs: &mut Errors) -> Option<PathBuf> {
+    let Some((out, at)) = &top.out else {
+        errs.at(Some(root), "missing `out` (the folder every stage writes under)".into());
+        return None;
+    };
+    if out.contains("://") {
+        let message = format!(
+            "out: '{out}' is object storage; an experiment's `out` must be a local folder (its records and lock live there). Write shards to a bucket with `bertpipe pipeline run`, or sync OUT there after the run"
+        );
+        match at {
+            None => errs.list.push(ConfigError { file: format!("--set out={out}"), pos: None, message }),
+            Some(pos) => errs.at(Some(*pos), message),
+        }
+        return None;
     }
+    let cwd = std::env::current_dir().unwrap_or_else(|_| base.to_path_buf());
+    Some(absolute(out, if at.is_none() { &cwd } else { base }))
+}
+
+/// Every stage resolved, each after those it names (file order where the wires allow, so a
+/// wire may point forwards); a cycle is an error.
+fn resolve_stages(
+    raws: &[Raw],
+    file: &str,
+    base: &Path,
+    out: &Path,
+    errs: &mut Errors,
+) -> Result<Vec<Stage>, ConfigErrors> {
+    // Kinds first: wires are checked against them.
+    let kinds: Vec<Option<Kind>> = raws.iter().map(|r| stage_kind(r, base, errs)).collect();
     let known: Vec<(String, Kind, Pos)> =
         raws.iter().zip(&kinds).filter_map(|(r, k)| Some((r.name.clone(), (*k)?, r.pos))).collect();
-
-    // Resolve every stage after those it names (file order where the wires allow), so a wire
-    // may point forwards; a cycle is an error.
-    let order = match resolve_order(&raws, &known) {
+    let order = match resolve_order(raws, &known) {
         Ok(o) => o,
         Err(cycle) => {
             let pos = raws.iter().find(|r| r.name == cycle[0]).map(|r| r.pos);
             errs.at(pos, format!("stages form a cycle: {}", cycle.join(" → ")));
-            return Err(ConfigErrors(errs.list));
+            return Err(ConfigErrors(std::mem::take(&mut errs.list)));
         }
     };
     let mut stages: Vec<Stage> = Vec::new();
     for i in order {
         let (r, Some(kind)) = (&raws[i], kinds[i]) else { continue };
-        let ctx = Ctx { file: &file, base: &base, out: &out, known: &known, index: i, done: &stages };
-        if let Some(s) = resolve_stage(&ctx, r, kind, &mut errs) {
+        let ctx = Ctx { file, base, out, known: &known, index: i, done: &stages };
+        if let Some(s) = resolve_stage(&ctx, r, kind, errs) {
             stages.push(s);
         }
     }
-    if !errs.list.is_empty() {
-        return Err(ConfigErrors(errs.list).sorted());
-    }
-    Ok(Experiment { file: path.to_path_buf(), name, out, stages })
+    Ok(stages)
 }
 
 /// A stage's kind: its `kind:` key, else its name when that is a kind, else what its file or
@@ -385,22 +410,30 @@ fn read_doc(path: &Path, errs: &mut Errors, pos: Pos, stage: &str) -> Option<Nod
 }
 
 /// What resolving one stage can see.
-struct Ctx<'a> {
-    file: &'a str,
-    base: &'a Path,
-    out: &'a Path,
+pub(super) struct Ctx<'a> {
+    pub(super) file: &'a str,
+    pub(super) base: &'a Path,
+    pub(super) out: &'a Path,
     /// Every stage whose kind is known: (name, kind, position).
-    known: &'a [(String, Kind, Pos)],
+    pub(super) known: &'a [(String, Kind, Pos)],
     /// This stage's place in the file.
-    index: usize,
+    pub(super) index: usize,
     /// The stages resolved so far (those before this one in the file).
-    done: &'a [Stage],
+    pub(super) done: &'a [Stage],
 }
 
 impl Ctx<'_> {
     /// `value` at `key` names a stage (of one of `want`) or is a path. A bare word that is
     /// neither a stage nor an existing path is an unknown stage, with the names that would fit.
-    fn wire(&self, stage: &str, key: &str, value: &str, pos: Pos, want: &[Kind], errs: &mut Errors) -> Option<Wire> {
+    pub(super) fn wire(
+        &self,
+        stage: &str,
+        key: &str,
+        value: &str,
+        pos: Pos,
+        want: &[Kind],
+        errs: &mut Errors,
+    ) -> Option<Wire> {
         if let Some((n, k, _)) = self.known.iter().find(|(n, _, _)| n == value) {
             if n == stage {
                 errs.at(Some(pos), format!("{stage}.{key}: a stage cannot read itself"));
@@ -439,23 +472,23 @@ impl Ctx<'_> {
     }
 
     /// The nearest stage before this one in the file, of kind `kind`, passing `ok`.
-    fn nearest(&self, kind: Kind, ok: impl Fn(&Stage) -> bool) -> Option<&Stage> {
+    pub(super) fn nearest(&self, kind: Kind, ok: impl Fn(&Stage) -> bool) -> Option<&Stage> {
         self.done.iter().filter(|s| s.index < self.index && s.kind == kind && ok(s)).max_by_key(|s| s.index)
     }
 
-    fn stage_out(&self, name: &str) -> PathBuf {
+    pub(super) fn stage_out(&self, name: &str) -> PathBuf {
         self.out.join(name)
     }
 }
 
-enum Wire {
+pub(super) enum Wire {
     Stage(String),
     Path(PathBuf),
 }
 
 /// The stage's configuration document: its file, or its `base` file with the mapping's keys
 /// set over it, or the mapping itself; and the folder its relative paths are relative to.
-fn stage_doc(ctx: &Ctx, r: &Raw, reserved: &[&str], errs: &mut Errors) -> Option<(Node, String, PathBuf)> {
+pub(super) fn stage_doc(ctx: &Ctx, r: &Raw, reserved: &[&str], errs: &mut Errors) -> Option<(Node, String, PathBuf)> {
     let (mut doc, file, base) = match (&r.node, map_get(&r.node, "base")) {
         (Node::Scalar(Value::String(p), _), _) => {
             let path = absolute(p, ctx.base);
@@ -549,279 +582,75 @@ fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<St
     // The stages it reads and the files it names, gathered while its configuration resolves.
     let (mut deps, mut inputs): (Vec<String>, Vec<PathBuf>) = (Vec::new(), Vec::new());
     let spec = match kind {
-        Kind::Pipeline => {
-            let (mut doc, file, base) = stage_doc(ctx, r, &[], errs)?;
-            let pending = wire_vocab(ctx, r, &mut doc, &mut deps, errs);
-            let mut overrides = r.overrides.clone();
-            overrides.push(format!("sink.path={}", json_str(&out)));
-            let p = match Pipeline::from_node(doc, &file, &base, &overrides, &pending) {
-                Ok(p) => p,
-                Err(e) => {
-                    errs.extend(e);
-                    return None;
-                }
-            };
-            inputs.push(p.source.path().to_path_buf());
-            for step in p.steps.clone().iter_mut() {
-                inputs.extend(step.paths_mut().into_iter().map(|(_, p)| p.clone()));
-            }
-            Spec::Pipeline(Box::new(p))
-        }
-        Kind::Vocab => {
-            let get = |k: &str| map_get(&r.node, k);
-            let (pipeline, ppos) = match get("pipeline") {
-                Some((n, pos)) => (as_str(n).unwrap_or_default(), pos),
-                None => {
-                    errs.at(
-                        Some(r.pos),
-                        format!("{}: a vocab stage needs `pipeline:` (a pipeline stage or file)", r.name),
-                    );
-                    return None;
-                }
-            };
-            let p = match ctx.wire(&r.name, "pipeline", &pipeline, ppos, &[Kind::Pipeline], errs)? {
-                Wire::Stage(name) => {
-                    deps.push(name.clone());
-                    match &ctx.done.iter().find(|s| s.name == name)?.spec {
-                        Spec::Pipeline(p) => (**p).clone(),
-                        _ => return None,
-                    }
-                }
-                Wire::Path(path) => match Pipeline::load(&path, &[]) {
-                    Ok(p) => {
-                        inputs.push(path);
-                        inputs.push(p.source.path().to_path_buf());
-                        p
-                    }
-                    Err(e) => {
-                        errs.extend(e);
-                        return None;
-                    }
-                },
-            };
-            let num = |k: &str, d: u64| get(k).and_then(|(n, _)| scalar(n)?.as_u64()).unwrap_or(d);
-            let cased = get("cased").and_then(|(n, _)| scalar(n)?.as_bool()).unwrap_or(false);
-            unknown_keys(r, VOCAB_KEYS, errs);
-            Spec::Vocab {
-                pipeline: Box::new(p),
-                size: num("size", 30522) as usize,
-                min_frequency: num("min_frequency", 2),
-                lowercase: !cased,
-            }
-        }
-        Kind::Train => {
-            let (doc, file, base) = stage_doc(ctx, r, &["init_from"], errs)?;
-            let mut overrides = r.overrides.clone();
-            overrides.push(format!("output_dir={}", json_str(&out)));
-            let task = map_get(&doc, "task").and_then(|(n, _)| as_str(n));
-            // data: the mapping's (a stage or a path), else the nearest earlier pipeline of
-            // this task's shards, else the file's own path.
-            let explicit = map_get(&r.node, "data").and_then(|(n, p)| Some((as_str(n)?, p)));
-            let data = match explicit {
-                Some((v, pos)) => Some((ctx.wire(&r.name, "data", &v, pos, &[Kind::Pipeline], errs)?, Some(pos))),
-                None => ctx
-                    .nearest(Kind::Pipeline, |s| pipeline_task(s).as_deref() == task.as_deref())
-                    .map(|s| (Wire::Stage(s.name.clone()), None)),
-            };
-            match data {
-                Some((Wire::Stage(name), pos)) => {
-                    let up = ctx.done.iter().find(|s| s.name == name)?;
-                    if let (Some(t), Some(have)) = (task.as_deref(), pipeline_task(up)) {
-                        if t != have {
-                            errs.at(
-                                pos,
-                                format!(
-                                    "{}.data: `{name}` writes {have} shards, but this stage trains `task: {t}`",
-                                    r.name
-                                ),
-                            );
-                        }
-                    }
-                    deps.push(name);
-                    overrides.push(format!("data={}", json_str(&up.out)));
-                }
-                Some((Wire::Path(p), _)) => {
-                    inputs.push(p.join(crate::contract::manifest::MANIFEST));
-                    overrides.push(format!("data={}", json_str(&p)));
-                }
-                None => {}
-            }
-            let init = map_get(&r.node, "init_from")
-                .or_else(|| map_get(&r.node, "model.init_from"))
-                .and_then(|(n, p)| Some((as_str(n)?, p)));
-            if let Some((v, pos)) = init {
-                match ctx.wire(&r.name, "init_from", &v, pos, &[Kind::Train], errs)? {
-                    Wire::Stage(name) => {
-                        deps.push(name.clone());
-                        overrides.push(format!("model.init_from={}", json_str(&ctx.stage_out(&name).join("final"))));
-                    }
-                    Wire::Path(p) => {
-                        inputs.push(p.clone());
-                        overrides.push(format!("model.init_from={}", json_str(&p)));
-                    }
-                }
-                overrides.push("model.preset=null".into());
-                overrides.push("model.config=null".into());
-            }
-            let y = YamlFile::from_node(doc, &file, &base, &overrides);
-            let mut c = match train_config(y, &deps) {
-                Ok(c) => c,
-                Err(e) => {
-                    errs.extend(e);
-                    return None;
-                }
-            };
-            c.output_dir = out.clone();
-            if let Some(p) = &c.model.config {
-                inputs.push(p.clone());
-            }
-            Spec::Train(Box::new(c))
-        }
-        Kind::Export => {
-            unknown_keys(r, EXPORT_KEYS, errs);
-            let get = |k: &str| map_get(&r.node, k).and_then(|(n, p)| Some((as_str(n)?, p)));
-            let from = match get("from") {
-                Some((v, pos)) => match ctx.wire(&r.name, "from", &v, pos, &[Kind::Train], errs)? {
-                    Wire::Stage(n) => Some(n),
-                    Wire::Path(_) => {
-                        errs.at(Some(pos), format!("{}.from: name a train stage (or give `checkpoint: PATH`)", r.name));
-                        return None;
-                    }
-                },
-                None => ctx.nearest(Kind::Train, |_| true).map(|s| s.name.clone()),
-            };
-            let which = get("checkpoint").map(|(v, _)| v).unwrap_or_else(|| "final".into());
-            let checkpoint = match (which.as_str(), &from) {
-                ("final" | "best", Some(n)) => {
-                    deps.push(n.clone());
-                    output_of(Kind::Train, &ctx.stage_out(n), &which)
-                }
-                ("final" | "best", None) => {
-                    errs.at(
-                        Some(r.pos),
-                        format!("{}: no train stage before it to export; give `checkpoint: PATH`", r.name),
-                    );
-                    return None;
-                }
-                (path, _) => {
-                    let p = absolute(path, ctx.base);
-                    inputs.push(p.clone());
-                    p
-                }
-            };
-            let flag = |k: &str| map_get(&r.node, k).and_then(|(n, _)| scalar(n)?.as_bool()).unwrap_or(false);
-            let max_len = map_get(&r.node, "max_len").and_then(|(n, _)| scalar(n)?.as_u64()).map(|x| x as usize);
-            let precision = match map_get(&r.node, "precision") {
-                Some((n, pos)) => match as_str(n).map(|v| Precision::parse(&v)) {
-                    Some(Ok(p)) => p,
-                    _ => {
-                        errs.at(Some(pos), format!("{}.precision: fp32, int8 or fp16", r.name));
-                        return None;
-                    }
-                },
-                None => Precision::Fp32,
-            };
-            Spec::Export { checkpoint, optimize: flag("optimize"), max_len, verify: flag("verify"), precision }
-        }
-        Kind::Eval => {
-            unknown_keys(r, EVAL_KEYS, errs);
-            let get = |k: &str| map_get(&r.node, k).and_then(|(n, p)| Some((as_str(n)?, p)));
-            let (model, trained_on) = match get("model") {
-                Some((v, pos)) => match ctx.wire(&r.name, "model", &v, pos, &[Kind::Export], errs)? {
-                    Wire::Stage(n) => {
-                        deps.push(n.clone());
-                        (output_of(Kind::Export, &ctx.stage_out(&n), ""), export_data(ctx, &n))
-                    }
-                    Wire::Path(p) => {
-                        inputs.push(p.clone());
-                        (p, None)
-                    }
-                },
-                None => match ctx.nearest(Kind::Export, |_| true) {
-                    Some(s) => {
-                        deps.push(s.name.clone());
-                        (output_of(Kind::Export, &s.out, ""), export_data(ctx, &s.name))
-                    }
-                    None => {
-                        errs.at(Some(r.pos), format!("{}: no export stage before it; give `model:`", r.name));
-                        return None;
-                    }
-                },
-            };
-            let data = match get("data") {
-                Some((v, pos)) => match ctx.wire(&r.name, "data", &v, pos, &[Kind::Pipeline], errs)? {
-                    Wire::Stage(n) => {
-                        deps.push(n.clone());
-                        ctx.stage_out(&n)
-                    }
-                    Wire::Path(p) => {
-                        inputs.push(p.join(crate::contract::manifest::MANIFEST));
-                        p
-                    }
-                },
-                None => match trained_on {
-                    Some(n) => {
-                        deps.push(n.clone());
-                        ctx.stage_out(&n)
-                    }
-                    None => {
-                        errs.at(
-                            Some(r.pos),
-                            format!("{}: cannot tell which shards to evaluate on; give `data:`", r.name),
-                        );
-                        return None;
-                    }
-                },
-            };
-            let baseline = match get("baseline") {
-                Some((v, pos)) => match ctx.wire(&r.name, "baseline", &v, pos, &[Kind::Export], errs)? {
-                    Wire::Stage(n) => {
-                        deps.push(n.clone());
-                        Some(output_of(Kind::Export, &ctx.stage_out(&n), ""))
-                    }
-                    Wire::Path(p) => {
-                        inputs.push(p.clone());
-                        Some(p)
-                    }
-                },
-                None => None,
-            };
-            let max_drop = match map_get(&r.node, "max_drop") {
-                Some((n, pos)) => match scalar(n).and_then(|v| v.as_f64()).filter(|x| *x >= 0.0) {
-                    Some(x) => x,
-                    None => {
-                        errs.at(Some(pos), format!("{}.max_drop: accuracy points, a number ≥ 0", r.name));
-                        return None;
-                    }
-                },
-                None => crate::onnx::gate::DEFAULT_MAX_DROP,
-            };
-            let num = |k: &str, d: u64| map_get(&r.node, k).and_then(|(n, _)| scalar(n)?.as_u64()).unwrap_or(d);
-            Spec::Eval {
-                baseline,
-                max_drop,
-                model,
-                data,
-                split: get("split").map(|(v, _)| v).unwrap_or_else(|| "test".into()),
-                batch_size: num("batch_size", 32) as usize,
-                device: get("device").map(|(v, _)| v).unwrap_or_else(|| "cpu".into()),
-                mistakes: num("mistakes", 10) as usize,
-            }
-        }
+        Kind::Pipeline => super::stages::pipeline::resolve(ctx, r, &out, &mut deps, &mut inputs, errs)?,
+        Kind::Vocab => super::stages::vocab::resolve(ctx, r, &out, &mut deps, &mut inputs, errs)?,
+        Kind::Train => super::stages::train::resolve(ctx, r, &out, &mut deps, &mut inputs, errs)?,
+        Kind::Export => super::stages::export::resolve(ctx, r, &out, &mut deps, &mut inputs, errs)?,
+        Kind::Eval => super::stages::eval::resolve(ctx, r, &out, &mut deps, &mut inputs, errs)?,
     };
     deps.sort();
     deps.dedup();
     Some(Stage { name: r.name.clone(), index: ctx.index, kind, out, deps, inputs, spec })
 }
 
+/// A vocab, export or eval stage's own settings: its mapping without the keys that wire it
+/// (`kind`, and `wires` such as `from:` or `model:`), read as the settings struct its command
+/// takes flags into — so a key, its default and its check are the command's, with located
+/// errors (`file:line:col`, the keys that would fit).
+pub(super) fn stage_settings<T: serde::de::DeserializeOwned + HasProblems>(
+    ctx: &Ctx,
+    r: &Raw,
+    wires: &[&str],
+    what: &str,
+    errs: &mut Errors,
+) -> Option<T> {
+    let (entries, pos) = match &r.node {
+        Node::Map(entries, pos) => (entries.clone(), *pos),
+        other => {
+            errs.at(Some(other.pos()), format!("stage `{}`: a {what} is a mapping of its settings", r.name));
+            return None;
+        }
+    };
+    let own: Vec<_> = entries.into_iter().filter(|(k, _, _)| k != "kind" && !wires.contains(&k.as_str())).collect();
+    let mut y = YamlFile::from_node(Node::Map(own, pos), ctx.file, ctx.base, &[]);
+    let settings = y.deserialize::<T>(&r.name);
+    if let Some(s) = &settings {
+        for (key, why) in s.problems() {
+            y.error(key, why);
+        }
+    }
+    match y.finish() {
+        Ok(()) => settings,
+        Err(e) => {
+            errs.extend(e);
+            None
+        }
+    }
+}
+
+/// The checks a settings struct makes of its values (beyond their types), by key.
+pub(super) trait HasProblems {
+    fn problems(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+}
+
+impl HasProblems for EvalSettings {
+    fn problems(&self) -> Vec<(&'static str, String)> {
+        EvalSettings::problems(self)
+    }
+}
+impl HasProblems for ExportSettings {}
+impl HasProblems for crate::vocab::VocabSettings {}
+
 /// A train config; whether its shards and checkpoint exist is left to the run when they come
 /// from stages that have not run yet.
-fn train_config(y: YamlFile, deps: &[String]) -> Result<TrainConfig, ConfigErrors> {
+pub(super) fn train_config(y: YamlFile, deps: &[String]) -> Result<TrainConfig, ConfigErrors> {
     TrainConfig::from_yaml(y, deps.is_empty())
 }
 
 /// The shards a pipeline stage writes: `classify` or `pretrain`.
-fn pipeline_task(s: &Stage) -> Option<String> {
+pub(super) fn pipeline_task(s: &Stage) -> Option<String> {
     let Spec::Pipeline(p) = &s.spec else { return None };
     p.steps.iter().rev().find_map(|step| match step {
         PipelineStep::ClassifySequences(_) => Some("classify".to_string()),
@@ -831,7 +660,7 @@ fn pipeline_task(s: &Stage) -> Option<String> {
 }
 
 /// The pipeline stage an export stage's model was trained on.
-fn export_data(ctx: &Ctx, export: &str) -> Option<String> {
+pub(super) fn export_data(ctx: &Ctx, export: &str) -> Option<String> {
     let e = ctx.done.iter().find(|s| s.name == export)?;
     let train = e.deps.iter().find_map(|d| ctx.done.iter().find(|s| &s.name == d && s.kind == Kind::Train))?;
     train.deps.iter().find(|d| ctx.done.iter().any(|s| &s.name == *d && s.kind == Kind::Pipeline)).cloned()
@@ -839,7 +668,13 @@ fn export_data(ctx: &Ctx, export: &str) -> Option<String> {
 
 /// A tokenize step's `vocab:` or `tokenizer:` naming a vocab stage reads its vocab.txt.
 /// Returns the vocabulary files so wired (written when those stages run).
-fn wire_vocab(ctx: &Ctx, r: &Raw, doc: &mut Node, deps: &mut Vec<String>, errs: &mut Errors) -> Vec<PathBuf> {
+pub(super) fn wire_vocab(
+    ctx: &Ctx,
+    r: &Raw,
+    doc: &mut Node,
+    deps: &mut Vec<String>,
+    errs: &mut Errors,
+) -> Vec<PathBuf> {
     let Some((Node::Seq(steps, _), _)) = map_get(doc, "steps") else { return Vec::new() };
     let mut sets = Vec::new();
     for (i, step) in steps.iter().enumerate() {
@@ -865,18 +700,8 @@ fn wire_vocab(ctx: &Ctx, r: &Raw, doc: &mut Node, deps: &mut Vec<String>, errs: 
     pending
 }
 
-fn unknown_keys(r: &Raw, valid: &[&str], errs: &mut Errors) {
-    let Node::Map(entries, _) = &r.node else { return };
-    for (k, pos, _) in entries {
-        if !valid.contains(&k.as_str()) {
-            let hint = suggest(k, valid).map(|s| format!(", did you mean `{s}`?")).unwrap_or_default();
-            errs.at(Some(*pos), format!("{}: unknown key `{k}`{hint} (valid: {})", r.name, valid.join(", ")));
-        }
-    }
-}
-
 /// A path as a YAML value for a `key=value` override.
-fn json_str(p: &Path) -> String {
+pub(super) fn json_str(p: &Path) -> String {
     serde_json::to_string(&p.display().to_string()).expect("a string serialises")
 }
 

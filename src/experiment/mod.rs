@@ -1,22 +1,31 @@
 //! `bertpipe run EXPERIMENT.yaml`: the stages of an experiment ([`config`]) run in dependency
-//! order, each through exactly the library call its own command makes (`pipeline::run`,
-//! `vocab::train_vocab`, `train::run`, `onnx::export::export`, `onnx::eval::run`), and only
-//! when something it depends on changed.
+//! order, each through exactly the library call its own command makes ([`stages`], one file per
+//! kind), and only when something it depends on changed.
 //!
-//! **Keys.** A stage's key is the SHA-256 of bertpipe's version, its kind, its resolved
-//! configuration, the keys of the stages it reads, and a fingerprint of every file it names by
-//! path (size and modification time of each file under it; the contents of small files such as
-//! vocabularies). When a stage finishes, `OUT/.stages/NAME.json` records its key, the parts
-//! of the key, its time and figures (written aside and renamed). A stage whose recorded key
-//! equals its key now, and whose output is there, is up to date; otherwise the first part that
-//! differs is the reason it runs.
+//! **Keys from content.** A stage's key is the SHA-256 of bertpipe's version, its kind, its
+//! resolved configuration, the content digest of every file or folder it reads by path, and —
+//! for each stage it reads — the digest of what that stage *produced* (its output's identity,
+//! [`stages::StageKind::identity`]), not of how it was made. A stage re-run that writes the same
+//! output leaves the stages after it up to date ("early cutoff"). File digests are cached by
+//! their stat data ([`digest`]), so an unchanged tree costs a `stat` per file.
+//!
+//! **Verified outputs.** When a stage finishes, `OUT/.stages/NAME.json` records its key, the
+//! parts of the key, the digest of every output file, its identity, its time and figures
+//! (written aside and renamed). A stage is up to date only when its key equals the recorded one
+//! *and* its outputs still have the recorded digests; otherwise the first difference is the
+//! reason it runs. Starting a stage voids its record first, so a stage that fails or is killed
+//! is never taken for finished.
 //!
 //! **Faults.** `OUT/.stages/NAME.started.json` holds the key of a run in progress: the same
-//! chain run again resumes that stage (a training from its newest checkpoint, a pipeline from
-//! its journal) instead of starting it over. A stage's output folder is `OUT/NAME/`; nothing
-//! outside `OUT` is written or removed.
+//! chain run again resumes that stage (a training from its newest intact checkpoint, a pipeline
+//! from its journal) instead of starting it over; `--force` starts it over. One run at a time
+//! holds `OUT/.lock` ([`lock`]). A stage's output folder is `OUT/NAME/`, and every path it is
+//! told to write is checked to lie under it; nothing outside `OUT` is written or removed.
 
 pub mod config;
+pub mod digest;
+pub mod lock;
+pub mod stages;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,8 +37,12 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 pub use config::{load, Experiment, Kind, Spec, Stage};
+use digest::Digests;
+use stages::{Outcome, RunCx};
 
 const STAGES_DIR: &str = ".stages";
+/// The digest cache, in `OUT/.stages/`.
+const DIGESTS: &str = "digests.json";
 
 /// Whether a YAML file is an experiment (it has `stages:`), not a pipeline.
 pub fn is_experiment(path: &Path) -> bool {
@@ -46,14 +59,20 @@ pub struct RunOptions {
     pub force: Vec<String>,
     pub dry_run: bool,
     pub quiet: bool,
+    /// Queue behind another run holding `OUT/.lock` instead of refusing at once.
+    pub wait: bool,
 }
 
 /// What makes a stage's key, part by part (so a change can be named).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KeyParts {
     pub version: String,
+    pub kind: String,
+    /// SHA-256 of the resolved configuration.
     pub config: String,
+    /// Per stage read: the identity of its output.
     pub upstream: BTreeMap<String, String>,
+    /// Per file or folder read by path: the digest of its content.
     pub inputs: BTreeMap<String, String>,
 }
 
@@ -67,17 +86,19 @@ impl KeyParts {
         if self.version != before.version {
             return format!("bertpipe changed ({} → {})", before.version, self.version);
         }
-        for (name, key) in &self.upstream {
-            if before.upstream.get(name) != Some(key) {
-                return format!("`{name}` changed");
+        for (name, id) in &self.upstream {
+            if before.upstream.get(name) != Some(id) {
+                return format!("`{name}`'s output changed");
             }
         }
-        if self.config != before.config {
+        if self.config != before.config || self.kind != before.kind {
             return "its configuration changed".into();
         }
         for (path, fp) in &self.inputs {
-            if before.inputs.get(path) != Some(fp) {
-                return format!("'{path}' changed");
+            match before.inputs.get(path) {
+                Some(old) if old == fp => {}
+                Some(_) => return format!("'{path}' changed"),
+                None => return format!("it reads '{path}' now"),
             }
         }
         "its inputs changed".into()
@@ -93,6 +114,10 @@ pub struct Record {
     pub parts: KeyParts,
     pub seconds: f64,
     pub figures: Value,
+    /// Every output file, by path relative to `OUT/<stage>/`, with its SHA-256.
+    pub outputs: BTreeMap<String, String>,
+    /// What stages reading this one see of it.
+    pub identity: String,
 }
 
 /// What happened to one stage.
@@ -100,13 +125,29 @@ pub struct Record {
 pub struct StageReport {
     pub stage: String,
     pub kind: String,
-    /// `ran`, `up to date`, `will run`, `failed`, `interrupted`, `not run`.
+    /// `ran`, `up to date`, `will run`, `may run` (dry run: only if a stage it reads produces
+    /// something new), `failed`, `interrupted`, `not run`.
     pub status: String,
     pub reason: String,
     pub seconds: f64,
     pub key: String,
     pub output: PathBuf,
     pub figures: Value,
+}
+
+impl StageReport {
+    fn of(stage: &Stage, status: &str, reason: String) -> StageReport {
+        StageReport {
+            stage: stage.name.clone(),
+            kind: stage.kind.name().into(),
+            status: status.into(),
+            reason,
+            seconds: 0.0,
+            key: String::new(),
+            output: stage.out.clone(),
+            figures: Value::Null,
+        }
+    }
 }
 
 /// The whole chain's report (`OUT/report.json`).
@@ -117,6 +158,27 @@ pub struct Report {
     pub out: PathBuf,
     pub stages: Vec<StageReport>,
     pub interrupted: bool,
+    /// Files hashed this run (those the digest cache could not vouch for) and their bytes.
+    pub hashed_files: u64,
+    pub hashed_bytes: u64,
+}
+
+/// What a stage's record says now.
+enum Recorded {
+    Missing,
+    /// There, but not readable as a record of this bertpipe.
+    Unreadable,
+    Found(Box<Record>),
+}
+
+/// Where the chain is: keys and output identities of the stages decided so far.
+#[derive(Default)]
+struct Chain {
+    keys: BTreeMap<String, String>,
+    /// Stages whose output is known now (up to date, or ran): its identity.
+    identities: BTreeMap<String, String>,
+    /// Dry run: stages that will (or may) run, with the identity their output had before.
+    pending: BTreeMap<String, Option<String>>,
 }
 
 /// Runs (or with `dry_run`, plans) an experiment. A failing stage stops the chain: its report
@@ -128,116 +190,59 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Report> {
             bail!("--force {f}: no such stage (stages: {})", names.join(", "));
         }
     }
+    crate::contract::interrupt::install();
+    // A dry run changes no stage; it keeps what it hashed in the digest cache when no other run
+    // holds the folder (and so never waits for one).
+    let lock = match opts.dry_run {
+        false => Some(lock::acquire(&exp.out, lock::Mode::Exclusive, opts.wait)?),
+        true if exp.out.is_dir() => lock::acquire(&exp.out, lock::Mode::Exclusive, false).ok(),
+        true => None,
+    };
     let records = exp.out.join(STAGES_DIR);
-    let mut keys: BTreeMap<String, String> = BTreeMap::new();
-    let mut reruns: Vec<String> = Vec::new();
+    let mut digests = Digests::open(&records.join(DIGESTS));
+    let mut chain = Chain::default();
     let mut report = Report {
         experiment: exp.name.clone(),
         file: exp.file.clone(),
         out: exp.out.clone(),
         stages: Vec::new(),
         interrupted: false,
+        hashed_files: 0,
+        hashed_bytes: 0,
     };
-    let mut failure = None;
+    let mut failure: Option<anyhow::Error> = None;
     for stage in &exp.stages {
-        let parts = key_parts(stage, &keys)?;
-        let key = parts.key();
-        keys.insert(stage.name.clone(), key.clone());
-        let done = read_record(&records, &stage.name);
-        let forced = opts.force.iter().any(|f| f == "all" || f == &stage.name);
-        let upstream_reruns = stage.deps.iter().find(|d| reruns.contains(d));
-        let reason = match (&done, forced) {
-            (_, true) => Some("--force".to_string()),
-            (None, _) => Some("not run before".to_string()),
-            (Some(r), _) if r.key != key => Some(r.parts.changed_since(&parts)),
-            (Some(_), _) if !output_complete(stage) => {
-                Some(format!("its output '{}' is incomplete", stage.out.display()))
-            }
-            _ => None,
-        };
-        // A stage after one that runs runs too: its input is being rewritten.
-        let reason = match (reason, upstream_reruns) {
-            (Some(r), _) => Some(r),
-            (None, Some(d)) if opts.dry_run => Some(format!("`{d}` will run")),
-            (None, Some(d)) => Some(format!("`{d}` ran")),
-            (None, None) => None,
-        };
-        let mut entry = StageReport {
-            stage: stage.name.clone(),
-            kind: stage.kind.name().into(),
-            status: String::new(),
-            reason: reason.clone().unwrap_or_else(|| "its key equals the recorded one".into()),
-            seconds: 0.0,
-            key: key.clone(),
-            output: stage.out.clone(),
-            figures: done.as_ref().map(|r| r.figures.clone()).unwrap_or(Value::Null),
-        };
         if failure.is_some() {
-            entry.status = "not run".into();
+            let mut entry = StageReport::of(stage, "not run", "an earlier stage did not finish".into());
+            if let Recorded::Found(r) = read_record(&records, &stage.name) {
+                entry.figures = r.figures;
+            }
             report.stages.push(entry);
             continue;
         }
-        match reason {
-            None => {
-                entry.status = "up to date".into();
-                entry.seconds = done.map_or(0.0, |r| r.seconds);
-            }
-            Some(_) if opts.dry_run => {
-                entry.status = "will run".into();
-                reruns.push(stage.name.clone());
-            }
-            Some(_) => {
-                reruns.push(stage.name.clone());
-                if !opts.quiet {
-                    eprintln!("== {} ({}): {}", stage.name, stage.kind.name(), entry.reason);
+        let entry = match decide_and_run(exp, stage, opts, &records, &mut digests, &mut chain) {
+            Ok((entry, stopped)) => {
+                if let Some(e) = stopped {
+                    report.interrupted = entry.status == "interrupted";
+                    failure = Some(e);
                 }
-                let started = Instant::now();
-                std::fs::create_dir_all(&records)
-                    .with_context(|| format!("could not create '{}'", records.display()))?;
-                let resume = read_started(&records, &stage.name).as_deref() == Some(key.as_str());
-                crate::contract::write_file_atomic(
-                    &records.join(format!("{}.started.json", stage.name)),
-                    serde_json::to_string_pretty(&json!({"key": key}))?.as_bytes(),
-                )?;
-                match run_stage(stage, exp, &keys, resume, opts.quiet) {
-                    Ok(StageOutcome::Done(figures)) => {
-                        entry.seconds = started.elapsed().as_secs_f64();
-                        entry.status = "ran".into();
-                        entry.figures = figures.clone();
-                        let record = Record {
-                            stage: stage.name.clone(),
-                            kind: stage.kind.name().into(),
-                            key: key.clone(),
-                            parts,
-                            seconds: entry.seconds,
-                            figures,
-                        };
-                        crate::contract::write_file_atomic(
-                            &records.join(format!("{}.json", stage.name)),
-                            (serde_json::to_string_pretty(&record)? + "\n").as_bytes(),
-                        )?;
-                        let _ = std::fs::remove_file(records.join(format!("{}.started.json", stage.name)));
-                    }
-                    Ok(StageOutcome::Interrupted) => {
-                        entry.seconds = started.elapsed().as_secs_f64();
-                        entry.status = "interrupted".into();
-                        report.interrupted = true;
-                        failure = Some(anyhow::anyhow!(
-                            "interrupted during `{}`; run the same command to continue",
-                            stage.name
-                        ));
-                    }
-                    Err(e) => {
-                        entry.seconds = started.elapsed().as_secs_f64();
-                        entry.status = "failed".into();
-                        entry.reason = format!("{e:#}");
-                        failure = Some(e.context(format!("stage `{}` failed", stage.name)));
-                    }
-                }
+                entry
             }
-        }
+            Err(e) => {
+                // The chain could not even decide (an unreadable input, an output folder it
+                // cannot write): the stage fails with that reason.
+                let entry = StageReport::of(stage, "failed", format!("{e:#}"));
+                failure = Some(e.context(format!("stage `{}` failed", stage.name)));
+                entry
+            }
+        };
         report.stages.push(entry);
+        if lock.is_some() {
+            digests.save()?;
+        }
     }
+    report.hashed_files = digests.hashed_files;
+    report.hashed_bytes = digests.hashed_bytes;
     if !opts.dry_run {
         write_reports(&report)?;
     }
@@ -247,9 +252,224 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Report> {
     }
 }
 
+/// Decides whether `stage` is up to date and runs it when it is not. Returns its report and,
+/// when the chain must stop there (the stage failed or was interrupted), the error to end with.
+fn decide_and_run(
+    exp: &Experiment,
+    stage: &Stage,
+    opts: &RunOptions,
+    records: &Path,
+    digests: &mut Digests,
+    chain: &mut Chain,
+) -> Result<(StageReport, Option<anyhow::Error>)> {
+    check_writes(exp, stage)?;
+    // What it reads from earlier stages: their outputs' identities. In a dry run a stage that
+    // will run has none yet; its earlier identity stands in, and the reader "may run".
+    let mut upstream = BTreeMap::new();
+    let mut waits_on = None;
+    for d in &stage.deps {
+        match (chain.identities.get(d), chain.pending.get(d)) {
+            (Some(id), _) => {
+                upstream.insert(d.clone(), id.clone());
+            }
+            (None, Some(before)) => {
+                waits_on.get_or_insert(d.clone());
+                upstream.insert(d.clone(), before.clone().unwrap_or_default());
+            }
+            (None, None) => {
+                bail!("`{}` reads `{d}`, which has not been decided (a bug in the chain's order)", stage.name)
+            }
+        }
+    }
+    let parts = key_parts(stage, upstream, digests)?;
+    let key = parts.key();
+    chain.keys.insert(stage.name.clone(), key.clone());
+    let recorded = read_record(records, &stage.name);
+    let started = read_started(records, &stage.name);
+    let forced = opts.force.iter().any(|f| f == "all" || f == &stage.name);
+    let reason = match (&recorded, forced) {
+        (_, true) => Some("--force".to_string()),
+        (Recorded::Missing, _) if started.is_some() => Some("its last run did not finish".into()),
+        (Recorded::Missing, _) => Some("not run before".into()),
+        (Recorded::Unreadable, _) => Some("its record is unreadable (or written by another bertpipe)".into()),
+        (Recorded::Found(r), _) if r.key != key => Some(r.parts.changed_since(&parts)),
+        (Recorded::Found(r), _) => outputs_changed(exp, stage, r, digests)?,
+    };
+    let before = match &recorded {
+        Recorded::Found(r) => Some(r.identity.clone()),
+        _ => None,
+    };
+    let why = reason.clone().unwrap_or_else(|| "its key and outputs match its record".into());
+    let mut entry = StageReport { key: key.clone(), ..StageReport::of(stage, "", why) };
+    if let Recorded::Found(r) = &recorded {
+        entry.figures = r.figures.clone();
+    }
+    match (reason, waits_on) {
+        (None, Some(d)) => {
+            entry.status = "may run".into();
+            entry.reason = format!("only if `{d}` (which will run) writes something new");
+            chain.pending.insert(stage.name.clone(), before);
+            Ok((entry, None))
+        }
+        (None, None) => {
+            let Recorded::Found(r) = recorded else { unreachable!("up to date means recorded") };
+            entry.status = "up to date".into();
+            entry.seconds = r.seconds;
+            chain.identities.insert(stage.name.clone(), r.identity);
+            Ok((entry, None))
+        }
+        (Some(_), _) if opts.dry_run => {
+            entry.status = "will run".into();
+            chain.pending.insert(stage.name.clone(), before);
+            Ok((entry, None))
+        }
+        (Some(_), _) => {
+            if !opts.quiet {
+                eprintln!("== {} ({}): {}", stage.name, stage.kind.name(), entry.reason);
+            }
+            let resume = !forced && started.as_deref() == Some(key.as_str());
+            let stopped = run_one(exp, stage, &key, parts, resume, forced, opts, records, digests, chain, &mut entry)?;
+            Ok((entry, stopped))
+        }
+    }
+}
+
+/// Runs one stage: voids its record, marks it started, runs it, records its outputs.
+#[allow(clippy::too_many_arguments)]
+fn run_one(
+    exp: &Experiment,
+    stage: &Stage,
+    key: &str,
+    parts: KeyParts,
+    resume: bool,
+    forced: bool,
+    opts: &RunOptions,
+    records: &Path,
+    digests: &mut Digests,
+    chain: &mut Chain,
+    entry: &mut StageReport,
+) -> Result<Option<anyhow::Error>> {
+    let started = Instant::now();
+    let record_path = records.join(format!("{}.json", stage.name));
+    let started_path = records.join(format!("{}.started.json", stage.name));
+    std::fs::create_dir_all(records).with_context(|| format!("could not create '{}'", records.display()))?;
+    // Void the record before anything is written: from here until the new record is renamed
+    // into place the stage is "not finished", whatever happens to the process.
+    match std::fs::remove_file(&record_path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("could not remove '{}'", record_path.display()))
+        }
+        _ => {}
+    }
+    crate::contract::kill_point();
+    crate::contract::write_file_atomic(&started_path, serde_json::to_string_pretty(&json!({"key": key}))?.as_bytes())?;
+    let cx = RunCx { stage, exp, keys: &chain.keys, resume, forced, quiet: opts.quiet };
+    let outcome = stage.spec.kind().run(&cx);
+    entry.seconds = started.elapsed().as_secs_f64();
+    match outcome {
+        Ok(Outcome::Done(figures)) => {
+            crate::contract::kill_point();
+            let kind = stage.spec.kind();
+            let outputs = output_digests(kind, &stage.out, digests)?;
+            let identity = kind.identity(&stage.out, digests)?;
+            let record = Record {
+                stage: stage.name.clone(),
+                kind: stage.kind.name().into(),
+                key: key.to_string(),
+                parts,
+                seconds: entry.seconds,
+                figures: figures.clone(),
+                outputs,
+                identity: identity.clone(),
+            };
+            crate::contract::write_file_atomic(
+                &record_path,
+                (serde_json::to_string_pretty(&record)? + "\n").as_bytes(),
+            )?;
+            let _ = std::fs::remove_file(&started_path);
+            crate::contract::kill_point();
+            entry.status = "ran".into();
+            entry.figures = figures;
+            chain.identities.insert(stage.name.clone(), identity);
+            Ok(None)
+        }
+        Ok(Outcome::Interrupted) => {
+            entry.status = "interrupted".into();
+            Ok(Some(anyhow::anyhow!("interrupted during `{}`; run the same command to continue", stage.name)))
+        }
+        Err(e) => {
+            entry.status = "failed".into();
+            entry.reason = format!("{e:#}");
+            Ok(Some(e.context(format!("stage `{}` failed", stage.name))))
+        }
+    }
+}
+
+/// Every path the stage is told to write lies under `OUT/<stage>/`, and that folder is a child
+/// of `OUT` (stage names are checked when the file is read; this holds the line at run time).
+fn check_writes(exp: &Experiment, stage: &Stage) -> Result<()> {
+    let own = exp.out.join(&stage.name);
+    if stage.out != own || !config::valid_stage_name(&stage.name) {
+        bail!("stage `{}` would write '{}', outside '{}'", stage.name, stage.out.display(), exp.out.display());
+    }
+    for p in stage.spec.kind().writes(&stage.out) {
+        if !p.starts_with(&own) {
+            bail!(
+                "stage `{}` would write '{}'; a stage writes only under '{}'",
+                stage.name,
+                p.display(),
+                own.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The digest of every output file of a stage, by path relative to its folder.
+fn output_digests(kind: &dyn stages::StageKind, out: &Path, digests: &mut Digests) -> Result<BTreeMap<String, String>> {
+    let mut all = BTreeMap::new();
+    for p in kind.outputs(out) {
+        if !p.exists() {
+            continue;
+        }
+        let base = p.strip_prefix(out).unwrap_or(&p).to_string_lossy().replace('\\', "/");
+        for (rel, sha) in digests.tree(&p)? {
+            let full = match (base.is_empty(), rel.is_empty()) {
+                (true, _) => rel,
+                (false, true) => base.clone(),
+                (false, false) => format!("{base}/{rel}"),
+            };
+            all.insert(full, sha);
+        }
+    }
+    Ok(all)
+}
+
+/// Why a stage whose key matches is not up to date after all: the first output that is not as
+/// recorded. `None` when all are.
+fn outputs_changed(exp: &Experiment, stage: &Stage, r: &Record, digests: &mut Digests) -> Result<Option<String>> {
+    let now = output_digests(stage.spec.kind(), &stage.out, digests)?;
+    let shown = |rel: &str| {
+        let p = stage.out.join(rel);
+        p.strip_prefix(exp.out.parent().unwrap_or(Path::new(""))).map(Path::to_path_buf).unwrap_or(p)
+    };
+    for (rel, sha) in &r.outputs {
+        match now.get(rel) {
+            None => return Ok(Some(format!("'{}' is missing", shown(rel).display()))),
+            Some(s) if s != sha => return Ok(Some(format!("'{}' changed since it was written", shown(rel).display()))),
+            _ => {}
+        }
+    }
+    if let Some(rel) = now.keys().find(|k| !r.outputs.contains_key(*k)) {
+        return Ok(Some(format!("'{}' appeared after it was written", shown(rel).display())));
+    }
+    Ok(None)
+}
+
 /// One task of a pipeline stage, as a member of a task array (`bertpipe run … --stage NAME
 /// --task-index I --task-count N`, with `scan` its first phase): exactly `pipeline scan` /
-/// `pipeline run` of the stage's pipeline. The next plain run merges the tasks.
+/// `pipeline run` of the stage's pipeline. The next plain run merges the tasks. Tasks share
+/// `OUT/.lock` with one another, never with a whole run.
 pub fn run_task(
     exp: &Experiment,
     name: &str,
@@ -264,6 +484,8 @@ pub fn run_task(
     let Spec::Pipeline(p) = &stage.spec else {
         bail!("--stage {name}: only a pipeline stage runs as a task array; `{name}` is a {} stage", stage.kind.name());
     };
+    check_writes(exp, stage)?;
+    let _lock = lock::acquire(&exp.out, lock::Mode::Shared, false)?;
     if scan {
         crate::pipeline::tasks::scan(p, task, 0, quiet)?;
     } else {
@@ -276,25 +498,14 @@ pub fn run_task(
     Ok(())
 }
 
-enum StageOutcome {
-    Done(Value),
-    Interrupted,
-}
-
-/// Whether a stage's output is there as its command leaves it when it finishes.
-fn output_complete(stage: &Stage) -> bool {
-    let o = &stage.out;
-    match stage.kind {
-        Kind::Pipeline => o.join(crate::contract::manifest::MANIFEST).exists(),
-        Kind::Vocab => o.join("vocab.txt").exists(),
-        Kind::Train => o.join("final").join("model.safetensors").exists(),
-        Kind::Export => o.join("model.onnx").exists(),
-        Kind::Eval => o.join("metrics.json").exists(),
+fn read_record(dir: &Path, stage: &str) -> Recorded {
+    match std::fs::read(dir.join(format!("{stage}.json"))) {
+        Err(_) => Recorded::Missing,
+        Ok(b) => match serde_json::from_slice::<Record>(&b) {
+            Ok(r) => Recorded::Found(Box::new(r)),
+            Err(_) => Recorded::Unreadable,
+        },
     }
-}
-
-fn read_record(dir: &Path, stage: &str) -> Option<Record> {
-    serde_json::from_slice(&std::fs::read(dir.join(format!("{stage}.json"))).ok()?).ok()
 }
 
 fn read_started(dir: &Path, stage: &str) -> Option<String> {
@@ -303,229 +514,18 @@ fn read_started(dir: &Path, stage: &str) -> Option<String> {
 }
 
 /// The parts of a stage's key.
-fn key_parts(stage: &Stage, keys: &BTreeMap<String, String>) -> Result<KeyParts> {
+fn key_parts(stage: &Stage, upstream: BTreeMap<String, String>, digests: &mut Digests) -> Result<KeyParts> {
     let mut inputs = BTreeMap::new();
     for p in &stage.inputs {
-        inputs.insert(p.display().to_string(), fingerprint(p)?);
+        inputs.insert(p.display().to_string(), digests.path(p)?);
     }
     Ok(KeyParts {
         version: env!("CARGO_PKG_VERSION").to_string(),
+        kind: stage.kind.name().into(),
         config: hex::encode(Sha256::digest(serde_json::to_vec(&stage.spec.canonical())?)),
-        upstream: stage.deps.iter().map(|d| (d.clone(), keys.get(d).cloned().unwrap_or_default())).collect(),
+        upstream,
         inputs,
     })
-}
-
-/// Files up to this size are fingerprinted by their contents, larger ones by size and mtime.
-const HASHED_BYTES: u64 = 1 << 20;
-
-/// A file's or folder's fingerprint: for each file under it (sorted), its relative path, size
-/// and modification time — or its contents' SHA-256 when small. A missing path fingerprints
-/// as missing (the stage's own command then says what is wrong).
-fn fingerprint(path: &Path) -> Result<String> {
-    if crate::storage::is_remote(path) {
-        return Ok(format!("remote {}", path.display()));
-    }
-    let mut files = Vec::new();
-    collect_files(path, &mut files);
-    files.sort();
-    let mut h = Sha256::new();
-    if files.is_empty() && !path.exists() {
-        h.update(b"missing");
-    }
-    for f in files {
-        let meta = std::fs::metadata(&f).with_context(|| format!("could not read '{}'", f.display()))?;
-        h.update(f.strip_prefix(path).unwrap_or(&f).display().to_string().as_bytes());
-        h.update(meta.len().to_le_bytes());
-        if meta.len() <= HASHED_BYTES {
-            h.update(Sha256::digest(std::fs::read(&f)?));
-        } else {
-            let mtime = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
-            h.update(mtime.map_or(0, |d| d.as_nanos()).to_le_bytes());
-        }
-    }
-    Ok(hex::encode(h.finalize()))
-}
-
-fn collect_files(path: &Path, out: &mut Vec<PathBuf>) {
-    if path.is_file() {
-        out.push(path.to_path_buf());
-    } else if let Ok(entries) = std::fs::read_dir(path) {
-        for e in entries.flatten() {
-            collect_files(&e.path(), out);
-        }
-    }
-}
-
-/// Runs one stage through its command's library call; its headline figures.
-fn run_stage(
-    stage: &Stage,
-    exp: &Experiment,
-    keys: &BTreeMap<String, String>,
-    resume: bool,
-    quiet: bool,
-) -> Result<StageOutcome> {
-    let figures = match &stage.spec {
-        Spec::Pipeline(p) => {
-            let started = Instant::now();
-            // A task array that ran this stage (`--stage`) with this configuration is merged;
-            // otherwise the stage runs as one process (replacing any stale tasks).
-            let merged = if stage.out.join(crate::contract::manifest::TASKS_DIR).is_dir() {
-                let m = crate::pipeline::tasks::merge(&stage.out, quiet)?;
-                let want = hex::encode(Sha256::digest(p.canonical_json().as_bytes()));
-                (m.config_sha256 == want).then_some(m)
-            } else {
-                None
-            };
-            let manifest = match merged {
-                Some(m) => m,
-                None => {
-                    let journal = stage.out.join(crate::contract::manifest::JOURNAL);
-                    let resume = resume && journal.exists();
-                    let opts =
-                        crate::pipeline::RunOptions { threads: 0, resume, overwrite: !resume, quiet, task: None };
-                    let s = crate::pipeline::run(p, &opts)?;
-                    if !quiet {
-                        eprintln!("{}", crate::pipeline::format_summary(&s));
-                    }
-                    s.manifest
-                }
-            };
-            let (docs_in, docs_out, rows) =
-                manifest.splits.values().fold((0, 0, 0), |(a, b, c), x| (a + x.docs_in, b + x.docs_out, c + x.rows));
-            let secs = started.elapsed().as_secs_f64().max(1e-9);
-            json!({"docs_in": docs_in, "docs_out": docs_out, "rejected": docs_in - docs_out, "rows": rows,
-                   "docs_per_second": (docs_in as f64 / secs).round()})
-        }
-        Spec::Vocab { pipeline, size, min_frequency, lowercase } => {
-            let opts = crate::vocab::VocabTrainOptions {
-                size: *size,
-                min_frequency: *min_frequency,
-                lowercase: *lowercase,
-                out: stage.out.clone(),
-                threads: 0,
-                quiet,
-            };
-            let r = crate::vocab::train_vocab(pipeline, &opts)?;
-            json!({"vocab_size": r.vocab_size, "docs": r.docs, "tokens": r.tokens})
-        }
-        Spec::Train(c) => {
-            let resume = resume && crate::train::checkpoint::newest(&c.output_dir).is_some();
-            let opts = crate::train::TrainOptions { resume, overwrite: !resume, quiet, ..Default::default() };
-            let s = crate::train::run(c, &opts)?;
-            if !quiet {
-                eprintln!("{}", crate::train::format_summary(&s));
-            }
-            if s.interrupted {
-                return Ok(StageOutcome::Interrupted);
-            }
-            let last_loss = std::fs::read_to_string(c.output_dir.join("metrics.jsonl")).ok().and_then(|t| {
-                t.lines().rev().find_map(|l| serde_json::from_str::<Value>(l).ok()?.get("loss")?.as_f64())
-            });
-            let mut f = json!({"steps": s.steps, "epochs": s.epochs, "final_loss": last_loss});
-            if let Some(e) = &s.last_eval {
-                for k in ["eval_accuracy", "eval_f1", "eval_loss", "eval_mlm_accuracy", "eval_perplexity"] {
-                    if let Some(v) = e.get(k) {
-                        f[k] = v.clone();
-                    }
-                }
-            }
-            f
-        }
-        Spec::Export { checkpoint, optimize, max_len, verify, precision } => {
-            std::fs::create_dir_all(&stage.out)?;
-            let chain: BTreeMap<&str, &str> = keys
-                .iter()
-                .filter(|(n, _)| is_upstream(exp, stage, n))
-                .map(|(n, k)| (n.as_str(), k.as_str()))
-                .collect();
-            let opts = crate::onnx::export::ExportOptions {
-                checkpoint: checkpoint.clone(),
-                out: stage.out.join("model.onnx"),
-                optimize: *optimize,
-                precision: *precision,
-                vocab: None,
-                max_len: *max_len,
-                external_data: false,
-                metadata: vec![
-                    ("bertpipe_experiment".into(), exp.name.clone()),
-                    ("bertpipe_chain".into(), serde_json::to_string(&chain)?),
-                ],
-            };
-            let done = crate::onnx::export::export(&opts)?;
-            let mut f = json!({"nodes": done.nodes, "parameters": done.parameters, "bytes": done.bytes});
-            if *verify {
-                let rt = crate::onnx::runtime::init(None)?;
-                let checked = crate::onnx::verify::verify_export(rt, &done)?;
-                let worst = crate::metrics::worst_of(checked.iter().map(|c| c.max_abs_diff as f64));
-                f["verify_max_abs_diff"] = json!(worst);
-            }
-            f
-        }
-        Spec::Eval { model, data, split, batch_size, device, mistakes, baseline, max_drop } => {
-            let opts = crate::onnx::eval::EvalOptions {
-                model: model.clone(),
-                data: data.clone(),
-                split: split.clone(),
-                device: device.clone(),
-                batch_size: *batch_size,
-                pad_to: None,
-                threads: 0,
-                out: Some(stage.out.clone()),
-                ort_lib: None,
-                quiet,
-                mistakes: *mistakes,
-                length_edges: None,
-                baseline: baseline.clone(),
-                max_drop: *max_drop,
-                // The chain reports leakage without being asked: the clean part's score too.
-                exclude_leaked: crate::onnx::eval::ScoreLeaked::IfRecorded,
-            };
-            let r = crate::onnx::eval::run(&opts)?;
-            if !quiet {
-                eprintln!("{}", crate::onnx::eval::format_report(&r));
-            }
-            let mut f = json!({"rows": r.rows, "docs_per_second": r.throughput.docs_per_second});
-            if let Some(m) = &r.metrics {
-                f["accuracy"] = json!(m.accuracy);
-                f["f1"] = json!(m.f1);
-                f["loss"] = json!(m.loss);
-            }
-            if let Some(l) = &r.leakage {
-                f["leaked_share"] = json!(l.share);
-                f["leaked"] = json!(l.leaked);
-                if let Some(m) = l.clean.as_ref().and_then(|c| c.document_metrics.as_ref().or(c.metrics.as_ref())) {
-                    f["clean_accuracy"] = json!(m.accuracy);
-                }
-            }
-            if let Some(g) = &r.gate {
-                f["agreement"] = json!(g.agreement);
-                f["accuracy_drop_points"] = json!(g.drop);
-                if !g.passed {
-                    anyhow::bail!(
-                        "the gate failed: the model loses {:.2} accuracy points on {} against the baseline {} (max_drop {}); agreement {:.2}%, {} flipped (see {})",
-                        g.drop,
-                        g.level,
-                        g.baseline,
-                        g.max_drop,
-                        100.0 * g.agreement,
-                        g.flipped,
-                        stage.out.join("metrics.json").display()
-                    );
-                }
-            }
-            f
-        }
-    };
-    Ok(StageOutcome::Done(figures))
-}
-
-/// Whether `name` is `stage` or one of the stages it reads, directly or not.
-fn is_upstream(exp: &Experiment, stage: &Stage, name: &str) -> bool {
-    if stage.name == name {
-        return true;
-    }
-    stage.deps.iter().any(|d| exp.stage(d).is_some_and(|s| is_upstream(exp, s, name)))
 }
 
 /// `OUT/report.json` and `OUT/report.md`.
@@ -565,9 +565,11 @@ pub fn format_markdown(r: &Report) -> String {
             st.reason.replace('|', "\\|")
         ));
     }
-    s.push_str("\nStage keys (SHA-256 of version, configuration, upstream keys and inputs):\n\n");
-    for st in &r.stages {
-        s.push_str(&format!("- `{}`: `{}`\n", st.stage, &st.key[..16]));
+    s.push_str(
+        "\nStage keys (SHA-256 of version, kind, configuration, the content of what it reads by path, and the outputs of the stages it reads):\n\n",
+    );
+    for st in r.stages.iter().filter(|st| !st.key.is_empty()) {
+        s.push_str(&format!("- `{}`: `{}`\n", st.stage, st.key.get(..16).unwrap_or(&st.key)));
     }
     s
 }
@@ -583,6 +585,13 @@ pub fn format_summary(r: &Report) -> String {
             _ => s.reason.clone(),
         };
         out.push(format!("{:<w$}  {:<8}  {:<11}  {:>8.1}  {detail}", s.stage, s.kind, s.status, s.seconds));
+    }
+    if r.hashed_bytes >= 64 << 20 {
+        out.push(format!(
+            "(hashed {} files, {:.1} MB, that the digest cache could not vouch for)",
+            r.hashed_files,
+            r.hashed_bytes as f64 / 1e6
+        ));
     }
     out.join("\n")
 }

@@ -21,6 +21,109 @@ use crate::contract::manifest::DEFAULT_MAX_LEN;
 use crate::metrics::{argmax, softmax, ClassificationMetrics, Predictions};
 use crate::shards::ShardSet;
 
+/// How a model is evaluated: the flags of `bertpipe eval` and, with the same names and
+/// defaults, the keys of an experiment's eval stage. The model, the shards and the baseline
+/// (`--model`, `--data`, `--baseline`) the command takes as flags and a stage wires (`model:`,
+/// `data:`, `baseline:` name stages or paths).
+#[derive(Debug, Clone, PartialEq, clap::Args, Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvalSettings {
+    /// The split to evaluate (a folder of the shard set).
+    #[arg(long, default_value = DEFAULT_SPLIT)]
+    pub split: String,
+    /// `cpu`, `cuda` or `cuda:N` (CUDA never falls back to the CPU silently).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Rows per ONNX Runtime call.
+    #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
+    pub batch_size: usize,
+    /// Pad every batch to this length (default: each batch to its longest row, rows sorted
+    /// by length).
+    #[arg(long, value_name = "N")]
+    pub max_len: Option<usize>,
+    /// ONNX Runtime intra-op threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// How many of the most confident mistakes to list.
+    #[arg(long, default_value_t = DEFAULT_MISTAKES)]
+    pub mistakes: usize,
+    /// Fixed upper edges of the length slices in tokens, e.g. 64,128,256,512 (default: the
+    /// split's length quartiles, so each slice holds about a quarter of the rows).
+    #[arg(long, value_name = "N,N,…", value_delimiter = ',')]
+    pub length_edges: Option<Vec<usize>>,
+    /// With a baseline: fail when the model loses more than this many accuracy points (on
+    /// documents when rows are windows).
+    #[arg(long, value_name = "POINTS", default_value_t = super::gate::DEFAULT_MAX_DROP, requires = "baseline")]
+    pub max_drop: f64,
+    /// Score the documents the pipeline's training splits hold (its manifest's `leakage`)
+    /// apart from the clean ones, beside the overall figures (an experiment's eval stage does
+    /// so whenever the manifest records leakage).
+    #[arg(long)]
+    pub exclude_leaked: bool,
+}
+
+const DEFAULT_SPLIT: &str = "test";
+const DEFAULT_BATCH_SIZE: usize = 32;
+const DEFAULT_MISTAKES: usize = 10;
+
+impl Default for EvalSettings {
+    fn default() -> EvalSettings {
+        EvalSettings {
+            split: DEFAULT_SPLIT.into(),
+            device: "cpu".into(),
+            batch_size: DEFAULT_BATCH_SIZE,
+            max_len: None,
+            threads: 0,
+            mistakes: DEFAULT_MISTAKES,
+            length_edges: None,
+            max_drop: super::gate::DEFAULT_MAX_DROP,
+            exclude_leaked: false,
+        }
+    }
+}
+
+impl EvalSettings {
+    /// Values no run can use, by key (`max_drop`, `batch_size`), with what is wanted.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut p = Vec::new();
+        if !(self.max_drop >= 0.0 && self.max_drop.is_finite()) {
+            p.push(("max_drop", format!("{}: accuracy points, a number ≥ 0", self.max_drop)));
+        }
+        if self.batch_size == 0 {
+            p.push(("batch_size", "must be at least 1".into()));
+        }
+        p
+    }
+
+    /// The call that evaluates `model` on `data` with these settings.
+    pub fn options(
+        &self,
+        model: PathBuf,
+        data: PathBuf,
+        baseline: Option<PathBuf>,
+        leaked: ScoreLeaked,
+    ) -> EvalOptions {
+        EvalOptions {
+            model,
+            data,
+            split: self.split.clone(),
+            device: self.device.clone(),
+            batch_size: self.batch_size,
+            pad_to: self.max_len,
+            threads: self.threads,
+            out: None,
+            ort_lib: None,
+            quiet: false,
+            mistakes: self.mistakes,
+            length_edges: self.length_edges.clone(),
+            baseline,
+            max_drop: self.max_drop,
+            exclude_leaked: if self.exclude_leaked { ScoreLeaked::Yes } else { leaked },
+        }
+    }
+}
+
+/// What `eval` was asked to do.
 #[derive(Debug, Clone)]
 pub struct EvalOptions {
     pub model: PathBuf,

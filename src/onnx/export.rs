@@ -44,11 +44,20 @@ pub const OPSET: i64 = 17;
 const EXTERNAL_DATA_BYTES: usize = 1 << 30;
 
 /// The number format of an exported model (its `precision` metadata).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Precision {
+    /// float32 weights and arithmetic.
     #[default]
+    #[value(alias = "float32")]
+    #[serde(alias = "float32")]
     Fp32,
+    /// Dynamic quantisation of the encoder's linear layers (weights int8 per output channel,
+    /// activations at run time), for fast CPU inference; gate it with `eval --baseline`.
     Int8,
+    /// fp16 weights and arithmetic (LayerNorm statistics and softmax in fp32), for CUDA.
+    #[value(alias = "float16")]
+    #[serde(alias = "float16")]
     Fp16,
 }
 
@@ -80,6 +89,59 @@ impl Precision {
             "int8" => Ok(Precision::Int8),
             "fp16" | "float16" => Ok(Precision::Fp16),
             _ => bail!("unknown precision `{s}` (fp32, int8 or fp16)"),
+        }
+    }
+}
+
+/// How a checkpoint is exported: the flags of `bertpipe export onnx` and, with the same names
+/// and defaults, the keys of an experiment's export stage (`--precision int8` is
+/// `precision: int8`). What to export and where to (`--checkpoint`, `--out`) the command takes
+/// as flags and a stage wires (`from:` / `checkpoint:`, `OUT/<stage>/model.onnx`).
+#[derive(Debug, Clone, Default, PartialEq, clap::Args, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExportSettings {
+    /// Run the export in ONNX Runtime and the checkpoint in candle on random and real
+    /// (tokenized, padded) batches; fail on any non-finite logit or past the precision's
+    /// bound on max |Δ logits|: < 1e-4 for fp32, 5e-3 + 1e-2·max|logit| for fp16, 0.1 +
+    /// 0.1·max|logit| for int8 on text (README, "Precision").
+    #[arg(long)]
+    pub verify: bool,
+    /// Emit ONNX Runtime's fused com.microsoft ops (EmbedLayerNormalization, Attention,
+    /// SkipLayerNormalization, BiasGelu; with int8, QAttention and the int8 products before
+    /// plain LayerNormalization and Gelu, which are faster there); the model then runs in ONNX
+    /// Runtime only. The fastest int8 model.
+    #[arg(long)]
+    pub optimize: bool,
+    /// The number format: `fp32`; `int8`, dynamic quantisation of the encoder's linear layers
+    /// (weights int8 per output channel, activations at run time) for fast CPU inference, to
+    /// gate with `eval --baseline FP32.onnx`; `fp16` weights and arithmetic (LayerNorm
+    /// statistics and softmax in fp32) for CUDA. Inputs are int64 and logits float32 always.
+    #[arg(long, value_enum, default_value_t = Precision::Fp32)]
+    pub precision: Precision,
+    /// The vocabulary to record (default: the checkpoint's vocab.txt or tokenizer.json).
+    #[arg(long, value_name = "FILE")]
+    pub vocab: Option<PathBuf>,
+    /// The longest input to record (default: the checkpoint's tokenizer_config.json, else
+    /// the position table).
+    #[arg(long, value_name = "N")]
+    pub max_len: Option<usize>,
+    /// Write the weights to OUT.data beside the model (automatic past protobuf's 2 GB limit).
+    #[arg(long)]
+    pub external_data: bool,
+}
+
+impl ExportSettings {
+    /// The call that exports `checkpoint` to `out` with these settings.
+    pub fn options(&self, checkpoint: PathBuf, out: PathBuf, metadata: Vec<(String, String)>) -> ExportOptions {
+        ExportOptions {
+            checkpoint,
+            out,
+            optimize: self.optimize,
+            precision: self.precision,
+            vocab: self.vocab.clone(),
+            max_len: self.max_len,
+            external_data: self.external_data,
+            metadata,
         }
     }
 }

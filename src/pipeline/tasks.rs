@@ -519,6 +519,33 @@ pub fn resolve_from_scans(out: &Path, config_sha256: &str, task: TaskSpec, steps
     Ok(seen)
 }
 
+/// The pipeline configurations (`config_sha256`) a local task array in `out` was run with, as
+/// its tasks recorded them: in a finished task's manifest or an unfinished one's journal. Empty
+/// when no task got that far. The chain uses it to tell an array of today's configuration (to
+/// merge, or to finish) from a stale one (to replace).
+pub fn recorded_configs(out: &Path) -> std::collections::BTreeSet<String> {
+    let mut found = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir(out.join(TASKS_DIR)).into_iter().flatten().flatten() {
+        if !is_task_name(&e.file_name().to_string_lossy()) {
+            continue;
+        }
+        let dir = e.path();
+        let from_manifest = std::fs::read(dir.join(manifest::MANIFEST))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v.get("config_sha256")?.as_str().map(str::to_string));
+        let from_journal = || {
+            let text = std::fs::read_to_string(dir.join(manifest::JOURNAL)).ok()?;
+            let first: serde_json::Value = serde_json::from_str(text.lines().next()?).ok()?;
+            first.get("config_sha256")?.as_str().map(str::to_string)
+        };
+        if let Some(c) = from_manifest.or_else(from_journal) {
+            found.insert(c);
+        }
+    }
+    found
+}
+
 /// `bertpipe shards merge OUT`: checks every task's manifest and shards (present, finished,
 /// same pipeline, sizes and checksums) and writes `OUT/manifest.json`, listing the tasks'
 /// shards in task order — the input's order — with their counts added up. Reading every shard

@@ -1,6 +1,8 @@
 //! Helpers for the binary-level tests: run the real `bertpipe`, read shards back.
 #![allow(dead_code)]
 
+pub mod chain;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

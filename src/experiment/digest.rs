@@ -1,0 +1,278 @@
+//! Content digests of files and folders, with a stat cache.
+//!
+//! A file's digest is the SHA-256 of its bytes. Hashing a corpus on every run would cost a read
+//! of all of it, so digests are cached by what `stat` says of the file — size, modification and
+//! status-change times in nanoseconds, inode and device — the way git's index and DVC's state
+//! database cache theirs: an unchanged tree costs one `stat` per file. A restored modification
+//! time cannot hide a change (writing or `touch -d` moves the status-change time, which no
+//! user call sets), and a file touched without a change hashes to the digest it had.
+//!
+//! **Racy entries.** Timestamps advance in coarse ticks, so a file written twice within one
+//! tick can keep its stat data across a change. Like git, an entry is trusted only when the file
+//! was last changed well before it was hashed ([`RACY_NS`]); a file hashed right after it was
+//! written is hashed again next time, and trusted from then on.
+//!
+//! A folder's digest covers every file under it (hidden temporaries aside): each one's path
+//! relative to the folder and its digest, in sorted order. A missing path digests as missing.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// A cache entry is trusted only if the file's last change came this long before it was hashed.
+pub const RACY_NS: u128 = 2_000_000_000;
+
+/// What `stat` says of a file, as far as the cache compares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Stat {
+    size: u64,
+    mtime_ns: u128,
+    ctime_ns: u128,
+    ino: u64,
+    dev: u64,
+}
+
+impl Stat {
+    fn of(meta: &std::fs::Metadata) -> Stat {
+        use std::os::unix::fs::MetadataExt;
+        let ns = |s: i64, n: i64| (s.max(0) as u128) * 1_000_000_000 + n.max(0) as u128;
+        Stat {
+            size: meta.len(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+            ino: meta.ino(),
+            dev: meta.dev(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Entry {
+    stat: Stat,
+    /// When the digest was taken (ns since the epoch).
+    hashed_ns: u128,
+    sha256: String,
+}
+
+/// Digests by absolute path, kept in a file between runs.
+#[derive(Debug, Default)]
+pub struct Digests {
+    entries: BTreeMap<PathBuf, Entry>,
+    /// Where the cache is saved; `None` keeps it in memory only.
+    file: Option<PathBuf>,
+    changed: bool,
+    /// Files hashed (not served from the cache) and their bytes, for reports.
+    pub hashed_files: u64,
+    pub hashed_bytes: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct OnDisk {
+    format: String,
+    entries: BTreeMap<PathBuf, Entry>,
+}
+
+const FORMAT: &str = "bertpipe-digests/1";
+
+fn now_ns() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+}
+
+impl Digests {
+    /// The cache saved in `file`; an absent or unreadable cache starts empty (it only saves
+    /// work, never decides anything by itself).
+    pub fn open(file: &Path) -> Digests {
+        let entries = std::fs::read(file)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<OnDisk>(&b).ok())
+            .filter(|d| d.format == FORMAT)
+            .map(|d| d.entries)
+            .unwrap_or_default();
+        Digests { entries, file: Some(file.to_path_buf()), ..Default::default() }
+    }
+
+    /// Saves the cache (whole or not at all), keeping only entries of files that still exist.
+    pub fn save(&mut self) -> Result<()> {
+        let Some(file) = &self.file else { return Ok(()) };
+        if !self.changed {
+            return Ok(());
+        }
+        self.entries.retain(|p, _| p.exists());
+        let on_disk = OnDisk { format: FORMAT.into(), entries: std::mem::take(&mut self.entries) };
+        let bytes = serde_json::to_vec(&on_disk)?;
+        self.entries = on_disk.entries;
+        crate::contract::write_file_atomic(file, &bytes)?;
+        self.changed = false;
+        Ok(())
+    }
+
+    /// The SHA-256 of one file's bytes.
+    pub fn file(&mut self, path: &Path) -> Result<String> {
+        let meta = std::fs::metadata(path).with_context(|| format!("could not read '{}'", path.display()))?;
+        let stat = Stat::of(&meta);
+        if let Some(e) = self.entries.get(path) {
+            if e.stat == stat && e.hashed_ns > stat.ctime_ns.max(stat.mtime_ns) + RACY_NS {
+                return Ok(e.sha256.clone());
+            }
+        }
+        let hashed_ns = now_ns();
+        let sha256 = sha256_file(path)?;
+        self.hashed_files += 1;
+        self.hashed_bytes += stat.size;
+        self.entries.insert(path.to_path_buf(), Entry { stat, hashed_ns, sha256: sha256.clone() });
+        self.changed = true;
+        Ok(sha256)
+    }
+
+    /// Every file under `path` (itself if a file) with its digest, by path relative to `path`
+    /// (`""` for a file), sorted. Hidden temporaries (`.name.tmp`, `.tmp-…`, `.old-…`) are left
+    /// out: they are work in progress, never an output.
+    pub fn tree(&mut self, path: &Path) -> Result<BTreeMap<String, String>> {
+        let mut files = Vec::new();
+        collect_files(path, path, &mut files)?;
+        let mut out = BTreeMap::new();
+        for (rel, abs) in files {
+            out.insert(rel, self.file(&abs)?);
+        }
+        Ok(out)
+    }
+
+    /// One digest for a file or folder: its files' relative paths and digests; `missing` when
+    /// there is nothing at `path`.
+    pub fn path(&mut self, path: &Path) -> Result<String> {
+        if crate::storage::is_remote(path) {
+            // Object storage is read by the stage itself; its listing is not digested here.
+            return Ok(format!("remote {}", path.display()));
+        }
+        if !path.exists() {
+            return Ok("missing".into());
+        }
+        Ok(digest_of_tree(&self.tree(path)?))
+    }
+}
+
+/// The digest of a tree listing (relative path → digest).
+pub fn digest_of_tree(tree: &BTreeMap<String, String>) -> String {
+    let mut h = Sha256::new();
+    for (rel, sha) in tree {
+        h.update((rel.len() as u64).to_le_bytes());
+        h.update(rel.as_bytes());
+        h.update(sha.as_bytes());
+    }
+    hex::encode(h.finalize())
+}
+
+fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("could not read '{}'", path.display()))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).with_context(|| format!("could not read '{}'", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// Whether a file name is a writer's temporary rather than an output.
+fn is_temporary(name: &str) -> bool {
+    crate::contract::temp_target(name).is_some() || name.starts_with(".tmp-") || name.starts_with(".old-")
+}
+
+fn collect_files(root: &Path, path: &Path, out: &mut Vec<(String, PathBuf)>) -> Result<()> {
+    let meta = std::fs::metadata(path).with_context(|| format!("could not read '{}'", path.display()))?;
+    if meta.is_file() {
+        let rel = path.strip_prefix(root).unwrap_or(path);
+        out.push((rel.to_string_lossy().replace('\\', "/"), path.to_path_buf()));
+        return Ok(());
+    }
+    if !meta.is_dir() {
+        return Ok(());
+    }
+    let mut entries: Vec<_> = std::fs::read_dir(path)
+        .with_context(|| format!("could not list '{}'", path.display()))?
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("could not list '{}'", path.display()))?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        if is_temporary(&e.file_name().to_string_lossy()) {
+            continue;
+        }
+        collect_files(root, &e.path(), out)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn age(path: &Path, secs: u64) {
+        // Make a file look written `secs` ago, as a test cannot wait out RACY_NS.
+        let t = std::time::SystemTime::now() - std::time::Duration::from_secs(secs);
+        std::fs::File::options().write(true).open(path).unwrap().set_modified(t).unwrap();
+    }
+
+    #[test]
+    fn a_change_at_equal_size_and_restored_mtime_is_seen_and_a_touch_is_not_a_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("corpus.jsonl");
+        std::fs::write(&f, "{\"label\": 0}\n").unwrap();
+        let mut d = Digests::default();
+        let first = d.file(&f).unwrap();
+        // Trust the entry (as if hashed long after the write), so only stat data can unseat it.
+        d.entries.get_mut(&f).unwrap().hashed_ns += 10 * RACY_NS;
+        let meta = std::fs::metadata(&f).unwrap();
+        // Same size, mtime restored (as `touch -d` would): the status-change time moved.
+        std::fs::write(&f, "{\"label\": 1}\n").unwrap();
+        std::fs::File::options().write(true).open(&f).unwrap().set_modified(meta.modified().unwrap()).unwrap();
+        let second = d.file(&f).unwrap();
+        assert_ne!(first, second, "a same-size change behind a restored mtime");
+        // A touch changes the stat data but not the digest.
+        age(&f, 0);
+        assert_eq!(d.file(&f).unwrap(), second);
+    }
+
+    #[test]
+    fn a_trusted_entry_costs_no_read_and_a_racy_one_is_hashed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("a.txt");
+        std::fs::write(&f, "x").unwrap();
+        let mut d = Digests::default();
+        d.file(&f).unwrap();
+        // Written just now: racy, hashed again.
+        d.file(&f).unwrap();
+        assert_eq!(d.hashed_files, 2);
+        // Pretend the entry was taken long after the file's last change: trusted.
+        d.entries.get_mut(&f).unwrap().hashed_ns += 10 * RACY_NS;
+        d.file(&f).unwrap();
+        assert_eq!(d.hashed_files, 2);
+    }
+
+    #[test]
+    fn folders_digest_their_files_by_relative_path_without_temporaries_and_the_cache_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("out");
+        std::fs::create_dir_all(a.join("train")).unwrap();
+        std::fs::write(a.join("manifest.json"), "{}").unwrap();
+        std::fs::write(a.join("train/part-00000.parquet"), "rows").unwrap();
+        let cache = dir.path().join("digests.json");
+        let mut d = Digests::open(&cache);
+        let before = d.path(&a).unwrap();
+        std::fs::write(a.join(".manifest.json.77-0.tmp"), "half").unwrap();
+        std::fs::create_dir_all(a.join(".tmp-checkpoint-3")).unwrap();
+        assert_eq!(d.path(&a).unwrap(), before, "temporaries are not outputs");
+        std::fs::rename(a.join("train/part-00000.parquet"), a.join("train/part-00001.parquet")).unwrap();
+        assert_ne!(d.path(&a).unwrap(), before, "a renamed file changes the folder");
+        assert_eq!(d.path(&dir.path().join("nothing")).unwrap(), "missing");
+        d.save().unwrap();
+        let again = Digests::open(&cache);
+        assert_eq!(again.entries.len(), 2);
+    }
+}

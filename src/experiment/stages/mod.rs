@@ -1,0 +1,69 @@
+//! The kinds of stage a chain is made of, one file each: what a stage of that kind writes, what
+//! later stages see of its output, and how it runs (through exactly the library call its own
+//! command makes). The runner (`super::run`) knows none of them: it calls [`StageKind`].
+
+pub mod eval;
+pub mod export;
+pub mod pipeline;
+pub mod train;
+pub mod vocab;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde_json::Value;
+
+use super::config::{Experiment, Stage};
+use super::digest::{digest_of_tree, Digests};
+
+/// What the runner gives a stage that runs.
+pub struct RunCx<'a> {
+    pub stage: &'a Stage,
+    pub exp: &'a Experiment,
+    /// The keys of the stages decided so far (this one's included), by name.
+    pub keys: &'a BTreeMap<String, String>,
+    /// The same key was started before and did not finish: continue it (a training from its
+    /// newest intact checkpoint, a pipeline from its journal) instead of starting over.
+    pub resume: bool,
+    /// `--force`: start over, discarding whatever an earlier attempt left.
+    pub forced: bool,
+    pub quiet: bool,
+}
+
+/// How a stage that ran ended.
+pub enum Outcome {
+    /// Finished; its headline figures.
+    Done(Value),
+    /// Stopped by Ctrl-C at a point it can continue from.
+    Interrupted,
+}
+
+pub trait StageKind {
+    /// The resolved configuration, as the stage's key sees it.
+    fn canonical(&self) -> Value;
+
+    /// The paths the stage's command is told to write to: each must lie under `OUT/<stage>/`.
+    fn writes(&self, out: &Path) -> Vec<PathBuf> {
+        vec![out.to_path_buf()]
+    }
+
+    /// The files and folders under `out` (`OUT/<stage>/`) that are the stage's result: their
+    /// digests are recorded when it finishes and checked before it is called up to date.
+    fn outputs(&self, out: &Path) -> Vec<PathBuf> {
+        vec![out.to_path_buf()]
+    }
+
+    /// What a stage reading this one gets from it, as one digest: the key of a reader is built
+    /// from it, so a re-run that leaves it unchanged leaves the readers up to date.
+    fn identity(&self, out: &Path, digests: &mut Digests) -> Result<String> {
+        let mut all = BTreeMap::new();
+        for p in self.outputs(out) {
+            let rel = p.strip_prefix(out).unwrap_or(&p).display().to_string();
+            all.insert(rel, digests.path(&p)?);
+        }
+        Ok(digest_of_tree(&all))
+    }
+
+    fn run(&self, cx: &RunCx) -> Result<Outcome>;
+}

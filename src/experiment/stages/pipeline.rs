@@ -1,0 +1,145 @@
+//! A pipeline stage: `bertpipe pipeline run` of its pipeline into `OUT/<stage>/`, or the merge
+//! of a task array that ran it (`bertpipe run … --stage NAME --task-index I --task-count N`).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::{Outcome, RunCx, StageKind};
+use crate::config::Pipeline;
+use crate::contract::manifest::{MANIFEST, TASKS_DIR};
+use crate::experiment::config::{json_str, stage_doc, wire_vocab, Ctx, Errors, Raw, Spec};
+use crate::experiment::digest::Digests;
+
+impl StageKind for Pipeline {
+    fn canonical(&self) -> Value {
+        serde_json::to_value(self).expect("a pipeline serialises")
+    }
+
+    fn writes(&self, _out: &Path) -> Vec<PathBuf> {
+        vec![self.sink.path().to_path_buf()]
+    }
+
+    /// What readers of the shards get: the manifest without its record of how the shards were
+    /// made (the resolved configuration, its hash, the pipeline's name and bertpipe's version),
+    /// but with what readers take from that configuration (the source's label names, the
+    /// sequence-building settings a trainer masks with). The manifest lists every shard with its
+    /// SHA-256, and the shards themselves are verified as outputs: a pipeline re-run that writes
+    /// the same shards leaves everything after it up to date.
+    fn identity(&self, out: &Path, _digests: &mut Digests) -> Result<String> {
+        let path = out.join(MANIFEST);
+        let bytes = std::fs::read(&path).with_context(|| format!("could not read '{}'", path.display()))?;
+        let mut m: Value =
+            serde_json::from_slice(&bytes).with_context(|| format!("'{}' is not JSON", path.display()))?;
+        let config = m.get("config").cloned().unwrap_or(Value::Null);
+        if let Some(o) = m.as_object_mut() {
+            for how_made in ["config", "config_sha256", "created_by", "name", "seed"] {
+                o.remove(how_made);
+            }
+            let source = &config["source"];
+            let sequences: Vec<&Value> = config["steps"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|s| matches!(s["type"].as_str(), Some("classify_sequences" | "pretrain_sequences")))
+                .collect();
+            o.insert(
+                "read_from_config".into(),
+                json!({"source_type": source["type"], "label_map": source["label_map"], "sequences": sequences}),
+            );
+        }
+        Ok(hex::encode(Sha256::digest(serde_json::to_vec(&m)?)))
+    }
+
+    fn run(&self, cx: &RunCx) -> Result<Outcome> {
+        let started = Instant::now();
+        let out = &cx.stage.out;
+        let manifest = match leftover_tasks(self, cx)? {
+            Some(m) => m,
+            None => {
+                let journal = out.join(crate::contract::manifest::JOURNAL);
+                let resume = cx.resume && journal.exists();
+                let opts =
+                    crate::pipeline::RunOptions { threads: 0, resume, overwrite: !resume, quiet: cx.quiet, task: None };
+                let s = crate::pipeline::run(self, &opts)?;
+                if !cx.quiet {
+                    eprintln!("{}", crate::pipeline::format_summary(&s));
+                }
+                s.manifest
+            }
+        };
+        let (docs_in, docs_out, rows) =
+            manifest.splits.values().fold((0, 0, 0), |(a, b, c), x| (a + x.docs_in, b + x.docs_out, c + x.rows));
+        let secs = started.elapsed().as_secs_f64().max(1e-9);
+        Ok(Outcome::Done(json!({"docs_in": docs_in, "docs_out": docs_out, "rejected": docs_in - docs_out,
+            "rows": rows, "docs_per_second": (docs_in as f64 / secs).round()})))
+    }
+}
+
+/// A task array left in the stage's folder: merged when it ran today's configuration and is
+/// complete; an error saying what to do when it ran today's configuration but is not complete;
+/// removed (the stage then runs as one process) when it is stale — another configuration — or
+/// when the stage is forced.
+fn leftover_tasks(p: &Pipeline, cx: &RunCx) -> Result<Option<crate::contract::manifest::Manifest>> {
+    let out = &cx.stage.out;
+    let tasks = out.join(TASKS_DIR);
+    if !tasks.is_dir() {
+        return Ok(None);
+    }
+    let want = hex::encode(Sha256::digest(p.canonical_json().as_bytes()));
+    let recorded = crate::pipeline::tasks::recorded_configs(out);
+    let scanned = tasks.join(crate::pipeline::tasks::SCAN_DIR).is_dir();
+    let stale = recorded.iter().any(|c| c != &want) || (recorded.is_empty() && !scanned);
+    if cx.forced || stale {
+        if !cx.quiet {
+            eprintln!(
+                "`{}`: discarding the task array in '{}' ({})",
+                cx.stage.name,
+                tasks.display(),
+                if cx.forced { "--force" } else { "it ran another configuration" }
+            );
+        }
+        std::fs::remove_dir_all(&tasks).with_context(|| format!("could not remove '{}'", tasks.display()))?;
+        return Ok(None);
+    }
+    match crate::pipeline::tasks::merge(out, cx.quiet) {
+        Ok(m) => Ok(Some(m)),
+        Err(e) => bail!(
+            "{e:#}\nthe task array of stage `{name}` is not complete: run its missing tasks (`bertpipe run {file} --stage {name} --task-index I --task-count N`), or `bertpipe run {file} --force {name}` to discard them and run the stage as one process",
+            name = cx.stage.name,
+            file = cx.exp.file.display()
+        ),
+    }
+}
+
+/// Reads a pipeline stage: its file (or `base:` and keys), a tokenize step's `vocab:` naming a
+/// vocab stage wired to that stage's vocab.txt, `sink.path` set to `OUT/<stage>`. It reads its
+/// source and every file a step names.
+pub(in crate::experiment) fn resolve(
+    ctx: &Ctx,
+    r: &Raw,
+    out: &Path,
+    deps: &mut Vec<String>,
+    inputs: &mut Vec<PathBuf>,
+    errs: &mut Errors,
+) -> Option<Spec> {
+    let (mut doc, file, base) = stage_doc(ctx, r, &[], errs)?;
+    let pending = wire_vocab(ctx, r, &mut doc, deps, errs);
+    let mut overrides = r.overrides.clone();
+    overrides.push(format!("sink.path={}", json_str(out)));
+    let p = match Pipeline::from_node(doc, &file, &base, &overrides, &pending) {
+        Ok(p) => p,
+        Err(e) => {
+            errs.extend(e);
+            return None;
+        }
+    };
+    inputs.push(p.source.path().to_path_buf());
+    for step in p.steps.clone().iter_mut() {
+        inputs.extend(step.paths_mut().into_iter().map(|(_, p)| p.clone()));
+    }
+    Some(Spec::Pipeline(Box::new(p)))
+}
