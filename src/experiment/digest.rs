@@ -86,6 +86,9 @@ impl Entry {
     }
 }
 
+/// A file's digest, and the cache entry to keep when it had to be hashed.
+type Lookup = Result<(String, Option<Entry>)>;
+
 /// Digests by absolute path, kept in a file between runs.
 #[derive(Debug, Default)]
 pub struct Digests {
@@ -147,7 +150,7 @@ impl Digests {
 
     /// A file's digest from the cache when an entry vouches for it, else hashed (the new entry
     /// returned, to [`Self::keep`]). Reads the cache only, so files are looked up in parallel.
-    fn lookup(&self, path: &Path) -> Result<(String, Option<Entry>)> {
+    fn lookup(&self, path: &Path) -> Lookup {
         let meta = std::fs::metadata(path).with_context(|| format!("could not read '{}'", path.display()))?;
         let stat = Stat::of(&meta);
         if let Some(e) = self.entries.get(path).filter(|e| e.vouches_for(&stat)) {
@@ -175,7 +178,7 @@ impl Digests {
         use rayon::prelude::*;
         let mut files = Vec::new();
         collect_files(path, path, &mut files)?;
-        let found: Vec<(String, PathBuf, Result<(String, Option<Entry>)>)> = files
+        let found: Vec<(String, PathBuf, Lookup)> = files
             .into_par_iter()
             .map(|(rel, abs)| {
                 let looked = self.lookup(&abs);

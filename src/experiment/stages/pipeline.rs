@@ -137,9 +137,16 @@ pub(in crate::experiment) fn resolve(
             return None;
         }
     };
-    inputs.push(p.source.path().to_path_buf());
-    for step in p.steps.clone().iter_mut() {
-        inputs.extend(step.paths_mut().into_iter().map(|(_, p)| p.clone()));
-    }
+    inputs.extend(reads(&p));
     Some(Spec::Pipeline(Box::new(p)))
+}
+
+/// The files a pipeline reads: its source and every file a step names (a vocabulary, a
+/// tokenizer).
+pub(in crate::experiment) fn reads(p: &Pipeline) -> Vec<PathBuf> {
+    let mut paths = vec![p.source.path().to_path_buf()];
+    for step in p.steps.clone().iter_mut() {
+        paths.extend(step.paths_mut().into_iter().map(|(_, p)| p.clone()));
+    }
+    paths
 }

@@ -59,7 +59,7 @@ pub(in crate::experiment) fn resolve(
         Wire::Path(path) => match Pipeline::load(&path, &[]) {
             Ok(p) => {
                 inputs.push(path);
-                inputs.push(p.source.path().to_path_buf());
+                inputs.extend(super::pipeline::reads(&p));
                 p
             }
             Err(e) => {
