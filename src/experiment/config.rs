@@ -34,33 +34,71 @@ use super::stages::export::Export;
 use super::stages::vocab::Vocab;
 use super::stages::StageKind;
 
-/// What a stage does: the command it runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Pipeline,
-    Vocab,
-    Train,
-    Export,
-    Eval,
+/// The kinds of stage, one line each: the variant, the name a file uses (`kind: export`), the
+/// type of its resolved configuration, and its file in `stages/` (which implements
+/// `StageKind` for that type and reads the stage with `resolve`). This is the one place a new
+/// kind is registered.
+macro_rules! stage_kinds {
+    ($($variant:ident = $name:literal, $spec:ty, $module:ident;)*) => {
+        /// What a stage does: the command it runs.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Kind {
+            $($variant,)*
+        }
+
+        pub const KINDS: &[&str] = &[$($name,)*];
+
+        impl Kind {
+            pub fn name(self) -> &'static str {
+                KINDS[self as usize]
+            }
+
+            fn parse(s: &str) -> Option<Kind> {
+                match s {
+                    $($name => Some(Kind::$variant),)*
+                    _ => None,
+                }
+            }
+
+            /// Reads a stage of this kind (its module's `resolve`).
+            fn resolve(
+                self,
+                ctx: &Ctx,
+                r: &Raw,
+                out: &Path,
+                deps: &mut Vec<String>,
+                inputs: &mut Vec<PathBuf>,
+                errs: &mut Errors,
+            ) -> Option<Spec> {
+                match self {
+                    $(Kind::$variant => super::stages::$module::resolve(ctx, r, out, deps, inputs, errs),)*
+                }
+            }
+        }
+
+        /// A stage's resolved configuration, by kind.
+        #[derive(Debug, Clone)]
+        pub enum Spec {
+            $($variant($spec),)*
+        }
+
+        impl Spec {
+            /// The stage's kind, as the runner calls it.
+            pub fn kind(&self) -> &dyn StageKind {
+                match self {
+                    $(Spec::$variant(s) => s,)*
+                }
+            }
+        }
+    };
 }
 
-pub const KINDS: &[&str] = &["pipeline", "vocab", "train", "export", "eval"];
-
-impl Kind {
-    pub fn name(self) -> &'static str {
-        KINDS[self as usize]
-    }
-
-    fn parse(s: &str) -> Option<Kind> {
-        Some(match s {
-            "pipeline" => Kind::Pipeline,
-            "vocab" => Kind::Vocab,
-            "train" => Kind::Train,
-            "export" => Kind::Export,
-            "eval" => Kind::Eval,
-            _ => return None,
-        })
-    }
+stage_kinds! {
+    Pipeline = "pipeline", Box<Pipeline>, pipeline;
+    Vocab = "vocab", Vocab, vocab;
+    Train = "train", Box<TrainConfig>, train;
+    Export = "export", Export, export;
+    Eval = "eval", Eval, eval;
 }
 
 /// One stage, resolved.
@@ -79,27 +117,7 @@ pub struct Stage {
     pub spec: Spec,
 }
 
-#[derive(Debug, Clone)]
-pub enum Spec {
-    Pipeline(Box<Pipeline>),
-    Vocab(Vocab),
-    Train(Box<TrainConfig>),
-    Export(Export),
-    Eval(Eval),
-}
-
 impl Spec {
-    /// The stage's kind, as the runner calls it.
-    pub fn kind(&self) -> &dyn StageKind {
-        match self {
-            Spec::Pipeline(p) => p.as_ref(),
-            Spec::Vocab(v) => v,
-            Spec::Train(c) => c.as_ref(),
-            Spec::Export(e) => e,
-            Spec::Eval(e) => e,
-        }
-    }
-
     /// The resolved configuration as JSON: the part of the stage's key that its own settings
     /// make.
     pub fn canonical(&self) -> Value {
@@ -137,7 +155,7 @@ pub fn valid_stage_name(name: &str) -> bool {
 pub(super) fn output_of(kind: Kind, out: &Path, checkpoint: &str) -> PathBuf {
     match kind {
         Kind::Train => out.join(checkpoint),
-        Kind::Export => out.join("model.onnx"),
+        Kind::Export => out.join(super::stages::export::MODEL),
         Kind::Vocab => out.join("vocab.txt"),
         Kind::Pipeline | Kind::Eval => out.to_path_buf(),
     }
@@ -155,6 +173,21 @@ pub(super) struct Raw {
     pub(super) node: Node,
     /// `--set NAME.rest=value` overrides, as `rest=value`.
     pub(super) overrides: Vec<String>,
+}
+
+impl Raw {
+    /// The stage's mapping with its `--set STAGE.key=value` overrides applied, for the kinds read
+    /// from the mapping itself (vocab, export, eval); pipelines and trainings take them through
+    /// their own loaders instead, where they also reach into a `base:` file.
+    pub(super) fn with_overrides(&self, errs: &mut Errors) -> Raw {
+        let mut node = self.node.clone();
+        for o in &self.overrides {
+            if let Err(m) = crate::config::apply_override(&mut node, o) {
+                errs.at(None, format!("--set {}.{o}: {m}", self.name));
+            }
+        }
+        Raw { name: self.name.clone(), pos: self.pos, node, overrides: Vec::new() }
+    }
 }
 
 /// Collects errors located in the experiment file.
@@ -563,31 +596,10 @@ fn path_key_matches(pattern: &str, key: &str) -> bool {
 }
 
 fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<Stage> {
-    // Vocab, export and eval stages are read from their mapping here (pipelines and trainings
-    // take the overrides through their own loaders): `--set export.optimize=true` lands in it.
-    let applied;
-    let r = if matches!(kind, Kind::Vocab | Kind::Export | Kind::Eval) && !r.overrides.is_empty() {
-        let mut node = r.node.clone();
-        for o in &r.overrides {
-            if let Err(m) = crate::config::apply_override(&mut node, o) {
-                errs.at(None, format!("--set {}.{o}: {m}", r.name));
-            }
-        }
-        applied = Raw { name: r.name.clone(), pos: r.pos, node, overrides: Vec::new() };
-        &applied
-    } else {
-        r
-    };
     let out = ctx.stage_out(&r.name);
     // The stages it reads and the files it names, gathered while its configuration resolves.
     let (mut deps, mut inputs): (Vec<String>, Vec<PathBuf>) = (Vec::new(), Vec::new());
-    let spec = match kind {
-        Kind::Pipeline => super::stages::pipeline::resolve(ctx, r, &out, &mut deps, &mut inputs, errs)?,
-        Kind::Vocab => super::stages::vocab::resolve(ctx, r, &out, &mut deps, &mut inputs, errs)?,
-        Kind::Train => super::stages::train::resolve(ctx, r, &out, &mut deps, &mut inputs, errs)?,
-        Kind::Export => super::stages::export::resolve(ctx, r, &out, &mut deps, &mut inputs, errs)?,
-        Kind::Eval => super::stages::eval::resolve(ctx, r, &out, &mut deps, &mut inputs, errs)?,
-    };
+    let spec = kind.resolve(ctx, r, &out, &mut deps, &mut inputs, errs)?;
     deps.sort();
     deps.dedup();
     Some(Stage { name: r.name.clone(), index: ctx.index, kind, out, deps, inputs, spec })

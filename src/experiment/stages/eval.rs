@@ -86,6 +86,7 @@ pub(in crate::experiment) fn resolve(
     inputs: &mut Vec<PathBuf>,
     errs: &mut Errors,
 ) -> Option<Spec> {
+    let r = &r.with_overrides(errs);
     let get = |k: &str| map_get(&r.node, k).and_then(|(n, p)| Some((as_str(n)?, p)));
     let (model, trained_on) = match get("model") {
         Some((v, pos)) => match ctx.wire(&r.name, "model", &v, pos, &[Kind::Export], errs)? {

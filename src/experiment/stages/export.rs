@@ -72,6 +72,7 @@ pub(in crate::experiment) fn resolve(
     inputs: &mut Vec<PathBuf>,
     errs: &mut Errors,
 ) -> Option<Spec> {
+    let r = &r.with_overrides(errs);
     let get = |k: &str| map_get(&r.node, k).and_then(|(n, p)| Some((as_str(n)?, p)));
     let from = match get("from") {
         Some((v, pos)) => match ctx.wire(&r.name, "from", &v, pos, &[Kind::Train], errs)? {

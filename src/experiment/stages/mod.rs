@@ -67,3 +67,26 @@ pub trait StageKind {
 
     fn run(&self, cx: &RunCx) -> Result<Outcome>;
 }
+
+/// A boxed kind is that kind (large configurations are boxed in `Spec`).
+impl<T: StageKind + ?Sized> StageKind for Box<T> {
+    fn canonical(&self) -> Value {
+        (**self).canonical()
+    }
+
+    fn writes(&self, out: &Path) -> Vec<PathBuf> {
+        (**self).writes(out)
+    }
+
+    fn outputs(&self, out: &Path) -> Vec<PathBuf> {
+        (**self).outputs(out)
+    }
+
+    fn identity(&self, out: &Path, digests: &mut Digests) -> Result<String> {
+        (**self).identity(out, digests)
+    }
+
+    fn run(&self, cx: &RunCx) -> Result<Outcome> {
+        (**self).run(cx)
+    }
+}

@@ -41,6 +41,7 @@ pub(in crate::experiment) fn resolve(
     inputs: &mut Vec<PathBuf>,
     errs: &mut Errors,
 ) -> Option<Spec> {
+    let r = &r.with_overrides(errs);
     let (pipeline, ppos) = match map_get(&r.node, "pipeline") {
         Some((n, pos)) => (as_str(n).unwrap_or_default(), pos),
         None => {
