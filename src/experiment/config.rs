@@ -61,17 +61,9 @@ macro_rules! stage_kinds {
             }
 
             /// Reads a stage of this kind (its module's `resolve`).
-            fn resolve(
-                self,
-                ctx: &Ctx,
-                r: &Raw,
-                out: &Path,
-                deps: &mut Vec<String>,
-                inputs: &mut Vec<PathBuf>,
-                errs: &mut Errors,
-            ) -> Option<Spec> {
+            fn resolve(self, ctx: &Ctx, r: &Raw, reads: &mut Reads, errs: &mut Errors) -> Option<Spec> {
                 match self {
-                    $(Kind::$variant => super::stages::$module::resolve(ctx, r, out, deps, inputs, errs),)*
+                    $(Kind::$variant => super::stages::$module::resolve(ctx, r, reads, errs),)*
                 }
             }
         }
@@ -504,6 +496,34 @@ impl Ctx<'_> {
         Some(Wire::Path(path))
     }
 
+    /// `key` of the stage's mapping as what the stage reads: the output of the stage of kind
+    /// `want` it names (a dependency) or a path (an input). `Some(None)` when the key is not
+    /// there; `None` when it is wrong (the error recorded).
+    pub(super) fn read_wire(
+        &self,
+        r: &Raw,
+        key: &str,
+        want: Kind,
+        deps: &mut Vec<String>,
+        inputs: &mut Vec<PathBuf>,
+        errs: &mut Errors,
+    ) -> Option<Option<PathBuf>> {
+        let Some((value, pos)) = map_get(&r.node, key).and_then(|(n, p)| Some((as_str(n)?, p))) else {
+            return Some(None);
+        };
+        Some(Some(match self.wire(&r.name, key, &value, pos, &[want], errs)? {
+            Wire::Stage(n) => {
+                let p = output_of(want, &self.stage_out(&n), "final");
+                deps.push(n);
+                p
+            }
+            Wire::Path(p) => {
+                inputs.push(p.clone());
+                p
+            }
+        }))
+    }
+
     /// The nearest stage before this one in the file, of kind `kind`, passing `ok`.
     pub(super) fn nearest(&self, kind: Kind, ok: impl Fn(&Stage) -> bool) -> Option<&Stage> {
         self.done.iter().filter(|s| s.index < self.index && s.kind == kind && ok(s)).max_by_key(|s| s.index)
@@ -595,11 +615,18 @@ fn path_key_matches(pattern: &str, key: &str) -> bool {
     }
 }
 
+/// What a stage reads, gathered while its kind's `resolve` reads its configuration: the
+/// stages (by name) and the files or folders (by path); and where it writes.
+pub(super) struct Reads {
+    pub(super) out: PathBuf,
+    pub(super) deps: Vec<String>,
+    pub(super) inputs: Vec<PathBuf>,
+}
+
 fn resolve_stage(ctx: &Ctx, r: &Raw, kind: Kind, errs: &mut Errors) -> Option<Stage> {
-    let out = ctx.stage_out(&r.name);
-    // The stages it reads and the files it names, gathered while its configuration resolves.
-    let (mut deps, mut inputs): (Vec<String>, Vec<PathBuf>) = (Vec::new(), Vec::new());
-    let spec = kind.resolve(ctx, r, &out, &mut deps, &mut inputs, errs)?;
+    let mut reads = Reads { out: ctx.stage_out(&r.name), deps: Vec::new(), inputs: Vec::new() };
+    let spec = kind.resolve(ctx, r, &mut reads, errs)?;
+    let Reads { out, mut deps, inputs } = reads;
     deps.sort();
     deps.dedup();
     Some(Stage { name: r.name.clone(), index: ctx.index, kind, out, deps, inputs, spec })

@@ -1,14 +1,14 @@
 //! An evaluation stage: `bertpipe eval` of an exported model on a split of shards, its report
 //! in `OUT/<stage>/`, gated against a baseline model when one is named.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Result;
 use serde_json::{json, Value};
 
 use super::{Outcome, RunCx, StageKind};
 use crate::experiment::config::{
-    as_str, export_data, map_get, output_of, stage_settings, Ctx, Errors, Kind, Raw, Spec, Wire,
+    as_str, export_data, map_get, output_of, stage_settings, Ctx, Errors, Kind, Raw, Reads, Spec, Wire,
 };
 use crate::onnx::eval::EvalSettings;
 
@@ -78,14 +78,8 @@ impl StageKind for Eval {
 
 /// Reads an eval stage: `model:` (or the nearest earlier export stage), `data:` (or the shards
 /// that export's training read), `baseline:`, and the command's settings.
-pub(in crate::experiment) fn resolve(
-    ctx: &Ctx,
-    r: &Raw,
-    _out: &Path,
-    deps: &mut Vec<String>,
-    inputs: &mut Vec<PathBuf>,
-    errs: &mut Errors,
-) -> Option<Spec> {
+pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs: &mut Errors) -> Option<Spec> {
+    let Reads { deps, inputs, .. } = reads;
     let r = &r.with_overrides(errs);
     let get = |k: &str| map_get(&r.node, k).and_then(|(n, p)| Some((as_str(n)?, p)));
     let (model, trained_on) = match get("model") {
@@ -110,17 +104,8 @@ pub(in crate::experiment) fn resolve(
             }
         },
     };
-    let data = match get("data") {
-        Some((v, pos)) => match ctx.wire(&r.name, "data", &v, pos, &[Kind::Pipeline], errs)? {
-            Wire::Stage(n) => {
-                deps.push(n.clone());
-                ctx.stage_out(&n)
-            }
-            Wire::Path(p) => {
-                inputs.push(p.clone());
-                p
-            }
-        },
+    let data = match ctx.read_wire(r, "data", Kind::Pipeline, deps, inputs, errs)? {
+        Some(p) => p,
         None => match trained_on {
             Some(n) => {
                 deps.push(n.clone());
@@ -132,19 +117,7 @@ pub(in crate::experiment) fn resolve(
             }
         },
     };
-    let baseline = match get("baseline") {
-        Some((v, pos)) => match ctx.wire(&r.name, "baseline", &v, pos, &[Kind::Export], errs)? {
-            Wire::Stage(n) => {
-                deps.push(n.clone());
-                Some(output_of(Kind::Export, &ctx.stage_out(&n), ""))
-            }
-            Wire::Path(p) => {
-                inputs.push(p.clone());
-                Some(p)
-            }
-        },
-        None => None,
-    };
+    let baseline = ctx.read_wire(r, "baseline", Kind::Export, deps, inputs, errs)?;
     let settings: EvalSettings = stage_settings(ctx, r, &["model", "data", "baseline"], "eval stage", errs)?;
     Some(Spec::Eval(Eval { model, data, baseline, settings }))
 }

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::{Outcome, RunCx, StageKind};
 use crate::experiment::config::{
-    absolute, as_str, map_get, output_of, stage_settings, Ctx, Errors, Kind, Raw, Spec, Wire,
+    absolute, as_str, map_get, output_of, stage_settings, Ctx, Errors, Kind, Raw, Reads, Spec, Wire,
 };
 use crate::onnx::export::ExportSettings;
 
@@ -64,14 +64,8 @@ impl StageKind for Export {
 
 /// Reads an export stage: `from:` (or the nearest earlier train stage), `checkpoint: final |
 /// best | PATH`, and the command's settings.
-pub(in crate::experiment) fn resolve(
-    ctx: &Ctx,
-    r: &Raw,
-    _out: &Path,
-    deps: &mut Vec<String>,
-    inputs: &mut Vec<PathBuf>,
-    errs: &mut Errors,
-) -> Option<Spec> {
+pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs: &mut Errors) -> Option<Spec> {
+    let Reads { deps, inputs, .. } = reads;
     let r = &r.with_overrides(errs);
     let get = |k: &str| map_get(&r.node, k).and_then(|(n, p)| Some((as_str(n)?, p)));
     let from = match get("from") {

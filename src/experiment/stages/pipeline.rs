@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use super::{Outcome, RunCx, StageKind};
 use crate::config::Pipeline;
 use crate::contract::manifest::{MANIFEST, TASKS_DIR};
-use crate::experiment::config::{json_str, stage_doc, wire_vocab, Ctx, Errors, Raw, Spec};
+use crate::experiment::config::{json_str, stage_doc, wire_vocab, Ctx, Errors, Raw, Reads, Spec};
 use crate::experiment::digest::Digests;
 
 impl StageKind for Pipeline {
@@ -118,14 +118,8 @@ fn leftover_tasks(p: &Pipeline, cx: &RunCx) -> Result<Option<crate::contract::ma
 /// Reads a pipeline stage: its file (or `base:` and keys), a tokenize step's `vocab:` naming a
 /// vocab stage wired to that stage's vocab.txt, `sink.path` set to `OUT/<stage>`. It reads its
 /// source and every file a step names.
-pub(in crate::experiment) fn resolve(
-    ctx: &Ctx,
-    r: &Raw,
-    out: &Path,
-    deps: &mut Vec<String>,
-    inputs: &mut Vec<PathBuf>,
-    errs: &mut Errors,
-) -> Option<Spec> {
+pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs: &mut Errors) -> Option<Spec> {
+    let Reads { out, deps, inputs } = reads;
     let (mut doc, file, base) = stage_doc(ctx, r, &[], errs)?;
     let pending = wire_vocab(ctx, r, &mut doc, deps, errs);
     let mut overrides = r.overrides.clone();
@@ -137,13 +131,13 @@ pub(in crate::experiment) fn resolve(
             return None;
         }
     };
-    inputs.extend(reads(&p));
+    inputs.extend(files_read(&p));
     Some(Spec::Pipeline(Box::new(p)))
 }
 
 /// The files a pipeline reads: its source and every file a step names (a vocabulary, a
 /// tokenizer).
-pub(in crate::experiment) fn reads(p: &Pipeline) -> Vec<PathBuf> {
+pub(in crate::experiment) fn files_read(p: &Pipeline) -> Vec<PathBuf> {
     let mut paths = vec![p.source.path().to_path_buf()];
     for step in p.steps.clone().iter_mut() {
         paths.extend(step.paths_mut().into_iter().map(|(_, p)| p.clone()));

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use super::{Outcome, RunCx, StageKind};
 use crate::config::YamlFile;
 use crate::experiment::config::{
-    as_str, json_str, map_get, pipeline_task, stage_doc, train_config, Ctx, Errors, Kind, Raw, Spec, Wire,
+    as_str, json_str, map_get, pipeline_task, stage_doc, train_config, Ctx, Errors, Kind, Raw, Reads, Spec, Wire,
 };
 use crate::train::config::TrainConfig;
 
@@ -76,14 +76,8 @@ impl StageKind for TrainConfig {
 /// the nearest earlier one writing this task's shards), `init_from:` to a train stage's
 /// `final/`, `output_dir` set to `OUT/<stage>`. Every path it reads is an input, wherever it was
 /// written.
-pub(in crate::experiment) fn resolve(
-    ctx: &Ctx,
-    r: &Raw,
-    out: &Path,
-    deps: &mut Vec<String>,
-    inputs: &mut Vec<PathBuf>,
-    errs: &mut Errors,
-) -> Option<Spec> {
+pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs: &mut Errors) -> Option<Spec> {
+    let Reads { out, deps, inputs } = reads;
     let (doc, file, base) = stage_doc(ctx, r, &["init_from"], errs)?;
     let mut overrides = r.overrides.clone();
     overrides.push(format!("output_dir={}", json_str(out)));

@@ -1,14 +1,12 @@
 //! A vocabulary stage: `bertpipe vocab train` over a pipeline's cleaned text into
 //! `OUT/<stage>/vocab.txt`.
 
-use std::path::{Path, PathBuf};
-
 use anyhow::Result;
 use serde_json::{json, Value};
 
 use super::{Outcome, RunCx, StageKind};
 use crate::config::Pipeline;
-use crate::experiment::config::{as_str, map_get, stage_settings, Ctx, Errors, Kind, Raw, Spec, Wire};
+use crate::experiment::config::{as_str, map_get, stage_settings, Ctx, Errors, Kind, Raw, Reads, Spec, Wire};
 use crate::vocab::VocabSettings;
 
 #[derive(Debug, Clone)]
@@ -33,14 +31,8 @@ impl StageKind for Vocab {
 }
 
 /// Reads a vocab stage: `pipeline:` (a pipeline stage or file) and the command's settings.
-pub(in crate::experiment) fn resolve(
-    ctx: &Ctx,
-    r: &Raw,
-    _out: &Path,
-    deps: &mut Vec<String>,
-    inputs: &mut Vec<PathBuf>,
-    errs: &mut Errors,
-) -> Option<Spec> {
+pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs: &mut Errors) -> Option<Spec> {
+    let Reads { deps, inputs, .. } = reads;
     let r = &r.with_overrides(errs);
     let (pipeline, ppos) = match map_get(&r.node, "pipeline") {
         Some((n, pos)) => (as_str(n).unwrap_or_default(), pos),
@@ -60,7 +52,7 @@ pub(in crate::experiment) fn resolve(
         Wire::Path(path) => match Pipeline::load(&path, &[]) {
             Ok(p) => {
                 inputs.push(path);
-                inputs.extend(super::pipeline::reads(&p));
+                inputs.extend(super::pipeline::files_read(&p));
                 p
             }
             Err(e) => {
