@@ -241,7 +241,7 @@ pub fn roc_auc_binary(scores: &[f64], positive: &[bool]) -> Option<f64> {
     let mut i = 0;
     while i < idx.len() {
         let mut j = i;
-        while j + 1 < idx.len() && scores[idx[j + 1]] == scores[idx[i]] {
+        while j + 1 < idx.len() && scores[idx[j + 1]].total_cmp(&scores[idx[i]]).is_eq() {
             j += 1;
         }
         let avg_rank = (i + j) as f64 / 2.0 + 1.0;
@@ -262,8 +262,10 @@ pub fn roc_curve(scores: &[f64], positive: &[bool]) -> Vec<(f64, f64)> {
     let mut points = vec![(0.0, 0.0)];
     let mut i = 0;
     while i < idx.len() {
+        // Ties by the same total order the sort used: with `==`, a NaN score never equalled
+        // itself, the group never advanced, and the curve grew until memory ran out.
         let s = scores[idx[i]];
-        while i < idx.len() && scores[idx[i]] == s {
+        while i < idx.len() && scores[idx[i]].total_cmp(&s).is_eq() {
             if positive[idx[i]] {
                 tp += 1.0
             } else {
@@ -362,6 +364,25 @@ pub const PRETRAIN_METRICS: &[&str] = &["loss", "mlm_loss", "mlm_accuracy", "per
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn roc_terminates_and_ends_at_one_one_with_nan_infinite_and_equal_scores() {
+        let cases: [Vec<f64>; 4] = [
+            vec![f64::NAN, 0.3, f64::NAN, 0.9, 0.1, f64::NAN],
+            vec![f64::INFINITY, f64::NEG_INFINITY, 0.5, f64::INFINITY, 0.2, 0.8],
+            vec![0.5; 6],
+            vec![f64::NAN; 6],
+        ];
+        let positive = [true, false, true, false, true, false];
+        for scores in cases {
+            let curve = roc_curve(&scores, &positive);
+            assert!(curve.len() <= scores.len() + 1, "{scores:?}: {curve:?}");
+            assert_eq!(*curve.last().unwrap(), (1.0, 1.0), "{scores:?}");
+            assert!(curve.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1), "{scores:?}: {curve:?}");
+            let auc = roc_auc_binary(&scores, &positive).unwrap();
+            assert!((0.0..=1.0).contains(&auc), "{scores:?}: {auc}");
+        }
+    }
 
     #[test]
     fn a_difference_with_a_nan_or_infinity_on_either_side_fails_any_tolerance() {
