@@ -398,6 +398,12 @@ impl Pipeline {
     pub fn canonical_json(&self) -> String {
         serde_json::to_string(self).expect("a pipeline always serialises")
     }
+
+    /// SHA-256 of [`Self::canonical_json`]: the `config_sha256` of the manifest, the journal,
+    /// and a task array's scan files and task manifests.
+    pub fn config_sha256(&self) -> String {
+        crate::contract::checksum::sha256_bytes(self.canonical_json().as_bytes())
+    }
 }
 
 /// A YAML configuration file other than a pipeline (e.g. a training config): parsed with

@@ -6,6 +6,11 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
+/// SHA-256 of bytes in memory, hex-encoded.
+pub fn sha256_bytes(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
 /// SHA-256 of a file, hex-encoded.
 pub fn sha256_file(path: &Path) -> Result<String> {
     let f = File::open(path).with_context(|| format!("could not open '{}'", path.display()))?;

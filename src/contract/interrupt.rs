@@ -41,11 +41,6 @@ pub fn clear() {
     REQUESTED.store(false, Ordering::SeqCst);
 }
 
-/// Asks for a stop, as a signal would (tests and test hooks).
-pub fn request() {
-    REQUESTED.store(true, Ordering::SeqCst);
-}
-
 /// While the returned guard lives, a signal only raises the flag: the caller stops cleanly at
 /// its next check of [`requested`].
 pub fn graceful() -> Graceful {

@@ -130,11 +130,6 @@ impl Experiment {
     pub fn stage(&self, name: &str) -> Option<&Stage> {
         self.stages.iter().find(|s| s.name == name)
     }
-
-    /// Whether stage `name` is `stage` or one it reads, directly or not.
-    pub fn reads(&self, stage: &str, name: &str) -> bool {
-        stage == name || self.stage(stage).is_some_and(|s| s.deps.iter().any(|d| self.reads(d, name)))
-    }
 }
 
 /// Whether `name` can name a stage: it becomes the folder `OUT/<name>/`, so only letters,

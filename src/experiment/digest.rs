@@ -16,7 +16,6 @@
 //! relative to the folder and its digest, in sorted order. A missing path digests as missing.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -141,8 +140,9 @@ impl Digests {
         Ok(())
     }
 
-    /// The SHA-256 of one file's bytes.
-    pub fn file(&mut self, path: &Path) -> Result<String> {
+    /// The SHA-256 of one file's bytes (what [`Self::tree`] does for each file, one at a time).
+    #[cfg(test)]
+    fn file(&mut self, path: &Path) -> Result<String> {
         let (sha256, fresh) = self.lookup(path)?;
         self.keep(path.to_path_buf(), fresh);
         Ok(sha256)
@@ -157,7 +157,7 @@ impl Digests {
             return Ok((e.sha256.clone(), None));
         }
         let hashed_ns = now_ns();
-        let sha256 = sha256_file(path)?;
+        let sha256 = crate::contract::checksum::sha256_file(path)?;
         Ok((sha256.clone(), Some(Entry { stat, hashed_ns, sha256 })))
     }
 
@@ -217,20 +217,6 @@ pub fn digest_of_tree(tree: &BTreeMap<String, String>) -> String {
         h.update(sha.as_bytes());
     }
     hex::encode(h.finalize())
-}
-
-fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("could not read '{}'", path.display()))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).with_context(|| format!("could not read '{}'", path.display()))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex::encode(h.finalize()))
 }
 
 /// Whether a file name is a writer's temporary rather than an output.

@@ -34,7 +34,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+
+use crate::contract::checksum::sha256_bytes;
 
 pub use config::{load, Experiment, Kind, Spec, Stage};
 use digest::Digests;
@@ -78,7 +79,7 @@ pub struct KeyParts {
 
 impl KeyParts {
     pub fn key(&self) -> String {
-        hex::encode(Sha256::digest(serde_json::to_vec(self).expect("key parts serialise")))
+        sha256_bytes(&serde_json::to_vec(self).expect("key parts serialise"))
     }
 
     /// The first part that differs from `before`, in words.
@@ -171,10 +172,9 @@ enum Recorded {
     Found(Box<Record>),
 }
 
-/// Where the chain is: keys and output identities of the stages decided so far.
+/// Where the chain is: the output identities of the stages decided so far.
 #[derive(Default)]
 struct Chain {
-    keys: BTreeMap<String, String>,
     /// Stages whose output is known now (up to date, or ran): its identity.
     identities: BTreeMap<String, String>,
     /// Dry run: stages that will (or may) run, with the identity their output had before.
@@ -283,7 +283,6 @@ fn decide_and_run(
     }
     let parts = key_parts(stage, upstream, digests)?;
     let key = parts.key();
-    chain.keys.insert(stage.name.clone(), key.clone());
     let recorded = read_record(records, &stage.name);
     let started = read_started(records, &stage.name);
     let forced = opts.force.iter().any(|f| f == "all" || f == &stage.name);
@@ -363,7 +362,7 @@ fn run_one(
     }
     crate::contract::kill_point();
     crate::contract::write_file_atomic(&started_path, serde_json::to_string_pretty(&json!({"key": key}))?.as_bytes())?;
-    let cx = RunCx { stage, exp, keys: &chain.keys, resume, forced, quiet: opts.quiet };
+    let cx = RunCx { stage, exp, key, resume, forced, quiet: opts.quiet };
     let outcome = stage.spec.kind().run(&cx);
     entry.seconds = started.elapsed().as_secs_f64();
     match outcome {
@@ -522,7 +521,7 @@ fn key_parts(stage: &Stage, upstream: BTreeMap<String, String>, digests: &mut Di
     Ok(KeyParts {
         version: env!("CARGO_PKG_VERSION").to_string(),
         kind: stage.kind.name().into(),
-        config: hex::encode(Sha256::digest(serde_json::to_vec(&stage.spec.canonical())?)),
+        config: sha256_bytes(&serde_json::to_vec(&stage.spec.canonical())?),
         upstream,
         inputs,
     })

@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use sha2::{Digest, Sha256};
 
 use crate::config::{Pipeline, PipelineStep};
 use crate::contract::document::Document;
@@ -70,7 +69,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     let Sink::Parquet(sink) = &pipeline.sink;
     let threads = threads_or_default(opts.threads);
     let config_json = pipeline.canonical_json();
-    let config_sha256 = hex::encode(Sha256::digest(config_json.as_bytes()));
+    let config_sha256 = crate::contract::checksum::sha256_bytes(config_json.as_bytes());
     let output = Output::locate(&sink.path, opts.task)?;
 
     // Load the vocabulary and run any first pass before the output folder is touched, so a

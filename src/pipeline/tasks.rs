@@ -284,7 +284,7 @@ struct ScanHeader {
 /// part and writes `<out>/tasks/scan/NNNNN.bin` (complete or absent: written aside, then renamed).
 pub fn scan(pipeline: &Pipeline, task: TaskSpec, threads: usize, quiet: bool) -> Result<Scan> {
     let crate::sink::Sink::Parquet(sink) = &pipeline.sink;
-    let config_sha256 = hex::encode(Sha256::digest(pipeline.canonical_json().as_bytes()));
+    let config_sha256 = pipeline.config_sha256();
     let mut steps = pipeline.steps.clone();
     prepare_steps(&mut steps)?;
     let (ordered, quantile) = global_steps(&steps)?;

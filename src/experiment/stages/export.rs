@@ -43,8 +43,7 @@ impl StageKind for Export {
         // change with their configuration while their output stays) could not be called up to
         // date from the key. The key's parts, in OUT/.stages/<stage>.json, lead back through
         // the checkpoint's stage to the shards and the corpus, each by content.
-        let key = cx.keys.get(&cx.stage.name).map(String::as_str).unwrap_or_default();
-        let chain: BTreeMap<&str, &str> = [(cx.stage.name.as_str(), key)].into();
+        let chain: BTreeMap<&str, &str> = [(cx.stage.name.as_str(), cx.key)].into();
         let metadata = vec![
             ("bertpipe_experiment".into(), cx.exp.name.clone()),
             ("bertpipe_chain".into(), serde_json::to_string(&chain)?),

@@ -21,10 +21,11 @@ use super::digest::{digest_of_tree, Digests};
 pub struct RunCx<'a> {
     pub stage: &'a Stage,
     pub exp: &'a Experiment,
-    /// The keys of the stages decided so far (this one's included), by name.
-    pub keys: &'a BTreeMap<String, String>,
+    /// This stage's key.
+    pub key: &'a str,
     /// The same key was started before and did not finish: continue it (a training from its
-    /// newest intact checkpoint, a pipeline from its journal) instead of starting over.
+    /// newest intact checkpoint, a pipeline from its journal) instead of starting over. Never
+    /// with `forced`.
     pub resume: bool,
     /// `--force`: start over, discarding whatever an earlier attempt left.
     pub forced: bool,

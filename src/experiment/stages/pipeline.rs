@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use super::{Outcome, RunCx, StageKind};
 use crate::config::Pipeline;
@@ -51,7 +50,7 @@ impl StageKind for Pipeline {
                 json!({"source_type": source["type"], "label_map": source["label_map"], "sequences": sequences}),
             );
         }
-        Ok(hex::encode(Sha256::digest(serde_json::to_vec(&m)?)))
+        Ok(crate::contract::checksum::sha256_bytes(&serde_json::to_vec(&m)?))
     }
 
     fn run(&self, cx: &RunCx) -> Result<Outcome> {
@@ -89,7 +88,7 @@ fn leftover_tasks(p: &Pipeline, cx: &RunCx) -> Result<Option<crate::contract::ma
     if !tasks.is_dir() {
         return Ok(None);
     }
-    let want = hex::encode(Sha256::digest(p.canonical_json().as_bytes()));
+    let want = p.config_sha256();
     let recorded = crate::pipeline::tasks::recorded_configs(out);
     let scanned = tasks.join(crate::pipeline::tasks::SCAN_DIR).is_dir();
     let stale = recorded.iter().any(|c| c != &want) || (recorded.is_empty() && !scanned);

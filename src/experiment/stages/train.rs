@@ -48,7 +48,7 @@ impl StageKind for TrainConfig {
     }
 
     fn run(&self, cx: &RunCx) -> Result<Outcome> {
-        let resume = cx.resume && !cx.forced && crate::train::checkpoint::newest(&self.output_dir).is_some();
+        let resume = cx.resume && crate::train::checkpoint::newest(&self.output_dir).is_some();
         let opts = crate::train::TrainOptions { resume, overwrite: !resume, quiet: cx.quiet, ..Default::default() };
         let s = crate::train::run(self, &opts)?;
         if !cx.quiet {
