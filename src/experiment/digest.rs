@@ -125,13 +125,18 @@ impl Digests {
         Digests { entries, file: Some(file.to_path_buf()), ..Default::default() }
     }
 
-    /// Saves the cache (whole or not at all), keeping only entries of files that still exist.
-    pub fn save(&mut self) -> Result<()> {
+    /// Saves the cache (whole or not at all) when anything was hashed since the last save; with
+    /// `prune`, when anything was hashed this run, first drops the entries of files that no
+    /// longer exist (a `stat` per entry: done once a run, not after every stage).
+    pub fn save(&mut self, prune: bool) -> Result<()> {
         let Some(file) = &self.file else { return Ok(()) };
-        if !self.changed {
+        let prune = prune && self.hashed_files > 0;
+        if !self.changed && !prune {
             return Ok(());
         }
-        self.entries.retain(|p, _| p.exists());
+        if prune {
+            self.entries.retain(|p, _| p.exists());
+        }
         let on_disk = OnDisk { format: FORMAT.into(), entries: std::mem::take(&mut self.entries) };
         let bytes = serde_json::to_vec(&on_disk)?;
         self.entries = on_disk.entries;
@@ -310,7 +315,7 @@ mod tests {
         std::fs::rename(a.join("train/part-00000.parquet"), a.join("train/part-00001.parquet")).unwrap();
         assert_ne!(d.path(&a).unwrap(), before, "a renamed file changes the folder");
         assert_eq!(d.path(&dir.path().join("nothing")).unwrap(), "missing");
-        d.save().unwrap();
+        d.save(true).unwrap();
         let again = Digests::open(&cache);
         assert_eq!(again.entries.len(), 2);
     }

@@ -237,9 +237,13 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Report> {
             }
         };
         report.stages.push(entry);
+        // Kept after each stage, so a kill loses no hashing done before it.
         if lock.is_some() {
-            digests.save()?;
+            digests.save(false)?;
         }
+    }
+    if lock.is_some() {
+        digests.save(true)?;
     }
     report.hashed_files = digests.hashed_files;
     report.hashed_bytes = digests.hashed_bytes;
@@ -370,7 +374,7 @@ fn run_one(
             crate::contract::kill_point();
             let kind = stage.spec.kind();
             let outputs = output_digests(kind, &stage.out, digests)?;
-            let identity = kind.identity(&stage.out, digests)?;
+            let identity = kind.identity(&stage.out, &outputs)?;
             let record = Record {
                 stage: stage.name.clone(),
                 kind: stage.kind.name().into(),

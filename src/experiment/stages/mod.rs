@@ -15,7 +15,7 @@ use anyhow::Result;
 use serde_json::Value;
 
 use super::config::{Experiment, Stage};
-use super::digest::{digest_of_tree, Digests};
+use super::digest::digest_of_tree;
 
 /// What the runner gives a stage that runs.
 pub struct RunCx<'a> {
@@ -55,15 +55,12 @@ pub trait StageKind {
         vec![out.to_path_buf()]
     }
 
-    /// What a stage reading this one gets from it, as one digest: the key of a reader is built
-    /// from it, so a re-run that leaves it unchanged leaves the readers up to date.
-    fn identity(&self, out: &Path, digests: &mut Digests) -> Result<String> {
-        let mut all = BTreeMap::new();
-        for p in self.outputs(out) {
-            let rel = p.strip_prefix(out).unwrap_or(&p).display().to_string();
-            all.insert(rel, digests.path(&p)?);
-        }
-        Ok(digest_of_tree(&all))
+    /// What a stage reading this one gets from it, as one digest, from `outputs` (every output
+    /// file's digest, by path under `out`, as just recorded): the key of a reader is built from
+    /// it, so a re-run that leaves it unchanged leaves the readers up to date. By default all
+    /// of the outputs.
+    fn identity(&self, _out: &Path, outputs: &BTreeMap<String, String>) -> Result<String> {
+        Ok(digest_of_tree(outputs))
     }
 
     fn run(&self, cx: &RunCx) -> Result<Outcome>;
@@ -83,8 +80,8 @@ impl<T: StageKind + ?Sized> StageKind for Box<T> {
         (**self).outputs(out)
     }
 
-    fn identity(&self, out: &Path, digests: &mut Digests) -> Result<String> {
-        (**self).identity(out, digests)
+    fn identity(&self, out: &Path, outputs: &BTreeMap<String, String>) -> Result<String> {
+        (**self).identity(out, outputs)
     }
 
     fn run(&self, cx: &RunCx) -> Result<Outcome> {

@@ -1,6 +1,7 @@
 //! A pipeline stage: `bertpipe pipeline run` of its pipeline into `OUT/<stage>/`, or the merge
 //! of a task array that ran it (`bertpipe run … --stage NAME --task-index I --task-count N`).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -11,7 +12,6 @@ use super::{Outcome, RunCx, StageKind};
 use crate::config::Pipeline;
 use crate::contract::manifest::{MANIFEST, TASKS_DIR};
 use crate::experiment::config::{json_str, stage_doc, wire_vocab, Ctx, Errors, Raw, Reads, Spec};
-use crate::experiment::digest::Digests;
 
 impl StageKind for Pipeline {
     fn canonical(&self) -> Value {
@@ -28,7 +28,7 @@ impl StageKind for Pipeline {
     /// sequence-building settings a trainer masks with). The manifest lists every shard with its
     /// SHA-256, and the shards themselves are verified as outputs: a pipeline re-run that writes
     /// the same shards leaves everything after it up to date.
-    fn identity(&self, out: &Path, _digests: &mut Digests) -> Result<String> {
+    fn identity(&self, out: &Path, _outputs: &BTreeMap<String, String>) -> Result<String> {
         let path = out.join(MANIFEST);
         let bytes = std::fs::read(&path).with_context(|| format!("could not read '{}'", path.display()))?;
         let mut m: Value =

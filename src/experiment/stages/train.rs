@@ -1,5 +1,6 @@
 //! A training stage: `bertpipe train` with `output_dir: OUT/<stage>/`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -29,22 +30,19 @@ impl StageKind for TrainConfig {
     }
 
     /// Later stages (exports) read the models only: their weights, configuration and
-    /// vocabulary, not the trainer state beside them (which logs the run's speed).
-    fn identity(&self, out: &Path, digests: &mut crate::experiment::digest::Digests) -> Result<String> {
+    /// vocabulary, not the trainer state beside them (which logs the run's speed) nor the
+    /// metrics log.
+    fn identity(&self, _out: &Path, outputs: &BTreeMap<String, String>) -> Result<String> {
         use crate::train::checkpoint::{OPTIMIZER, STATE};
-        let mut all = std::collections::BTreeMap::new();
-        for d in ["final", "best"] {
-            let dir = out.join(d);
-            if !dir.exists() {
-                continue;
-            }
-            for (rel, sha) in digests.tree(&dir)? {
-                if rel != STATE && rel != OPTIMIZER {
-                    all.insert(format!("{d}/{rel}"), sha);
-                }
-            }
-        }
-        Ok(crate::experiment::digest::digest_of_tree(&all))
+        let models: BTreeMap<String, String> = outputs
+            .iter()
+            .filter(|(rel, _)| {
+                let (dir, file) = rel.split_once('/').unwrap_or(("", rel));
+                matches!(dir, "final" | "best") && file != STATE && file != OPTIMIZER
+            })
+            .map(|(rel, sha)| (rel.clone(), sha.clone()))
+            .collect();
+        Ok(crate::experiment::digest::digest_of_tree(&models))
     }
 
     fn run(&self, cx: &RunCx) -> Result<Outcome> {
