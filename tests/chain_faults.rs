@@ -439,6 +439,18 @@ fn resume_skips_a_damaged_checkpoint_for_the_newest_intact_one() {
     std::fs::write(newest.join("optimizer.safetensors"), b"cut").unwrap();
     assert_ok(&run(&exp, &["--force", "finetune"], &[]));
     assert_eq!(weights(&out), weights(&whole.path().join("out")));
+    // No checkpoint intact at all: the chain says how to start over.
+    let o = run(&exp, &["--force", "finetune"], &[("BERTPIPE_STOP_AT_STEP", "3")]);
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    for e in std::fs::read_dir(out.join("finetune")).unwrap().flatten() {
+        if e.path().join("optimizer.safetensors").exists() {
+            std::fs::write(e.path().join("optimizer.safetensors"), b"cut").unwrap();
+        }
+    }
+    let o = run(&exp, &[], &[]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("reads back whole") && e.contains("--force finetune` starts it over"), "{e}");
 }
 
 /// The results of a chain that must not depend on how often it was killed: shards, weights, the

@@ -85,6 +85,9 @@ impl Entry {
     }
 }
 
+/// Trees of at least this many files show a progress bar while they are looked up.
+const PROGRESS_FILES: usize = 5_000;
+
 /// A file's digest, and the cache entry to keep when it had to be hashed.
 type Lookup = Result<(String, Option<Entry>)>;
 
@@ -94,6 +97,8 @@ pub struct Digests {
     entries: BTreeMap<PathBuf, Entry>,
     /// Where the cache is saved; `None` keeps it in memory only.
     file: Option<PathBuf>,
+    /// No progress bar while hashing.
+    quiet: bool,
     changed: bool,
     /// Files hashed (not served from the cache) and their bytes, for reports.
     pub hashed_files: u64,
@@ -115,14 +120,14 @@ fn now_ns() -> u128 {
 impl Digests {
     /// The cache saved in `file`; an absent or unreadable cache starts empty (it only saves
     /// work, never decides anything by itself).
-    pub fn open(file: &Path) -> Digests {
+    pub fn open(file: &Path, quiet: bool) -> Digests {
         let entries = std::fs::read(file)
             .ok()
             .and_then(|b| serde_json::from_slice::<OnDisk>(&b).ok())
             .filter(|d| d.format == FORMAT)
             .map(|d| d.entries)
             .unwrap_or_default();
-        Digests { entries, file: Some(file.to_path_buf()), ..Default::default() }
+        Digests { entries, file: Some(file.to_path_buf()), quiet, ..Default::default() }
     }
 
     /// Saves the cache (whole or not at all) when anything was hashed since the last save; with
@@ -178,18 +183,24 @@ impl Digests {
     /// Every file under `path` (itself if a file) with its digest, by path relative to `path`
     /// (`""` for a file), sorted. Hidden temporaries (`.name.tmp`, `.tmp-…`, `.old-…`) are left
     /// out: they are work in progress, never an output. Files are looked up (and hashed) on
-    /// every core.
+    /// every core, with a progress bar for a large tree (a first run over a corpus of many
+    /// files reads all of them).
     pub fn tree(&mut self, path: &Path) -> Result<BTreeMap<String, String>> {
+        use crate::contract::progress::{Progress, Total};
         use rayon::prelude::*;
         let mut files = Vec::new();
         collect_files(path, path, &mut files)?;
+        let progress = Progress::new(self.quiet || files.len() < PROGRESS_FILES, "hashing");
+        progress.set_total(Total::Files(files.len() as u64));
         let found: Vec<(String, PathBuf, Lookup)> = files
             .into_par_iter()
             .map(|(rel, abs)| {
                 let looked = self.lookup(&abs);
+                progress.advance(0, 1);
                 (rel, abs, looked)
             })
             .collect();
+        progress.finish();
         let mut out = BTreeMap::new();
         for (rel, abs, looked) in found {
             let (sha256, fresh) = looked?;
@@ -307,7 +318,7 @@ mod tests {
         std::fs::write(a.join("manifest.json"), "{}").unwrap();
         std::fs::write(a.join("train/part-00000.parquet"), "rows").unwrap();
         let cache = dir.path().join("digests.json");
-        let mut d = Digests::open(&cache);
+        let mut d = Digests::open(&cache, true);
         let before = d.path(&a).unwrap();
         std::fs::write(a.join(".manifest.json.77-0.tmp"), "half").unwrap();
         std::fs::create_dir_all(a.join(".tmp-checkpoint-3")).unwrap();
@@ -316,7 +327,7 @@ mod tests {
         assert_ne!(d.path(&a).unwrap(), before, "a renamed file changes the folder");
         assert_eq!(d.path(&dir.path().join("nothing")).unwrap(), "missing");
         d.save(true).unwrap();
-        let again = Digests::open(&cache);
+        let again = Digests::open(&cache, true);
         assert_eq!(again.entries.len(), 2);
     }
 }

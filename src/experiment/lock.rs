@@ -8,7 +8,7 @@
 use std::fs::File;
 use std::io::{Seek, Write};
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
@@ -54,8 +54,8 @@ pub fn acquire(out: &Path, mode: Mode, wait: bool) -> Result<OutLock> {
         match err.raw_os_error() {
             Some(libc::EINTR) => continue,
             Some(libc::EWOULDBLOCK) => bail!(
-                "another bertpipe run{} is using '{}' (it holds '{}'); wait for it to finish, or pass --wait to queue behind it",
-                holder(&path).map(|p| format!(" (pid {p})")).unwrap_or_default(),
+                "another bertpipe run ({}) is using '{}' (it holds '{}'); wait for it to finish, or pass --wait to queue behind it",
+                holder(&path),
                 out.display(),
                 path.display()
             ),
@@ -70,8 +70,15 @@ pub fn acquire(out: &Path, mode: Mode, wait: bool) -> Result<OutLock> {
     Ok(OutLock { _file: file })
 }
 
-fn holder(path: &PathBuf) -> Option<u32> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+/// Who holds the lock, in words: the pid a whole run wrote, while that process lives; else
+/// tasks of an array (which share the lock and write no pid).
+fn holder(path: &Path) -> String {
+    let pid: Option<i32> = std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse().ok());
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    match pid.filter(|&p| p > 0 && unsafe { libc::kill(p, 0) } == 0) {
+        Some(p) => format!("pid {p}"),
+        None => "tasks of an array, `bertpipe run … --stage`".into(),
+    }
 }
 
 #[cfg(test)]
@@ -86,9 +93,14 @@ mod tests {
         assert!(e.contains(&format!("pid {}", std::process::id())) && e.contains("--wait"), "{e}");
         assert!(acquire(dir.path(), Mode::Shared, false).is_err(), "a task beside a whole run");
         drop(first);
+        // The whole run has ended (its pid is gone); tasks hold the lock now, and are named.
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        std::fs::write(dir.path().join(LOCK_FILE), format!("{}\n", gone.id())).unwrap();
         let a = acquire(dir.path(), Mode::Shared, false).unwrap();
         let _b = acquire(dir.path(), Mode::Shared, false).unwrap();
-        assert!(acquire(dir.path(), Mode::Exclusive, false).is_err(), "a whole run beside tasks");
+        let e = acquire(dir.path(), Mode::Exclusive, false).unwrap_err().to_string();
+        assert!(e.contains("tasks of an array") && !e.contains(&format!("pid {}", gone.id())), "{e}");
         drop(a);
     }
 }

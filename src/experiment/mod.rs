@@ -199,7 +199,7 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Report> {
         true => None,
     };
     let records = exp.out.join(STAGES_DIR);
-    let mut digests = Digests::open(&records.join(DIGESTS));
+    let mut digests = Digests::open(&records.join(DIGESTS), opts.quiet);
     let mut chain = Chain::default();
     let mut report = Report {
         experiment: exp.name.clone(),

@@ -30,7 +30,9 @@ fn pipeline_of(manifest: &Manifest) -> Option<Pipeline> {
     serde_json::from_value(manifest.config.clone()).ok()
 }
 
-/// Class names in label order: aclImdb folders, an inverted `label_map`, or `LABEL_i`.
+/// Class names in label order: aclImdb folders, an inverted `label_map`, or `LABEL_i`. (What
+/// this and [`Loaders::new`] read of the manifest's `config` is part of a pipeline stage's
+/// identity in `experiment/stages/pipeline.rs`: keep the two in step.)
 fn label_names(manifest: &Manifest, max_label: usize) -> Vec<String> {
     let source = manifest.config.get("source");
     let mut names: Vec<String> = Vec::new();
@@ -370,7 +372,7 @@ fn newest_intact(
         }
         let read = || -> Result<(BertWithHead, SavedOptimizer)> {
             let model = BertWithHead::from_checkpoint(kind, &dir, None, dev, seed)
-                .with_context(|| format!("could not read '{}'", dir.join("model.safetensors").display()))?;
+                .with_context(|| format!("could not read the model in '{}'", dir.display()))?;
             let path = dir.join(checkpoint::OPTIMIZER);
             let saved = candle_core::safetensors::load(&path, dev)
                 .with_context(|| format!("could not read '{}'", path.display()))?;

@@ -48,7 +48,15 @@ impl StageKind for TrainConfig {
     fn run(&self, cx: &RunCx) -> Result<Outcome> {
         let resume = cx.resume && crate::train::checkpoint::newest(&self.output_dir).is_some();
         let opts = crate::train::TrainOptions { resume, overwrite: !resume, quiet: cx.quiet, ..Default::default() };
-        let s = crate::train::run(self, &opts)?;
+        let s = crate::train::run(self, &opts).map_err(|e| match resume {
+            // The error under it is `train --resume`'s; in a chain, starting over is `--force`.
+            true => e.context(format!(
+                "resuming `{name}` failed; `bertpipe run {} --force {name}` starts it over",
+                cx.exp.file.display(),
+                name = cx.stage.name
+            )),
+            false => e,
+        })?;
         if !cx.quiet {
             eprintln!("{}", crate::train::format_summary(&s));
         }
