@@ -295,6 +295,7 @@ fn two_runs_on_one_out_do_not_collide() {
     let out = dir.path().join("out");
     let args = ["run", exp.to_str().unwrap(), "--quiet"];
     let first = command(&args, &[]).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let first_pid = first.id();
     // The second starts once the first holds the lock.
     let lock = out.join(".lock");
     let t = std::time::Instant::now();
@@ -307,7 +308,7 @@ fn two_runs_on_one_out_do_not_collide() {
     assert_ok(&first);
     assert_eq!(second.status.code(), Some(1), "{}", stderr(&second));
     let e = stderr(&second);
-    assert!(e.contains(&format!("pid {}", first_pid(&lock))) && e.contains("--wait"), "{e}");
+    assert!(e.contains(&format!("pid {first_pid}")) && e.contains("--wait"), "{e}");
     // With --wait the second queues behind the first, and finds everything done.
     std::fs::remove_dir_all(&out).unwrap();
     let first = command(&args, &[]).spawn().unwrap();
@@ -322,10 +323,6 @@ fn two_runs_on_one_out_do_not_collide() {
     assert_ok(&first.wait_with_output().unwrap());
     assert_ok(&second);
     expect(&out, &[("data", "up to date"), ("finetune", "up to date"), ("eval", "up to date")]);
-}
-
-fn first_pid(lock: &Path) -> String {
-    std::fs::read_to_string(lock).unwrap().trim().to_string()
 }
 
 #[test]
