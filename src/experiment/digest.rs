@@ -192,12 +192,14 @@ impl Digests {
         collect_files(path, path, &mut files)?;
         let progress = Progress::new(self.quiet || files.len() < PROGRESS_FILES, "hashing");
         progress.set_total(Total::Files(files.len() as u64));
+        // In chunks, so the bar is touched once per 256 files, not per file.
         let found: Vec<(String, PathBuf, Lookup)> = files
-            .into_par_iter()
-            .map(|(rel, abs)| {
-                let looked = self.lookup(&abs);
-                progress.advance(0, 1);
-                (rel, abs, looked)
+            .par_chunks(256)
+            .flat_map_iter(|chunk| {
+                let looked: Vec<_> =
+                    chunk.iter().map(|(rel, abs)| (rel.clone(), abs.clone(), self.lookup(abs))).collect();
+                progress.advance(0, chunk.len() as u64);
+                looked
             })
             .collect();
         progress.finish();
