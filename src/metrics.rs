@@ -1,7 +1,8 @@
 //! Classification and pretraining metrics, shared by `train` (evaluation during training) and
 //! `eval` (ONNX Runtime): accuracy, precision / recall / F1 (binary: the positive class 1;
 //! more classes: macro and per class), ROC-AUC (binary; one-vs-rest macro otherwise), the
-//! confusion matrix, and mean cross-entropy. Windowed rows are first averaged per document.
+//! confusion matrix, calibration bins and mean cross-entropy, as running sums ([`Tally`]) so a
+//! split of any size is scored row by row. Windowed rows are first averaged per document.
 
 use std::collections::BTreeMap;
 
@@ -109,14 +110,26 @@ pub fn softmax(logits: &[f32]) -> Vec<f64> {
     e.into_iter().map(|x| x / sum).collect()
 }
 
+/// Index of the largest value, the first on ties. NaN never wins (index 0 when every value is
+/// NaN): a NaN row used to become class 0 whatever its other values. Callers that score rows
+/// set non-finite ones aside before (see [`all_finite`]).
 pub fn argmax(xs: &[f64]) -> usize {
-    let mut best = 0;
+    let mut best: Option<usize> = None;
     for (i, &x) in xs.iter().enumerate() {
-        if x > xs[best] {
-            best = i;
+        if x.is_nan() {
+            continue;
+        }
+        match best {
+            Some(b) if x <= xs[b] => {}
+            _ => best = Some(i),
         }
     }
-    best
+    best.unwrap_or(0)
+}
+
+/// Whether every value is finite: a row of logits the metrics can use.
+pub fn all_finite(xs: &[f32]) -> bool {
+    xs.iter().all(|x| x.is_finite())
 }
 
 /// Metrics of one class against the rest.
@@ -149,14 +162,102 @@ pub struct ClassificationMetrics {
 
 impl ClassificationMetrics {
     pub fn compute(p: &Predictions, names: &[String]) -> ClassificationMetrics {
-        let k = p.num_labels;
-        let n = p.len();
-        let mut confusion = vec![vec![0usize; k]; k];
-        let mut loss = 0.0;
-        for i in 0..n {
-            confusion[p.labels[i]][p.predicted(i)] += 1;
-            loss -= p.probs(i)[p.labels[i]].max(1e-300).ln();
+        let mut t = Tally::new(p.num_labels, true);
+        for i in 0..p.len() {
+            t.add(p.probs(i), p.labels[i]);
         }
+        t.metrics(names)
+    }
+
+    /// A metric by the name used in `metric_for_best_model` (`accuracy`, `f1`, `loss`, …).
+    pub fn get(&self, name: &str) -> Option<f64> {
+        Some(match name.strip_prefix("eval_").unwrap_or(name) {
+            "loss" => self.loss,
+            "accuracy" => self.accuracy,
+            "precision" => self.precision,
+            "recall" => self.recall,
+            "f1" => self.f1,
+            "roc_auc" => self.roc_auc?,
+            _ => return None,
+        })
+    }
+}
+
+pub const CLASSIFY_METRICS: &[&str] = &["loss", "accuracy", "precision", "recall", "f1", "roc_auc"];
+
+/// 0 when the denominator is 0 (scikit-learn's `zero_division=0`).
+fn ratio(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        0.0
+    } else {
+        a / b
+    }
+}
+
+/// The confidence bins of the reliability diagram.
+pub const CALIBRATION_BINS: usize = 10;
+
+/// Running sums for [`ClassificationMetrics`], one row at a time, so a split of any size is
+/// scored without holding its rows: the confusion matrix, the summed loss, the calibration bins,
+/// and — the only part that grows with the rows — each scored class's probabilities for ROC-AUC
+/// (8 bytes per row when binary, 8 per class and row otherwise; none without `keep_scores`).
+#[derive(Debug, Clone)]
+pub struct Tally {
+    k: usize,
+    confusion: Vec<Vec<usize>>,
+    loss_sum: f64,
+    /// Class 1 when binary, every class otherwise; empty without scores.
+    roc: Vec<RocScores>,
+    /// Per bin: summed confidence, right, rows.
+    calibration: Vec<(f64, usize, usize)>,
+}
+
+impl Tally {
+    pub fn new(num_labels: usize, keep_scores: bool) -> Tally {
+        let scored: Vec<usize> = match (keep_scores, num_labels) {
+            (false, _) => Vec::new(),
+            (true, 2) => vec![1],
+            (true, k) => (0..k).collect(),
+        };
+        Tally {
+            k: num_labels,
+            confusion: vec![vec![0; num_labels]; num_labels],
+            loss_sum: 0.0,
+            roc: scored.into_iter().map(RocScores::new).collect(),
+            calibration: vec![(0.0, 0, 0); CALIBRATION_BINS],
+        }
+    }
+
+    /// One row: its class probabilities and true label.
+    pub fn add(&mut self, probs: &[f64], label: usize) {
+        debug_assert_eq!(probs.len(), self.k);
+        let pred = argmax(probs);
+        self.confusion[label][pred] += 1;
+        self.loss_sum -= probs[label].max(1e-300).ln();
+        for r in &mut self.roc {
+            r.push(probs[r.class], label == r.class);
+        }
+        let c = probs[pred];
+        let b = ((c * CALIBRATION_BINS as f64) as usize).min(CALIBRATION_BINS - 1);
+        let bin = &mut self.calibration[b];
+        bin.0 += c;
+        bin.1 += (pred == label) as usize;
+        bin.2 += 1;
+    }
+
+    pub fn examples(&self) -> usize {
+        self.confusion.iter().flatten().sum()
+    }
+
+    pub fn confusion(&self) -> &[Vec<usize>] {
+        &self.confusion
+    }
+
+    /// The metrics of the rows added so far (`roc_auc` only when scores were kept).
+    pub fn metrics(&mut self, names: &[String]) -> ClassificationMetrics {
+        let k = self.k;
+        let n = self.examples();
+        let confusion = self.confusion.clone();
         let correct: usize = (0..k).map(|c| confusion[c][c]).sum();
         let per_class: Vec<ClassMetrics> = (0..k)
             .map(|c| {
@@ -176,17 +277,15 @@ impl ClassificationMetrics {
             let mean = |f: fn(&ClassMetrics) -> f64| per_class.iter().map(f).sum::<f64>() / k as f64;
             (mean(|m| m.precision), mean(|m| m.recall), mean(|m| m.f1))
         };
-        let roc_auc = if k == 2 {
-            roc_auc_binary(&(0..n).map(|i| p.probs(i)[1]).collect::<Vec<_>>(), &positives(p, 1))
+        let roc_auc = if self.roc.is_empty() {
+            None
         } else {
-            let aucs: Option<Vec<f64>> = (0..k)
-                .map(|c| roc_auc_binary(&(0..n).map(|i| p.probs(i)[c]).collect::<Vec<_>>(), &positives(p, c)))
-                .collect();
-            aucs.map(|a| a.iter().sum::<f64>() / k as f64)
+            let aucs: Option<Vec<f64>> = self.roc.iter_mut().map(RocScores::auc).collect();
+            aucs.map(|a| a.iter().sum::<f64>() / a.len() as f64)
         };
         ClassificationMetrics {
             examples: n,
-            loss: if n > 0 { loss / n as f64 } else { f64::NAN },
+            loss: if n > 0 { self.loss_sum / n as f64 } else { f64::NAN },
             accuracy: ratio(correct as f64, n as f64),
             precision,
             recall,
@@ -197,85 +296,149 @@ impl ClassificationMetrics {
         }
     }
 
-    /// A metric by the name used in `metric_for_best_model` (`accuracy`, `f1`, `loss`, …).
-    pub fn get(&self, name: &str) -> Option<f64> {
-        Some(match name.strip_prefix("eval_").unwrap_or(name) {
-            "loss" => self.loss,
-            "accuracy" => self.accuracy,
-            "precision" => self.precision,
-            "recall" => self.recall,
-            "f1" => self.f1,
-            "roc_auc" => self.roc_auc?,
-            _ => return None,
-        })
+    /// The reliability diagram: rows binned by the predicted class's probability
+    /// ([`CALIBRATION_BINS`] equal-width bins over [0, 1]); empty bins left out.
+    pub fn calibration(&self) -> Vec<CalibrationBin> {
+        self.calibration
+            .iter()
+            .filter(|b| b.2 > 0)
+            .map(|&(c, right, n)| CalibrationBin {
+                confidence: c / n as f64,
+                accuracy: right as f64 / n as f64,
+                examples: n,
+            })
+            .collect()
+    }
+
+    /// The scored classes' probabilities (ROC curves are drawn from them).
+    pub fn roc_scores(&mut self) -> &mut [RocScores] {
+        &mut self.roc
     }
 }
 
-pub const CLASSIFY_METRICS: &[&str] = &["loss", "accuracy", "precision", "recall", "f1", "roc_auc"];
-
-fn positives(p: &Predictions, class: usize) -> Vec<bool> {
-    p.labels.iter().map(|&l| l == class).collect()
+/// One confidence bin of the reliability diagram.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CalibrationBin {
+    pub confidence: f64,
+    pub accuracy: f64,
+    pub examples: usize,
 }
 
-/// 0 when the denominator is 0 (scikit-learn's `zero_division=0`).
-fn ratio(a: f64, b: f64) -> f64 {
-    if b == 0.0 {
-        0.0
-    } else {
-        a / b
-    }
+/// One class's probability on the rows of that class (positives) and on the others.
+#[derive(Debug, Clone, Default)]
+pub struct RocScores {
+    pub class: usize,
+    pos: Vec<f64>,
+    neg: Vec<f64>,
+    sorted: bool,
 }
 
-/// Area under the ROC curve: the Mann–Whitney U statistic with ties counted half, which equals
-/// scikit-learn's trapezoidal `roc_auc_score`. `None` unless both classes occur.
-pub fn roc_auc_binary(scores: &[f64], positive: &[bool]) -> Option<f64> {
-    let n_pos = positive.iter().filter(|&&p| p).count();
-    let n_neg = positive.len() - n_pos;
-    if n_pos == 0 || n_neg == 0 {
-        return None;
+impl RocScores {
+    pub fn new(class: usize) -> RocScores {
+        RocScores { class, ..Default::default() }
     }
-    let mut idx: Vec<usize> = (0..scores.len()).collect();
-    idx.sort_by(|&a, &b| scores[a].total_cmp(&scores[b]));
-    // Average ranks (1-based) over ties.
-    let mut rank_sum_pos = 0.0;
-    let mut i = 0;
-    while i < idx.len() {
-        let mut j = i;
-        while j + 1 < idx.len() && scores[idx[j + 1]].total_cmp(&scores[idx[i]]).is_eq() {
-            j += 1;
+
+    pub fn from_slices(scores: &[f64], positive: &[bool]) -> RocScores {
+        let mut r = RocScores::new(1);
+        for (&s, &p) in scores.iter().zip(positive) {
+            r.push(s, p);
         }
-        let avg_rank = (i + j) as f64 / 2.0 + 1.0;
-        rank_sum_pos += avg_rank * (i..=j).filter(|&t| positive[idx[t]]).count() as f64;
-        i = j + 1;
+        r
     }
-    let u = rank_sum_pos - (n_pos * (n_pos + 1)) as f64 / 2.0;
-    Some(u / (n_pos as f64 * n_neg as f64))
+
+    pub fn push(&mut self, score: f64, positive: bool) {
+        if positive {
+            self.pos.push(score)
+        } else {
+            self.neg.push(score)
+        }
+        self.sorted = false;
+    }
+
+    /// Whether both positives and negatives occur (what a curve needs).
+    pub fn has_both(&self) -> bool {
+        !self.pos.is_empty() && !self.neg.is_empty()
+    }
+
+    /// Ascending in the total order of f64 (NaN above +inf), so ties are exact and a NaN
+    /// cannot stall a loop that groups them.
+    fn sort(&mut self) {
+        if !self.sorted {
+            self.pos.sort_unstable_by(f64::total_cmp);
+            self.neg.sort_unstable_by(f64::total_cmp);
+            self.sorted = true;
+        }
+    }
+
+    /// Area under the ROC curve: the Mann–Whitney U statistic with ties counted half (what
+    /// scikit-learn's trapezoidal `roc_auc_score` gives), counted exactly. `None` unless both
+    /// classes occur.
+    pub fn auc(&mut self) -> Option<f64> {
+        if !self.has_both() {
+            return None;
+        }
+        self.sort();
+        let (pos, neg) = (&self.pos, &self.neg);
+        let mut u = 0.0f64;
+        let (mut i, mut below) = (0, 0);
+        while i < pos.len() {
+            let s = pos[i];
+            let mut group = 0usize;
+            while i < pos.len() && pos[i].total_cmp(&s).is_eq() {
+                group += 1;
+                i += 1;
+            }
+            while below < neg.len() && neg[below].total_cmp(&s).is_lt() {
+                below += 1;
+            }
+            let mut equal = 0usize;
+            while below + equal < neg.len() && neg[below + equal].total_cmp(&s).is_eq() {
+                equal += 1;
+            }
+            u += group as f64 * (below as f64 + 0.5 * equal as f64);
+        }
+        Some(u / (pos.len() as f64 * neg.len() as f64))
+    }
+
+    /// ROC curve points (false positive rate, true positive rate), thresholds descending, one
+    /// point per distinct score.
+    pub fn curve(&mut self) -> Vec<(f64, f64)> {
+        self.sort();
+        let (pos, neg) = (&self.pos, &self.neg);
+        let n_pos = pos.len().max(1) as f64;
+        let n_neg = neg.len().max(1) as f64;
+        let (mut i, mut j) = (pos.len(), neg.len());
+        let (mut tp, mut fp) = (0usize, 0usize);
+        let mut points = vec![(0.0, 0.0)];
+        while i > 0 || j > 0 {
+            let s = match (i, j) {
+                (0, _) => neg[j - 1],
+                (_, 0) => pos[i - 1],
+                _ => std::cmp::max_by(pos[i - 1], neg[j - 1], f64::total_cmp),
+            };
+            while i > 0 && pos[i - 1].total_cmp(&s).is_eq() {
+                tp += 1;
+                i -= 1;
+            }
+            while j > 0 && neg[j - 1].total_cmp(&s).is_eq() {
+                fp += 1;
+                j -= 1;
+            }
+            points.push((fp as f64 / n_neg, tp as f64 / n_pos));
+        }
+        points
+    }
+}
+
+/// Area under the ROC curve of `scores` (see [`RocScores::auc`]). `None` unless both classes
+/// occur.
+pub fn roc_auc_binary(scores: &[f64], positive: &[bool]) -> Option<f64> {
+    RocScores::from_slices(scores, positive).auc()
 }
 
 /// ROC curve points (false positive rate, true positive rate), thresholds descending.
 pub fn roc_curve(scores: &[f64], positive: &[bool]) -> Vec<(f64, f64)> {
-    let n_pos = positive.iter().filter(|&&p| p).count().max(1) as f64;
-    let n_neg = (positive.len() - positive.iter().filter(|&&p| p).count()).max(1) as f64;
-    let mut idx: Vec<usize> = (0..scores.len()).collect();
-    idx.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
-    let (mut tp, mut fp) = (0.0, 0.0);
-    let mut points = vec![(0.0, 0.0)];
-    let mut i = 0;
-    while i < idx.len() {
-        // Ties by the same total order the sort used: with `==`, a NaN score never equalled
-        // itself, the group never advanced, and the curve grew until memory ran out.
-        let s = scores[idx[i]];
-        while i < idx.len() && scores[idx[i]].total_cmp(&s).is_eq() {
-            if positive[idx[i]] {
-                tp += 1.0
-            } else {
-                fp += 1.0
-            }
-            i += 1;
-        }
-        points.push((fp / n_neg, tp / n_pos));
-    }
-    points
+    RocScores::from_slices(scores, positive).curve()
 }
 
 /// Pretraining evaluation: masked-LM loss / accuracy / perplexity and NSP loss / accuracy.
@@ -381,6 +544,77 @@ mod tests {
             assert!(curve.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1), "{scores:?}: {curve:?}");
             let auc = roc_auc_binary(&scores, &positive).unwrap();
             assert!((0.0..=1.0).contains(&auc), "{scores:?}: {auc}");
+        }
+    }
+
+    #[test]
+    fn every_metric_terminates_on_nan_infinite_and_equal_scores() {
+        // argmax: NaN never wins; all NaN is class 0; ties go to the first.
+        assert_eq!(argmax(&[f64::NAN, 0.2, 0.7]), 2);
+        assert_eq!(argmax(&[0.3, f64::NAN]), 0);
+        assert_eq!(argmax(&[f64::NAN, 0.3]), 1);
+        assert_eq!(argmax(&[f64::NAN, f64::NAN]), 0);
+        assert_eq!(argmax(&[f64::NEG_INFINITY, f64::INFINITY]), 1);
+        assert_eq!(argmax(&[0.5, 0.5, 0.5]), 0);
+        assert!(!all_finite(&[f32::INFINITY, 0.0]) && !all_finite(&[f32::NAN]) && all_finite(&[1e38, -1e38]));
+        // What softmax makes of logits that overflowed: NaN, which all_finite catches first.
+        assert!(softmax(&[f32::INFINITY, 1.0]).iter().any(|p| p.is_nan()));
+        let k3 = |a: f64, b: f64, c: f64| [a, b, c];
+        let cases: [Vec<[f64; 3]>; 4] = [
+            vec![k3(f64::NAN, 0.5, 0.5), k3(0.2, f64::NAN, 0.8), k3(0.1, 0.1, 0.8), k3(f64::NAN, f64::NAN, f64::NAN)],
+            vec![k3(f64::INFINITY, 0.0, 0.0), k3(f64::NEG_INFINITY, 1.0, 0.0), k3(0.3, 0.3, 0.4), k3(0.0, 0.0, 1.0)],
+            vec![k3(1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0); 4],
+            vec![k3(f64::NAN, f64::NAN, f64::NAN); 4],
+        ];
+        for rows in cases {
+            let mut p = Predictions::new(3);
+            for (i, r) in rows.iter().enumerate() {
+                p.push_probs(r, i % 3);
+            }
+            let mut t = Tally::new(3, true);
+            for i in 0..p.len() {
+                t.add(p.probs(i), p.labels[i]);
+            }
+            let m = t.metrics(&[]);
+            assert_eq!(m.confusion.iter().flatten().sum::<usize>(), rows.len(), "{rows:?}");
+            assert!((0.0..=1.0).contains(&m.accuracy) && (0.0..=1.0).contains(&m.f1), "{rows:?}: {m:?}");
+            assert!(m.roc_auc.is_none_or(|a| (0.0..=1.0).contains(&a)), "{rows:?}: {m:?}");
+            let bins = t.calibration();
+            assert_eq!(bins.iter().map(|b| b.examples).sum::<usize>(), rows.len(), "{rows:?}");
+            for r in t.roc_scores() {
+                let curve = r.curve();
+                assert!(curve.len() <= rows.len() + 1, "{rows:?}: {curve:?}");
+            }
+            assert_eq!(ClassificationMetrics::compute(&p, &[]).confusion, m.confusion);
+        }
+    }
+
+    #[test]
+    fn auc_from_sorted_scores_equals_the_rank_sum_on_random_data() {
+        let mut rng = crate::rng::Rng(5);
+        for n in [2usize, 7, 50, 301] {
+            // Coarse scores, so ties are common.
+            let scores: Vec<f64> = (0..n).map(|_| rng.below(9) as f64 / 8.0).collect();
+            let positive: Vec<bool> = (0..n).map(|i| i % 3 == 0 || rng.below(2) == 0).collect();
+            let (np, nn) = (positive.iter().filter(|&&p| p).count(), positive.iter().filter(|&&p| !p).count());
+            if np == 0 || nn == 0 {
+                continue;
+            }
+            let mut wins = 0.0;
+            for i in 0..n {
+                for j in 0..n {
+                    if positive[i] && !positive[j] {
+                        wins += if scores[i] > scores[j] {
+                            1.0
+                        } else if scores[i] == scores[j] {
+                            0.5
+                        } else {
+                            0.0
+                        };
+                    }
+                }
+            }
+            assert_eq!(roc_auc_binary(&scores, &positive), Some(wins / (np * nn) as f64), "n={n}");
         }
     }
 
