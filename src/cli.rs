@@ -54,13 +54,22 @@ pub enum Command {
     #[command(subcommand)]
     Export(ExportCommand),
     /// Evaluate an exported model with ONNX Runtime on one split of a shard folder: metrics
-    /// (per row and per document), slices by length and noise, confident mistakes,
-    /// throughput; metrics.json, predictions.parquet and pictures.
-    #[command(after_help = "Examples:
+    /// (per row and per document), slices by length and noise, calibration, confident
+    /// mistakes, non-finite rows, throughput; metrics.json, predictions.parquet and pictures.
+    /// Memory stays flat in the split's size; as a task array, `eval merge` joins the tasks.
+    #[command(
+        args_conflicts_with_subcommands = true,
+        subcommand_negates_reqs = true,
+        after_help = "Examples:
   bertpipe eval --model out/imdb-finetune.onnx --data out/imdb --split test
   bertpipe eval --model model.onnx --data out/imdb --device cuda --batch-size 128 --json > metrics.json
   bertpipe eval --model model.onnx --data out/imdb --max-len 512     # fixed padding instead of per batch
-  bertpipe eval --model model-int8.onnx --data out/imdb --baseline model.onnx --max-drop 0.5")]
+  bertpipe eval --model model-int8.onnx --data out/imdb --baseline model.onnx --max-drop 0.5
+  # four GPUs of one machine, then the merge:
+  for i in 0 1 2 3; do bertpipe eval --model model.onnx --data out/imdb --out out/eval \\
+    --task-index $i --task-count 4 --device cuda:$i --quiet & done; wait
+  bertpipe eval merge out/eval"
+    )]
     Eval(EvalArgs),
     /// Classify raw text with an exported model, through exactly a pipeline's cleaning,
     /// tokenisation and sequence building (windows voted per document).
@@ -118,11 +127,11 @@ pub struct ExportOnnxArgs {
 #[derive(Debug, Args)]
 pub struct EvalArgs {
     /// The ONNX model (from `bertpipe export onnx`).
-    #[arg(long, value_name = "FILE")]
-    pub model: PathBuf,
+    #[arg(long, value_name = "FILE", required = true)]
+    pub model: Option<PathBuf>,
     /// The shard folder (with manifest.json).
-    #[arg(long, value_name = "DIR")]
-    pub data: PathBuf,
+    #[arg(long, value_name = "DIR", required = true)]
+    pub data: Option<PathBuf>,
     #[command(flatten)]
     pub settings: crate::onnx::eval::EvalSettings,
     /// Output folder (default: MODEL-eval-SPLIT beside the model).
@@ -139,8 +148,37 @@ pub struct EvalArgs {
     /// No progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// This task's index, from 0, in a task array (default: SLURM_ARRAY_TASK_ID −
+    /// SLURM_ARRAY_TASK_MIN, or JOB_COMPLETION_INDEX on Kubernetes): it evaluates its share of
+    /// the split's shards into OUT/tasks/NNNNN/; `bertpipe eval merge OUT` reports.
+    #[arg(long, value_name = "I")]
+    pub task_index: Option<u32>,
+    /// How many tasks the split is divided among (default: SLURM_ARRAY_TASK_COUNT).
+    #[arg(long, value_name = "N")]
+    pub task_count: Option<u32>,
     #[command(flatten)]
     pub ort: OrtArgs,
+    #[command(subcommand)]
+    pub command: Option<EvalCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EvalCommand {
+    /// Join the tasks of an eval task array (OUT/tasks/NNNNN/) into OUT/predictions.parquet and
+    /// OUT/metrics.json: the report one process would have written.
+    #[command(after_help = "Examples:
+  bertpipe eval merge out/eval")]
+    Merge(EvalMergeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EvalMergeArgs {
+    /// The `--out` folder the tasks wrote under.
+    #[arg(value_name = "OUT")]
+    pub out: PathBuf,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

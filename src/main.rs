@@ -409,31 +409,52 @@ fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
 
 fn eval(args: bertpipe::cli::EvalArgs) -> anyhow::Result<()> {
     use bertpipe::onnx::eval;
+    if let Some(bertpipe::cli::EvalCommand::Merge(m)) = args.command {
+        let r = eval::merge(&m.out)?;
+        return eval_report(&r, m.json);
+    }
     if let Some((key, why)) = args.settings.problems().into_iter().next() {
         anyhow::bail!("--{}: {why}", key.replace('_', "-"));
     }
-    let mut opts = args.settings.options(args.model, args.data, args.baseline, eval::ScoreLeaked::No);
+    let (Some(model), Some(data)) = (args.model, args.data) else {
+        anyhow::bail!("eval needs --model and --data");
+    };
+    let mut opts = args.settings.options(model, data, args.baseline, eval::ScoreLeaked::No);
     opts.out = args.out;
     opts.ort_lib = args.ort.ort_lib;
     opts.quiet = args.quiet;
-    let r = eval::run(&opts)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-    } else {
-        println!("{}", eval::format_report(&r));
-    }
-    if let Some(g) = r.gate.as_ref().filter(|g| !g.passed) {
-        anyhow::bail!(
-            "the model loses {:.2} accuracy points on {} against the baseline {} (--max-drop {}): agreement {:.2}%, {} flipped",
-            g.drop,
-            g.level,
-            g.baseline,
-            g.max_drop,
-            100.0 * g.agreement,
-            g.flipped
+    if let Some(task) = bertpipe::pipeline::tasks::TaskSpec::resolve(args.task_index, args.task_count)? {
+        let part = eval::run_task(&opts, task)?;
+        let out = eval::out_dir(&opts);
+        eprintln!(
+            "eval task {} of {}: {} rows ({} shards) in {:.1}s, {} with non-finite logits → {}\nwhen every task has finished: bertpipe eval merge {}",
+            task.index,
+            task.count,
+            part.rows,
+            part.shards[1] - part.shards[0],
+            part.model.seconds,
+            part.nonfinite,
+            eval::task_dir(&out, task.index).display(),
+            out.display()
         );
+        return Ok(());
     }
-    Ok(())
+    let r = eval::run(&opts)?;
+    eval_report(&r, args.json)
+}
+
+/// Prints an eval report and fails as it says (non-finite rows unless allowed, a failed gate).
+fn eval_report(r: &bertpipe::onnx::eval::EvalReport, json: bool) -> anyhow::Result<()> {
+    use bertpipe::onnx::eval;
+    if json {
+        println!("{}", serde_json::to_string_pretty(r)?);
+    } else {
+        println!("{}", eval::format_report(r));
+    }
+    match r.failure() {
+        Some(why) => anyhow::bail!("{why}"),
+        None => Ok(()),
+    }
 }
 
 fn predict(args: bertpipe::cli::PredictArgs) -> ExitCode {

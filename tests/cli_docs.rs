@@ -55,18 +55,21 @@ fn long_flags(text: &str) -> BTreeSet<String> {
     flags
 }
 
-/// Every leaf command, by path, with the long flags it takes.
+/// Every command that runs (leaves, and commands with flags of their own), by path, with the
+/// long flags it takes.
 fn leaf_commands() -> BTreeMap<Vec<String>, BTreeSet<String>> {
     fn walk(cmd: &clap::Command, path: &mut Vec<String>, out: &mut BTreeMap<Vec<String>, BTreeSet<String>>) {
         let subs: Vec<&clap::Command> = cmd.get_subcommands().filter(|c| c.get_name() != "help").collect();
-        if subs.is_empty() {
-            let flags = cmd
-                .get_arguments()
-                .filter(|a| !a.is_hide_set())
-                .filter_map(|a| a.get_long())
-                .filter(|l| !matches!(*l, "help" | "version"))
-                .map(str::to_string)
-                .collect();
+        let flags: BTreeSet<String> = cmd
+            .get_arguments()
+            .filter(|a| !a.is_hide_set())
+            .filter_map(|a| a.get_long())
+            .filter(|l| !matches!(*l, "help" | "version"))
+            .map(str::to_string)
+            .collect();
+        // A command that runs itself (flags of its own) and has subcommands too (`eval` and
+        // `eval merge`) is documented as both.
+        if subs.is_empty() || !flags.is_empty() && !path.is_empty() {
             out.insert(path.clone(), flags);
         }
         for s in subs {

@@ -355,6 +355,27 @@ stages:
     assert_eq!(metrics["gate"]["passed"], true);
     let r = report(&out);
     assert_eq!(r["gate"]["figures"]["agreement"], metrics["gate"]["agreement"]);
+    // The report says which export the eval stage evaluated.
+    assert_eq!(r["gate"]["figures"]["model"], "export_int8");
+    // The chain verifies its exports without being asked.
+    assert!(r["export"]["figures"]["verify_max_abs_diff"].as_f64().is_some(), "{}", r["export"]);
+    // The eval stage as a task array: the next run merges it into the one-process report.
+    let e = exp.to_str().unwrap();
+    for i in ["0", "1"] {
+        assert_ok(&bertpipe(&["run", e, "--stage", "gate", "--task-index", i, "--task-count", "2", "--quiet"], &[]));
+    }
+    assert!(out.join("gate/tasks/00001/part.json").is_file());
+    assert_ok(&run(&exp, &[], &[]));
+    assert_eq!(statuses(&out)["gate"], "ran");
+    let r = report(&out);
+    assert_eq!(r["gate"]["figures"]["tasks"], 2);
+    let merged: Value = serde_json::from_str(&std::fs::read_to_string(out.join("gate/metrics.json")).unwrap()).unwrap();
+    for k in ["metrics", "by_length", "calibration", "mistakes", "nonfinite"] {
+        assert_eq!(merged[k], metrics[k], "{k}");
+    }
+    assert_eq!(merged["gate"]["flips"], metrics["gate"]["flips"]);
+    assert_ok(&run(&exp, &[], &[]));
+    assert_eq!(statuses(&out)["gate"], "up to date");
     // The precision is part of the export's key: fp16 re-runs the export and its gate only.
     let o = run(&exp, &["--set", "export_int8.precision=fp16"], &[]);
     assert_ok(&o);

@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Int64Type};
+use arrow_array::Array;
 use bertpipe::onnx::proto::ModelProto;
 use bertpipe::onnx::{export, runtime, verify};
 use common::{assert_ok, bertpipe_env, ort_env, ort_lib, read_parquet, root, run_pipeline, stderr};
@@ -116,6 +117,7 @@ fn export_matches_pytorch_and_candle_on_dynamic_shapes_plain_and_optimized() {
             vocab: None,
             max_len: None,
             external_data: false,
+            fp16_clamp: false,
             metadata: Vec::new(),
         };
         let done = export::export(&opts).unwrap();
@@ -644,6 +646,7 @@ fn int8_and_fp16_exports_stay_within_their_tolerance_of_float32_on_padded_real_t
                     vocab: None,
                     max_len: None,
                     external_data: false,
+                    fp16_clamp: false,
                     metadata: Vec::new(),
                 };
                 let done = export::export(&opts).unwrap();
@@ -774,6 +777,11 @@ fn the_int8_gate_agrees_on_the_sample_and_its_figures_follow_from_the_two_predic
 
 /// A copy of `checkpoint` whose classifier gives the opposite logits (−W, −b).
 fn negated_classifier(checkpoint: &Path, to: &Path) {
+    edited_checkpoint(checkpoint, to, |name| name.starts_with("classifier."), |v| -v);
+}
+
+/// A copy of a checkpoint whose tensors named so have every float32 value mapped by `f`.
+fn edited_checkpoint(checkpoint: &Path, to: &Path, which: impl Fn(&str) -> bool, f: impl Fn(f32) -> f32) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(checkpoint).unwrap().flatten() {
         std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
@@ -783,10 +791,10 @@ fn negated_classifier(checkpoint: &Path, to: &Path) {
     let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
     for (name, view) in st.tensors() {
         let mut data = view.data().to_vec();
-        if name.starts_with("classifier.") {
+        if which(&name) {
             assert_eq!(view.dtype(), safetensors::Dtype::F32);
             for c in data.chunks_exact_mut(4) {
-                let v = -f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                let v = f(f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
                 c.copy_from_slice(&v.to_le_bytes());
             }
         }
@@ -815,16 +823,30 @@ fn a_model_that_loses_more_than_max_drop_fails_the_gate_with_exit_1() {
     assert!((2.0 * acc - 1.0).abs() > 0.01, "a degenerate fixture: accuracy {acc}");
     let out = dir.path().join("gate");
     let base = baseline.display().to_string();
-    let o = eval_cli(model, &t.shards, &out, &["--baseline", &base]);
+    // Strict: the drop alone fails it.
+    let o = eval_cli(model, &t.shards, &out, &["--baseline", &base, "--strict-gate"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let err = stderr(&o);
     assert!(err.contains("accuracy points") && err.contains("--max-drop 0.5"), "{err}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("gate: FAILED"));
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
     let g = &saved["gate"];
-    assert_eq!(g["passed"], false);
+    assert_eq!((g["passed"].as_bool(), g["rule"].as_str()), (Some(false), Some("strict")));
     assert!((g["drop"].as_f64().unwrap() - 100.0 * (2.0 * acc - 1.0).abs()).abs() < 1e-6, "{g}");
     assert_eq!(g["agreement"].as_f64().unwrap(), 0.0, "every prediction flips");
+    // Every row flips, so the discordant rows are all of them: b the baseline's right ones, c
+    // the rest; McNemar's p is the binomial tail, and the default rule fails only below 0.05.
+    let rows = g["examples"].as_u64().unwrap();
+    let (b, c) = (g["baseline_only_right"].as_u64().unwrap(), g["model_only_right"].as_u64().unwrap());
+    assert_eq!(b + c, rows);
+    assert_eq!(b as f64 / rows as f64, acc.max(1.0 - acc));
+    let p = g["mcnemar_p"].as_f64().unwrap();
+    assert!((p - bertpipe::onnx::gate::mcnemar_exact(b as usize, c as usize)).abs() < 1e-12);
+    let o = eval_cli(model, &t.shards, &out, &["--baseline", &base]);
+    assert_eq!(o.status.success(), p >= 0.05, "p = {p}: {}", stderr(&o));
+    // With a baseline as good as its own prediction, nothing is lost.
+    let o = eval_cli(baseline, &t.shards, &dir.path().join("same"), &["--baseline", &base]);
+    assert_ok(&o);
     // A looser gate passes the same pair.
     assert_ok(&eval_cli(model, &t.shards, &out, &["--baseline", &base, "--max-drop", "100"]));
     // --max-drop means nothing without a baseline.
@@ -933,4 +955,177 @@ fn the_manifest_counts_test_leakage_and_eval_scores_the_clean_and_leaked_parts_a
     assert!(common::manifest(&off).get("leakage").is_none());
     let o = eval_cli(&t.model, &off, &dir.path().join("eval3"), &["--exclude-leaked"]);
     assert!(!o.status.success() && stderr(&o).contains("stats --leakage"), "{}", stderr(&o));
+}
+
+/// The reproduction: classifier weights of 3e38 (finite; the loader takes them) make
+/// logits overflow. Eval ends, counts and names the rows, leaves them out of the metrics, marks
+/// them in the predictions file, and fails unless --allow-nonfinite.
+#[test]
+fn rows_with_non_finite_logits_are_counted_named_and_fail_the_run_unless_allowed() {
+    let t = trained();
+    let dir = tempfile::tempdir().unwrap();
+    let huge = dir.path().join("huge");
+    edited_checkpoint(&t.checkpoint, &huge, |n| n == "classifier.weight", |_| 3e38);
+    let model = dir.path().join("huge.onnx");
+    assert_ok(&export_cli(&huge, &model, &[]));
+    let out = dir.path().join("eval");
+    let started = std::time::Instant::now();
+    let o = eval_cli(&model, &t.shards, &out, &["--json"]);
+    assert!(started.elapsed().as_secs() < 120, "took {:?}", started.elapsed());
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("NaN or infinite logits") && err.contains("--allow-nonfinite"), "{err}");
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = r["rows"].as_u64().unwrap();
+    let bad = r["nonfinite"]["rows"].as_u64().unwrap();
+    assert!(bad > 0 && bad <= rows, "{}", r["nonfinite"]);
+    let ids: Vec<&str> = r["nonfinite"]["ids"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(ids.len() as u64, bad.min(100));
+    // The metrics are of the finite rows only.
+    let scored = r["metrics"]["examples"].as_u64().unwrap_or(0);
+    assert_eq!(scored + bad, rows - r["unlabelled"].as_u64().unwrap());
+    // The predictions file marks them, and lists them first-come in the split's order.
+    let batches = read_parquet(&out.join("predictions.parquet"));
+    let mut marked = Vec::new();
+    for b in &batches {
+        let finite = b.column_by_name("finite").unwrap().as_boolean();
+        let id = b.column_by_name("id").unwrap().as_string::<i32>();
+        let pred = b.column_by_name("prediction").unwrap();
+        for i in 0..b.num_rows() {
+            if !finite.value(i) {
+                assert!(pred.is_null(i), "a non-finite row has no prediction");
+                marked.push(id.value(i).to_string());
+            }
+        }
+    }
+    assert_eq!(marked.len() as u64, bad);
+    assert_eq!(&marked[..ids.len()], &ids[..]);
+    // Allowed: the same report, exit 0.
+    let o = eval_cli(&model, &t.shards, &dir.path().join("allowed"), &["--allow-nonfinite"]);
+    assert_ok(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("non-finite"), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+/// The report without what differs between runs by nature: timings, paths, process counts.
+fn comparable(mut r: Value) -> Value {
+    let o = r.as_object_mut().unwrap();
+    for k in ["throughput", "outputs", "tasks", "provider"] {
+        o.remove(k);
+    }
+    if let Some(g) = o.get_mut("gate").and_then(Value::as_object_mut) {
+        for k in ["docs_per_second", "baseline_docs_per_second", "speedup"] {
+            g.remove(k);
+        }
+    }
+    r
+}
+
+/// Eval as a task array: 1, 3 and 7 tasks over uneven shards (windows split across shard
+/// boundaries, a baseline that flips every prediction) merge to the single run's predictions
+/// byte for byte and its report figure for figure; an incomplete array refuses to merge.
+#[test]
+fn eval_task_arrays_merge_to_the_single_run_byte_for_byte() {
+    let t = trained();
+    let dir = tempfile::tempdir().unwrap();
+    let shards = dir.path().join("windows");
+    let window = "steps[7]={type: classify_sequences, max_len: 64, truncation: window, window_stride: 48}";
+    assert_ok(&run_pipeline(
+        "pipelines/imdb.yaml",
+        &shards,
+        &["--set", window, "--set", "sink.shard_rows=13", "--set", "sink.keep_text=true"],
+    ));
+    let test_shards = common::manifest(&shards)["splits"]["test"]["shards"].as_array().unwrap().len();
+    assert!(test_shards >= 5, "{test_shards} shards");
+    let flipped_ckpt = dir.path().join("flipped");
+    negated_classifier(&t.checkpoint, &flipped_ckpt);
+    let flipped = dir.path().join("flipped.onnx");
+    assert_ok(&export_cli(&flipped_ckpt, &flipped, &[]));
+    let base = flipped.display().to_string();
+    let flags = ["--baseline", base.as_str(), "--max-drop", "100", "--batch-size", "5"];
+
+    let single = dir.path().join("single");
+    let o = eval_cli(&t.model, &shards, &single, &[&flags[..], &["--json"]].concat());
+    assert_ok(&o);
+    let want: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(want["gate"]["flips"].as_array().unwrap().iter().any(|f| f["text"].is_string()));
+    assert!(want["documents"].as_u64() < want["rows"].as_u64());
+    let files = ["predictions.parquet", "baseline_predictions.parquet"];
+
+    for count in [1usize, 3, 7] {
+        let out = dir.path().join(format!("tasks-{count}"));
+        for i in 0..count {
+            let (ci, cc) = (i.to_string(), count.to_string());
+            let o = if i == 1 {
+                // The scheduler's variables instead of flags (Slurm: --array=1-N).
+                let (m, d, o) =
+                    (t.model.display().to_string(), shards.display().to_string(), out.display().to_string());
+                let mut args = vec!["eval", "--model", &m, "--data", &d, "--out", &o, "--quiet"];
+                args.extend_from_slice(&flags);
+                let env = ort_env();
+                let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                let id = (i + 1).to_string();
+                env.extend([
+                    ("SLURM_ARRAY_TASK_ID", id.as_str()),
+                    ("SLURM_ARRAY_TASK_MIN", "1"),
+                    ("SLURM_ARRAY_TASK_COUNT", cc.as_str()),
+                ]);
+                bertpipe_env(&args, &env)
+            } else {
+                eval_cli(&t.model, &shards, &out, &[&flags[..], &["--task-index", &ci, "--task-count", &cc]].concat())
+            };
+            assert_ok(&o);
+            if count == 7 && i == 5 {
+                // Six of seven done: the merge names what is missing.
+                let o = run(&["eval", "merge", &out.display().to_string()]);
+                assert!(!o.status.success() && stderr(&o).contains("have not finished: 6"), "{}", stderr(&o));
+            }
+        }
+        let o = run(&["eval", "merge", &out.display().to_string(), "--json"]);
+        assert_ok(&o);
+        let got: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(got["tasks"].as_u64(), Some(count as u64));
+        assert_eq!(comparable(got), comparable(want.clone()), "{count} tasks");
+        for f in files {
+            assert!(
+                std::fs::read(out.join(f)).unwrap() == std::fs::read(single.join(f)).unwrap(),
+                "{count} tasks: {f} differs"
+            );
+        }
+    }
+}
+
+/// fp16 cannot hold weights beyond ±65504: the export names the tensor, or clamps when told.
+#[test]
+fn fp16_export_refuses_weights_beyond_its_range_unless_clamped() {
+    let t = trained();
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big");
+    let tensor = "bert.encoder.layer.0.intermediate.dense.weight";
+    edited_checkpoint(&t.checkpoint, &big, |n| n == tensor, |v| if v > 0.0 { 1e5 } else { v });
+    let o = export_cli(&big, &dir.path().join("fp16.onnx"), &["--precision", "fp16"]);
+    assert!(!o.status.success(), "exported");
+    let err = stderr(&o);
+    assert!(
+        err.contains("outside fp16's range") && err.contains("--fp16-clamp") && err.contains("intermediate"),
+        "{err}"
+    );
+    let o = export_cli(&big, &dir.path().join("fp16.onnx"), &["--precision", "fp16", "--fp16-clamp"]);
+    assert_ok(&o);
+    assert!(stderr(&o).contains("clamped") && stderr(&o).contains("intermediate"), "{}", stderr(&o));
+    // fp32 holds them as they are.
+    assert_ok(&export_cli(&big, &dir.path().join("fp32.onnx"), &[]));
+}
+
+/// A split with no rows (every document filtered out) is an error naming it, not a report with
+/// no metrics and exit 0.
+#[test]
+fn an_empty_split_is_an_error_naming_it() {
+    let t = trained();
+    let dir = tempfile::tempdir().unwrap();
+    let shards = dir.path().join("empty");
+    assert_ok(&run_pipeline("pipelines/imdb.yaml", &shards, &["--set", "steps[4]={type: filter, min_words: 100000}"]));
+    assert_eq!(common::manifest(&shards)["splits"]["test"]["rows"], 0);
+    let o = eval_cli(&t.model, &shards, &dir.path().join("eval"), &[]);
+    assert!(!o.status.success(), "an empty split evaluated");
+    assert!(stderr(&o).contains("split `test`") && stderr(&o).contains("has no rows"), "{}", stderr(&o));
 }

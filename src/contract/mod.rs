@@ -29,15 +29,22 @@ pub use step::{Step, Verdict};
 /// (`.<name>.<pid>-<n>.tmp`, unique to this process and call, so two processes writing the same
 /// file never share one), which is then renamed over it (the folder is created if needed).
 pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
-    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(".{name}.{}-{n}.tmp", std::process::id()));
+    let tmp = temp_path(path);
     std::fs::write(&tmp, bytes).with_context(|| format!("could not write '{}'", tmp.display()))?;
     kill_point();
     std::fs::rename(&tmp, path).with_context(|| format!("could not write '{}'", path.display()))
+}
+
+/// A temporary beside `path`, unique to this process and call (`.<name>.<pid>-<n>.tmp`), for a
+/// file written in full and then renamed over `path`.
+pub fn temp_path(path: &Path) -> std::path::PathBuf {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    dir.join(format!(".{name}.{}-{n}.tmp", std::process::id()))
 }
 
 /// The file a temporary of [`write_file_atomic`] (`.<name>.<pid>-<n>.tmp`) or of a shard

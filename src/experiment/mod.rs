@@ -469,9 +469,10 @@ fn outputs_changed(exp: &Experiment, stage: &Stage, r: &Record, digests: &mut Di
     Ok(None)
 }
 
-/// One task of a pipeline stage, as a member of a task array (`bertpipe run … --stage NAME
-/// --task-index I --task-count N`, with `scan` its first phase): exactly `pipeline scan` /
-/// `pipeline run` of the stage's pipeline. The next plain run merges the tasks. Tasks share
+/// One task of a pipeline or eval stage, as a member of a task array (`bertpipe run … --stage
+/// NAME --task-index I --task-count N`, with `scan` a pipeline's first phase): exactly
+/// `pipeline scan` / `pipeline run` of the stage's pipeline, or `eval --task-index` of its
+/// evaluation. The next plain run merges the tasks. Tasks share
 /// `OUT/.lock` with one another, never with a whole run.
 pub fn run_task(
     exp: &Experiment,
@@ -484,10 +485,29 @@ pub fn run_task(
         let names: Vec<&str> = exp.stages.iter().map(|s| s.name.as_str()).collect();
         bail!("--stage {name}: no such stage (stages: {})", names.join(", "));
     };
-    let Spec::Pipeline(p) = &stage.spec else {
-        bail!("--stage {name}: only a pipeline stage runs as a task array; `{name}` is a {} stage", stage.kind.name());
-    };
     check_writes(exp, stage)?;
+    let p = match &stage.spec {
+        Spec::Pipeline(p) => p,
+        Spec::Eval(e) if !scan => {
+            let _lock = lock::acquire(&exp.out, lock::Mode::Shared, false)?;
+            let part = crate::onnx::eval::run_task(&e.options(&stage.out, quiet), task)?;
+            if !quiet {
+                eprintln!(
+                    "`{name}` task {} of {}: {} rows; the next `bertpipe run {}` merges the tasks",
+                    task.index,
+                    task.count,
+                    part.rows,
+                    exp.file.display()
+                );
+            }
+            return Ok(());
+        }
+        Spec::Eval(_) => bail!("--scan: `{name}` is an eval stage; only a pipeline stage has a scan phase"),
+        _ => bail!(
+            "--stage {name}: only pipeline and eval stages run as task arrays; `{name}` is a {} stage",
+            stage.kind.name()
+        ),
+    };
     let _lock = lock::acquire(&exp.out, lock::Mode::Shared, false)?;
     if scan {
         crate::pipeline::tasks::scan(p, task, 0, quiet)?;

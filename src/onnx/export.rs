@@ -128,6 +128,10 @@ pub struct ExportSettings {
     /// Write the weights to OUT.data beside the model (automatic past protobuf's 2 GB limit).
     #[arg(long)]
     pub external_data: bool,
+    /// With `--precision fp16`: clamp weights beyond fp16's range (±65504) to it, with a warning
+    /// naming them (without it such weights fail the export, naming the tensor).
+    #[arg(long)]
+    pub fp16_clamp: bool,
 }
 
 impl ExportSettings {
@@ -141,6 +145,7 @@ impl ExportSettings {
             vocab: self.vocab.clone(),
             max_len: self.max_len,
             external_data: self.external_data,
+            fp16_clamp: self.fp16_clamp,
             metadata,
         }
     }
@@ -163,6 +168,8 @@ pub struct ExportOptions {
     /// Weights in `OUT.data` beside the model even when it would fit in one file (always
     /// done past protobuf's 2 GB limit).
     pub external_data: bool,
+    /// fp16 weights beyond ±65504 are clamped (with a warning) instead of refused.
+    pub fp16_clamp: bool,
     /// More metadata entries (an experiment's stage keys).
     pub metadata: Vec<(String, String)>,
 }
@@ -249,7 +256,7 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
         ("quantization".to_string(), opts.precision.scheme().to_string()),
     ];
     metadata.extend(opts.metadata.iter().cloned());
-    let (mut proto, nodes) = build(&model, opts.optimize, opts.precision, &metadata)?;
+    let (mut proto, nodes) = build(&model, opts.optimize, opts.precision, opts.fp16_clamp, &metadata)?;
     let parameters = model.params.vars.iter().map(|(_, v)| v.elem_count()).sum();
 
     let out = &opts.out;
@@ -289,6 +296,7 @@ pub fn build(
     model: &BertWithHead,
     optimize: bool,
     precision: Precision,
+    fp16_clamp: bool,
     metadata: &[(String, String)],
 ) -> Result<(ModelProto, usize)> {
     let Head::Classifier { classifier, .. } = &model.head else {
@@ -297,6 +305,7 @@ pub fn build(
     let c = &model.config;
     let p = precision;
     let mut g = Graph::default();
+    g.fp16_clamp = fp16_clamp;
     let dims = [Err("batch"), Err("sequence")];
     for name in ["input_ids", "attention_mask", "token_type_ids"] {
         g.inputs.push(ValueInfoProto::tensor(name, data_type::INT64, &dims));
@@ -342,6 +351,13 @@ pub fn build(
     g.outputs.push(ValueInfoProto::tensor("logits", data_type::FLOAT, &[Err("batch"), Ok(c.num_labels() as i64)]));
 
     let nodes = g.node_count();
+    if !g.clamped.is_empty() {
+        eprintln!(
+            "warning: --fp16-clamp: {} tensors had weights beyond fp16's ±65504, clamped to it: {}",
+            g.clamped.len(),
+            g.clamped.join(", ")
+        );
+    }
     let mut opset_import = vec![OperatorSetIdProto { domain: String::new(), version: OPSET }];
     if g.uses_ms_domain {
         opset_import.push(OperatorSetIdProto { domain: super::graph::MS_DOMAIN.to_string(), version: 1 });
@@ -390,11 +406,30 @@ fn weight(g: &mut Graph, name: &str, t: &Tensor) -> Result<String> {
     Ok(g.f32_init(name, t.dims(), &values(t)?))
 }
 
-/// A float parameter in the precision's float type (fp16 for `--fp16`, else float32).
+/// A float parameter in the precision's float type (fp16 for `--fp16`, else float32). An fp16
+/// parameter beyond fp16's range (±65504) would become infinite: refused, naming it, unless
+/// `--fp16-clamp` (then clamped and listed in `g.clamped`).
 fn param(g: &mut Graph, name: &str, t: &Tensor, p: Precision) -> Result<String> {
-    let v = values(t)?;
+    let mut v = values(t)?;
     Ok(match p {
-        Precision::Fp16 => g.f16_init(name, t.dims(), &v),
+        Precision::Fp16 => {
+            let max = half::f16::MAX.to_f32();
+            let over = v.iter().filter(|x| x.abs() > max).count();
+            if over > 0 {
+                let worst = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+                if !g.fp16_clamp {
+                    bail!(
+                        "`{name}`: {over} of its {} weights lie outside fp16's range (±65504; the largest |w| is {worst:e}), and fp16 would make them infinite: export in fp32, or pass --fp16-clamp to clamp them to ±65504",
+                        v.len()
+                    );
+                }
+                for x in &mut v {
+                    *x = x.clamp(-max, max);
+                }
+                g.clamped.push(format!("{name} ({over} weights, the largest |w| {worst:e})"));
+            }
+            g.f16_init(name, t.dims(), &v)
+        }
         _ => g.f32_init(name, t.dims(), &v),
     })
 }

@@ -1,20 +1,35 @@
 //! `eval --baseline BASE.onnx`: what changed between two models on the same rows — typically an
 //! int8 or fp16 export against the float32 one it came from. Agreement, the change in accuracy,
 //! F1 and loss overall and per slice (the length and noise slices `eval` reports), the largest
-//! shifts in probability and every flipped prediction; the model fails the gate when it loses
-//! more than `--max-drop` accuracy points.
+//! shifts in probability and every flipped prediction. The model fails the gate when it loses
+//! more than `--max-drop` accuracy points *and* the loss is unlikely to be noise: McNemar's exact
+//! test on the rows (documents) only one side gets right gives p < `--gate-alpha` (0.05). With
+//! `--strict-gate` the drop alone decides. On 189 rows one flipped prediction is 0.53 points, and
+//! p = 1: that passes; a model wrong where the baseline was right on 8 of 8 discordant rows fails.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::rows::RowResult;
-use crate::metrics::{argmax, ClassificationMetrics, Predictions};
+use super::score::GateCounts;
 
 /// The default `--max-drop`, in accuracy points: half a point, the loss the quantisation
 /// recipes (ONNX Runtime's, Optimum's) call acceptable for dynamic int8 on BERT.
 pub const DEFAULT_MAX_DROP: f64 = 0.5;
 
+/// The default `--gate-alpha`: a loss above `--max-drop` fails the gate when McNemar's exact
+/// test puts its p-value below this.
+pub const DEFAULT_ALPHA: f64 = 0.05;
+
 /// How many flipped rows and probability shifts are listed (all are counted).
-const LISTED: usize = 100;
+pub const LISTED: usize = 100;
+
+/// When a loss above `max_drop` fails the gate.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GateRule {
+    /// Whatever its p-value (`--strict-gate`).
+    pub strict: bool,
+    /// Otherwise only when McNemar's exact p is below this.
+    pub alpha: f64,
+}
 
 /// A metric on the baseline and on the model, and the change (model − baseline).
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
@@ -25,7 +40,7 @@ pub struct Change {
 }
 
 impl Change {
-    fn of(baseline: f64, model: f64) -> Change {
+    pub fn of(baseline: f64, model: f64) -> Change {
         Change { baseline, model, change: model - baseline }
     }
 }
@@ -54,7 +69,7 @@ pub struct Shift {
 }
 
 /// A row predicted differently.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Flip {
     pub id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -78,7 +93,13 @@ pub struct Gate {
     pub baseline_docs_per_second: f64,
     pub docs_per_second: f64,
     pub speedup: f64,
+    /// Rows compared: those with finite outputs on both sides.
     pub rows: usize,
+    /// Rows left out because the baseline's or the model's logits are not finite.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub baseline_nonfinite: usize,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub model_nonfinite: usize,
     /// Share of rows with the same predicted class.
     pub agreement: f64,
     pub flipped: usize,
@@ -102,15 +123,55 @@ pub struct Gate {
     pub max_drop: f64,
     /// Accuracy points lost on `level`: 100 · (baseline − model); negative when the model gained.
     pub drop: f64,
+    /// Its 95% confidence interval (paired proportions, Wald), in points.
+    pub drop_ci95: [f64; 2],
+    /// Labelled examples on `level`, and how many of them only one side gets right.
+    pub examples: usize,
+    pub baseline_only_right: usize,
+    pub model_only_right: usize,
+    /// McNemar's exact test (two-sided binomial on the discordant examples): the chance of a split
+    /// at least this uneven if the two models were equally accurate.
+    pub mcnemar_p: f64,
+    /// `significant` (fail only when p < alpha) or `strict` (the drop alone decides).
+    pub rule: String,
+    pub alpha: f64,
     pub passed: bool,
 }
 
-/// How a row falls into slices: the names of its length and noise buckets.
-pub struct Slicing<'a> {
-    pub length: &'a dyn Fn(&RowResult) -> Option<String>,
-    pub length_order: &'a [String],
-    pub noise: &'a dyn Fn(&RowResult) -> Option<String>,
-    pub noise_order: &'a [String],
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// McNemar's exact test: P(a Binomial(b + c, ½) split at least as uneven as b : c), two-sided,
+/// summed in log space (no underflow at millions of rows).
+pub fn mcnemar_exact(b: usize, c: usize) -> f64 {
+    let n = b + c;
+    if n == 0 {
+        return 1.0;
+    }
+    let m = b.min(c);
+    // ln P(X = i) for i = 0..=m, from ln P(X = 0) = −n ln 2 by the ratio (n − i) / (i + 1).
+    let mut ln_term = -(n as f64) * std::f64::consts::LN_2;
+    let mut terms = Vec::with_capacity(m + 1);
+    for i in 0..=m {
+        terms.push(ln_term);
+        ln_term += ((n - i) as f64).ln() - ((i + 1) as f64).ln();
+    }
+    let top = terms.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let tail = top.exp() * terms.iter().map(|t| (t - top).exp()).sum::<f64>();
+    (2.0 * tail).min(1.0)
+}
+
+/// The accuracy change's 95% interval in points: the paired difference (b − c) / n with its
+/// Wald standard error √((b + c) − (b − c)² / n) / n.
+pub fn drop_interval(b: usize, c: usize, n: usize) -> [f64; 2] {
+    if n == 0 {
+        return [f64::NAN, f64::NAN];
+    }
+    let (b, c, n) = (b as f64, c as f64, n as f64);
+    let d = (b - c) / n;
+    let se = (((b + c) - (b - c) * (b - c) / n).max(0.0)).sqrt() / n;
+    [100.0 * (d - 1.96 * se), 100.0 * (d + 1.96 * se)]
 }
 
 /// Who ran, for the report.
@@ -122,145 +183,51 @@ pub struct Sides<'a> {
     pub docs_per_second: f64,
 }
 
-/// Compares the two models' rows (the same rows, in the same order).
-pub fn compare(
-    baseline: &[RowResult],
-    model: &[RowResult],
-    names: &[String],
-    slicing: &Slicing,
-    sides: &Sides,
-    max_drop: f64,
-) -> anyhow::Result<Gate> {
-    if baseline.len() != model.len() || baseline.iter().zip(model).any(|(b, m)| b.meta.id != m.meta.id) {
-        anyhow::bail!("the baseline and the model were not run on the same rows");
-    }
-    let pairs: Vec<(&RowResult, &RowResult)> = baseline.iter().zip(model).collect();
-    let labelled: Vec<(&RowResult, &RowResult)> =
-        pairs.iter().copied().filter(|(b, _)| b.meta.label.is_some()).collect();
-    if labelled.is_empty() {
-        anyhow::bail!("the split has no labelled rows: the gate compares accuracy, so --baseline needs labels");
-    }
-    let same = |(b, m): &(&RowResult, &RowResult)| argmax(&b.probs) == argmax(&m.probs);
-    let agreement = pairs.iter().filter(|p| same(p)).count() as f64 / pairs.len().max(1) as f64;
-    let (mb, mm) = (metrics(labelled.iter().map(|p| p.0), names), metrics(labelled.iter().map(|p| p.1), names));
-
-    // Windows of documents: the drop is on documents, scored as `eval` scores them.
-    let windows = pairs.iter().any(|(b, _)| b.meta.doc_id.is_some());
-    let document_accuracy = windows.then(|| {
-        let ids: Vec<String> =
-            labelled.iter().map(|(b, _)| b.meta.doc_id.clone().unwrap_or_else(|| b.meta.id.clone())).collect();
-        let side = |model_side: bool| {
-            let mut p = Predictions::new(names.len());
-            for (b, m) in &labelled {
-                let r = if model_side { m } else { b };
-                p.push_probs(&r.probs, r.meta.label.unwrap_or(0) as usize);
-            }
-            ClassificationMetrics::compute(&p.per_document(&ids), names).accuracy
-        };
-        Change::of(side(false), side(true))
-    });
-    let accuracy = Change::of(mb.accuracy, mm.accuracy);
-    let (level, gated) = match document_accuracy {
+/// The gate from what [`super::score::compare`] counted, the flipped rows listed while inference
+/// ran (with their texts), and the rule.
+pub fn finish(c: GateCounts, sides: &Sides, flips: Vec<Flip>, max_drop: f64, rule: GateRule) -> Gate {
+    let (level, gated) = match c.document_accuracy {
         Some(d) => ("documents", d),
-        None => ("rows", accuracy),
+        None => ("rows", c.accuracy),
     };
     let drop = 100.0 * (gated.baseline - gated.model);
-
-    let slice = |bucket: &dyn Fn(&RowResult) -> Option<String>, order: &[String]| -> Vec<SliceChange> {
-        order
-            .iter()
-            .filter_map(|name| {
-                let rows: Vec<_> = labelled.iter().copied().filter(|(b, _)| bucket(b).as_ref() == Some(name)).collect();
-                if rows.is_empty() {
-                    return None;
-                }
-                let (b, m) = (metrics(rows.iter().map(|p| p.0), names), metrics(rows.iter().map(|p| p.1), names));
-                Some(SliceChange {
-                    bucket: name.clone(),
-                    examples: rows.len(),
-                    agreement: rows.iter().filter(|p| same(p)).count() as f64 / rows.len() as f64,
-                    accuracy: Change::of(b.accuracy, m.accuracy),
-                    f1: Change::of(b.f1, m.f1),
-                })
-            })
-            .collect()
-    };
-
-    let mut shifts: Vec<Shift> = pairs
-        .iter()
-        .map(|(b, m)| {
-            let c = (0..names.len())
-                .max_by(|&i, &j| (m.probs[i] - b.probs[i]).abs().total_cmp(&(m.probs[j] - b.probs[j]).abs()))
-                .unwrap_or(0);
-            Shift {
-                id: m.meta.id.clone(),
-                class: names[c].clone(),
-                baseline_probability: b.probs[c],
-                probability: m.probs[c],
-                shift: (m.probs[c] - b.probs[c]).abs(),
-            }
-        })
-        .collect();
-    let mean_probability_shift = shifts.iter().map(|s| s.shift).sum::<f64>() / shifts.len().max(1) as f64;
-    // Largest first; ties in input order (the sort is stable).
-    shifts.sort_by(|a, b| b.shift.total_cmp(&a.shift));
-    let max_probability_shift = shifts.first().map_or(0.0, |s| s.shift);
-    shifts.truncate(LISTED);
-
-    let mut flips: Vec<Flip> = pairs
-        .iter()
-        .filter(|p| !same(p))
-        .map(|(b, m)| {
-            let (pb, pm) = (argmax(&b.probs), argmax(&m.probs));
-            Flip {
-                id: m.meta.id.clone(),
-                label: m.meta.label.map(|l| names[l as usize].clone()),
-                baseline_prediction: names[pb].clone(),
-                prediction: names[pm].clone(),
-                baseline_confidence: b.probs[pb],
-                confidence: m.probs[pm],
-                text: m.meta.text.clone(),
-            }
-        })
-        .collect();
-    let flipped = flips.len();
-    flips.sort_by(|a, b| b.confidence.total_cmp(&a.confidence));
-    flips.truncate(LISTED);
-
-    Ok(Gate {
+    let p = mcnemar_exact(c.baseline_only_right, c.model_only_right);
+    // NaN never passes.
+    let passed = drop <= max_drop || (!rule.strict && drop.is_finite() && p >= rule.alpha);
+    Gate {
         baseline: sides.baseline.to_string(),
         baseline_precision: sides.baseline_precision.to_string(),
         precision: sides.precision.to_string(),
         baseline_docs_per_second: sides.baseline_docs_per_second,
         docs_per_second: sides.docs_per_second,
         speedup: sides.docs_per_second / sides.baseline_docs_per_second.max(1e-12),
-        rows: pairs.len(),
-        agreement,
-        flipped,
+        rows: c.rows,
+        baseline_nonfinite: c.baseline_nonfinite,
+        model_nonfinite: c.model_nonfinite,
+        agreement: c.agree as f64 / c.rows.max(1) as f64,
+        flipped: c.flipped,
         level: level.to_string(),
-        accuracy,
-        f1: Change::of(mb.f1, mm.f1),
-        loss: Change::of(mb.loss, mm.loss),
-        document_accuracy,
-        by_length: slice(slicing.length, slicing.length_order),
-        by_noise: slice(slicing.noise, slicing.noise_order),
-        max_probability_shift,
-        mean_probability_shift,
-        largest_shifts: shifts,
+        accuracy: c.accuracy,
+        f1: c.f1,
+        loss: c.loss,
+        document_accuracy: c.document_accuracy,
+        by_length: c.by_length,
+        by_noise: c.by_noise,
+        max_probability_shift: c.max_probability_shift,
+        mean_probability_shift: c.mean_probability_shift,
+        largest_shifts: c.largest_shifts,
         flips,
         max_drop,
         drop,
-        // NaN never passes.
-        passed: drop <= max_drop,
-    })
-}
-
-fn metrics<'a>(rows: impl Iterator<Item = &'a RowResult>, names: &[String]) -> ClassificationMetrics {
-    let mut p = Predictions::new(names.len());
-    for r in rows {
-        p.push_probs(&r.probs, r.meta.label.unwrap_or(0) as usize);
+        drop_ci95: drop_interval(c.baseline_only_right, c.model_only_right, c.examples),
+        examples: c.examples,
+        baseline_only_right: c.baseline_only_right,
+        model_only_right: c.model_only_right,
+        mcnemar_p: p,
+        rule: if rule.strict { "strict" } else { "significant" }.to_string(),
+        alpha: rule.alpha,
+        passed,
     }
-    ClassificationMetrics::compute(&p, names)
 }
 
 /// The gate as lines for the terminal report.
@@ -326,13 +293,105 @@ pub fn format(g: &Gate) -> Vec<String> {
             out.push(format!("    … {} more in metrics.json", g.flipped.min(LISTED) - 10));
         }
     }
+    if g.baseline_nonfinite + g.model_nonfinite > 0 {
+        out.push(format!(
+            "  left out           rows with non-finite logits: {} on the baseline's side, {} on this model's",
+            g.baseline_nonfinite, g.model_nonfinite
+        ));
+    }
     out.push(format!(
-        "gate: {} — {:.2} accuracy points {} on {} (--max-drop {})",
+        "  drop on {:<10} {:+.2} points (95% CI {:+.2} to {:+.2}); McNemar exact p = {:.3} ({} of {} right only on the baseline, {} only on this model)",
+        g.level, g.drop, g.drop_ci95[0], g.drop_ci95[1], g.mcnemar_p, g.baseline_only_right, g.examples, g.model_only_right
+    ));
+    let why = match (g.drop <= g.max_drop, g.rule.as_str()) {
+        (true, _) => format!("within --max-drop {}", g.max_drop),
+        (false, "strict") => format!("above --max-drop {} (--strict-gate)", g.max_drop),
+        (false, _) if g.passed => {
+            format!(
+                "above --max-drop {} but p = {:.3} ≥ {}: not told apart from noise",
+                g.max_drop, g.mcnemar_p, g.alpha
+            )
+        }
+        (false, _) => format!("above --max-drop {} and p = {:.3} < {}", g.max_drop, g.mcnemar_p, g.alpha),
+    };
+    out.push(format!(
+        "gate: {} — {:.2} accuracy points {} on {}, {why}",
         if g.passed { "passed" } else { "FAILED" },
         g.drop.abs(),
         if g.drop >= 0.0 { "lost" } else { "gained" },
         g.level,
-        g.max_drop
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(right: usize, b: usize, c: usize, n: usize) -> GateCounts {
+        let acc = Change::of(right as f64 / n as f64, (right - b + c) as f64 / n as f64);
+        GateCounts {
+            rows: n,
+            agree: n - b - c,
+            flipped: b + c,
+            baseline_nonfinite: 0,
+            model_nonfinite: 0,
+            accuracy: acc,
+            f1: acc,
+            loss: acc,
+            document_accuracy: None,
+            examples: n,
+            baseline_only_right: b,
+            model_only_right: c,
+            by_length: Vec::new(),
+            by_noise: Vec::new(),
+            max_probability_shift: 0.0,
+            mean_probability_shift: 0.0,
+            largest_shifts: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_loss_the_sample_cannot_tell_from_noise_passes_unless_strict() {
+        let sides = Sides {
+            baseline: "fp32.onnx",
+            baseline_precision: "fp32",
+            precision: "int8",
+            baseline_docs_per_second: 1.0,
+            docs_per_second: 2.0,
+        };
+        let rule = GateRule { strict: false, alpha: DEFAULT_ALPHA };
+        // The case: 189 rows, one flipped from right to wrong: 0.53 points, p = 1.
+        let g = finish(counts(150, 1, 0, 189), &sides, Vec::new(), 0.5, rule);
+        assert!((g.drop - 100.0 / 189.0).abs() < 1e-9 && g.mcnemar_p == 1.0);
+        assert!(g.passed, "{g:?}");
+        assert!(format(&g).last().unwrap().contains("not told apart from noise"));
+        let strict = finish(counts(150, 1, 0, 189), &sides, Vec::new(), 0.5, GateRule { strict: true, ..rule });
+        assert!(!strict.passed);
+        // Eight rows right only on the baseline's side, none the other way: p = 2/256 < 0.05.
+        let g = finish(counts(150, 8, 0, 189), &sides, Vec::new(), 0.5, rule);
+        assert!(!g.passed && g.mcnemar_p < 0.01, "{g:?}");
+        // Within max_drop passes whatever p says.
+        let g = finish(counts(15_000, 40, 0, 18_900), &sides, Vec::new(), 0.5, rule);
+        assert!(g.passed && g.mcnemar_p < 1e-6, "{g:?}");
+        let [lo, hi] = g.drop_ci95;
+        assert!(lo < g.drop && g.drop < hi);
+    }
+
+    #[test]
+    fn mcnemar_matches_the_binomial_by_hand_and_survives_large_counts() {
+        assert_eq!(mcnemar_exact(0, 0), 1.0);
+        assert_eq!(mcnemar_exact(1, 0), 1.0);
+        // 8 : 0 → 2 · ½⁸.
+        assert!((mcnemar_exact(8, 0) - 2.0 / 256.0).abs() < 1e-15);
+        // 7 : 2 → 2 · (1 + 9 + 36) / 512.
+        assert!((mcnemar_exact(7, 2) - 92.0 / 512.0).abs() < 1e-12);
+        assert_eq!(mcnemar_exact(2, 7), mcnemar_exact(7, 2));
+        let p = mcnemar_exact(500_000, 499_000);
+        assert!(p > 0.0 && p < 1.0 && p.is_finite(), "{p}");
+        assert!(mcnemar_exact(600_000, 400_000) < 1e-300);
+        // One flip among 189 rows: 0.53 points, and no evidence at all.
+        let [lo, hi] = drop_interval(1, 0, 189);
+        assert!(lo < 0.0 && hi > 0.53, "{lo} {hi}");
+    }
 }

@@ -15,6 +15,9 @@ pub struct Graph {
     names: std::collections::HashSet<String>,
     /// Whether a `com.microsoft` op was used (the model then imports that domain).
     pub uses_ms_domain: bool,
+    /// fp16 parameters beyond ±65504: clamp them (else refuse), and the ones clamped.
+    pub fp16_clamp: bool,
+    pub clamped: Vec<String>,
 }
 
 /// An attribute value.

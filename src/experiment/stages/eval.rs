@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use super::{Outcome, RunCx, StageKind};
@@ -16,6 +16,9 @@ use crate::onnx::eval::EvalSettings;
 pub struct Eval {
     /// The model: an export stage's model, or a path.
     pub model: PathBuf,
+    /// Where the model comes from, for the report: the export stage's name (the nearest before
+    /// this one when `model:` is not given) or the path.
+    pub model_from: String,
     /// The shard folder: a pipeline stage's output, or a path.
     pub data: PathBuf,
     /// The model to gate against (an export stage or a path).
@@ -30,20 +33,21 @@ impl StageKind for Eval {
     }
 
     fn run(&self, cx: &RunCx) -> Result<Outcome> {
-        // The chain reports leakage without being asked: the clean part's score too.
-        let mut opts = self.settings.options(
-            self.model.clone(),
-            self.data.clone(),
-            self.baseline.clone(),
-            crate::onnx::eval::ScoreLeaked::IfRecorded,
-        );
-        opts.out = Some(cx.stage.out.clone());
-        opts.quiet = cx.quiet;
-        let r = crate::onnx::eval::run(&opts)?;
+        let opts = self.options(&cx.stage.out, cx.quiet);
+        let r = match leftover_tasks(cx, &opts)? {
+            Some(r) => r,
+            None => crate::onnx::eval::run(&opts)?,
+        };
         if !cx.quiet {
             eprintln!("{}", crate::onnx::eval::format_report(&r));
         }
-        let mut f = json!({"rows": r.rows, "docs_per_second": r.throughput.docs_per_second});
+        let mut f = json!({"model": self.model_from, "rows": r.rows, "docs_per_second": r.throughput.docs_per_second});
+        if r.nonfinite.rows > 0 {
+            f["nonfinite_rows"] = json!(r.nonfinite.rows);
+        }
+        if r.tasks > 1 {
+            f["tasks"] = json!(r.tasks);
+        }
         if let Some(m) = &r.metrics {
             f["accuracy"] = json!(m.accuracy);
             f["f1"] = json!(m.f1);
@@ -59,20 +63,63 @@ impl StageKind for Eval {
         if let Some(g) = &r.gate {
             f["agreement"] = json!(g.agreement);
             f["accuracy_drop_points"] = json!(g.drop);
-            if !g.passed {
-                anyhow::bail!(
-                    "the gate failed: the model loses {:.2} accuracy points on {} against the baseline {} (max_drop {}); agreement {:.2}%, {} flipped (see {})",
-                    g.drop,
-                    g.level,
-                    g.baseline,
-                    g.max_drop,
-                    100.0 * g.agreement,
-                    g.flipped,
-                    cx.stage.out.join("metrics.json").display()
-                );
-            }
+            f["mcnemar_p"] = json!(g.mcnemar_p);
+        }
+        if let Some(why) = r.failure() {
+            bail!("{why} (see {})", cx.stage.out.join("metrics.json").display());
         }
         Ok(Outcome::Done(f))
+    }
+}
+
+impl Eval {
+    /// The call `bertpipe eval` would make, into the stage's folder. The chain reports leakage
+    /// without being asked: the clean part's score too.
+    pub fn options(&self, out: &std::path::Path, quiet: bool) -> crate::onnx::eval::EvalOptions {
+        let mut opts = self.settings.options(
+            self.model.clone(),
+            self.data.clone(),
+            self.baseline.clone(),
+            crate::onnx::eval::ScoreLeaked::IfRecorded,
+        );
+        opts.out = Some(out.to_path_buf());
+        opts.quiet = quiet;
+        opts
+    }
+}
+
+/// A task array left in the stage's folder (`bertpipe run … --stage NAME --task-index I`):
+/// merged when it evaluated today's model, data and settings and is complete; an error saying
+/// what to do when it is today's but not complete; removed (the stage then runs as one process)
+/// when it is stale or the stage is forced.
+fn leftover_tasks(cx: &RunCx, opts: &crate::onnx::eval::EvalOptions) -> Result<Option<crate::onnx::eval::EvalReport>> {
+    let out = &cx.stage.out;
+    let tasks = out.join(crate::contract::manifest::TASKS_DIR);
+    if !tasks.is_dir() {
+        return Ok(None);
+    }
+    let recorded = crate::onnx::eval::recorded_fingerprints(out);
+    let want = crate::onnx::eval::fingerprint(opts)?;
+    let stale = recorded.iter().any(|f| f != &want) || recorded.is_empty();
+    if cx.forced || stale {
+        if !cx.quiet {
+            eprintln!(
+                "`{}`: discarding the eval task array in '{}' ({})",
+                cx.stage.name,
+                tasks.display(),
+                if cx.forced { "--force" } else { "it evaluated another model, data or settings" }
+            );
+        }
+        std::fs::remove_dir_all(&tasks).with_context(|| format!("could not remove '{}'", tasks.display()))?;
+        return Ok(None);
+    }
+    match crate::onnx::eval::merge(out) {
+        Ok(r) => Ok(Some(r)),
+        Err(err) => bail!(
+            "{err:#}\nthe task array of stage `{name}` is not complete: run its missing tasks (`bertpipe run {file} --stage {name} --task-index I --task-count N`), or `bertpipe run {file} --force {name}` to discard them and run the stage as one process",
+            name = cx.stage.name,
+            file = cx.exp.file.display()
+        ),
     }
 }
 
@@ -82,21 +129,22 @@ pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs
     let Reads { deps, inputs, .. } = reads;
     let r = &r.with_overrides(errs);
     let get = |k: &str| map_get(&r.node, k).and_then(|(n, p)| Some((as_str(n)?, p)));
-    let (model, trained_on) = match get("model") {
+    let (model, trained_on, model_from) = match get("model") {
         Some((v, pos)) => match ctx.wire(&r.name, "model", &v, pos, &[Kind::Export], errs)? {
             Wire::Stage(n) => {
                 deps.push(n.clone());
-                (output_of(Kind::Export, &ctx.stage_out(&n), ""), export_data(ctx, &n))
+                (output_of(Kind::Export, &ctx.stage_out(&n), ""), export_data(ctx, &n), n)
             }
             Wire::Path(p) => {
                 inputs.push(p.clone());
-                (p, None)
+                let shown = p.display().to_string();
+                (p, None, shown)
             }
         },
         None => match ctx.nearest(Kind::Export, |_| true) {
             Some(s) => {
                 deps.push(s.name.clone());
-                (output_of(Kind::Export, &s.out, ""), export_data(ctx, &s.name))
+                (output_of(Kind::Export, &s.out, ""), export_data(ctx, &s.name), s.name.clone())
             }
             None => {
                 errs.at(Some(r.pos), format!("{}: no export stage before it; give `model:`", r.name));
@@ -119,5 +167,5 @@ pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs
     };
     let baseline = ctx.read_wire(r, "baseline", Kind::Export, deps, inputs, errs)?;
     let settings: EvalSettings = stage_settings(ctx, r, &["model", "data", "baseline"], "eval stage", errs)?;
-    Some(Spec::Eval(Eval { model, data, baseline, settings }))
+    Some(Spec::Eval(Eval { model, model_from, data, baseline, settings }))
 }

@@ -94,6 +94,11 @@ pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs
         }
     };
     let mut settings: ExportSettings = stage_settings(ctx, r, &["from", "checkpoint"], "export stage", errs)?;
+    // A chain verifies what it exports unless told not to (`verify: false`): an export that
+    // drifted from its checkpoint would otherwise be evaluated as if it were the model.
+    if map_get(&r.node, "verify").is_none() {
+        settings.verify = true;
+    }
     if let Some(v) = &mut settings.vocab {
         *v = absolute(&v.display().to_string(), ctx.base);
         inputs.push(v.clone());
