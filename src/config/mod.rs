@@ -28,6 +28,10 @@ pub struct Pipeline {
     #[serde(default)]
     pub steps: Vec<PipelineStep>,
     pub sink: Sink,
+    /// What the source found without being named (its label and id fields), for the summary;
+    /// the fields themselves are in `source`.
+    #[serde(skip)]
+    pub detected: Vec<String>,
 }
 
 fn default_seed() -> u64 {
@@ -391,7 +395,8 @@ impl Pipeline {
         if !c.errors.is_empty() || !steps_ok {
             return Err(ConfigErrors(c.errors));
         }
-        Ok(Pipeline { name, seed, source, steps, sink })
+        let detected = source.detect_fields();
+        Ok(Pipeline { name, seed, source, steps, sink, detected })
     }
 
     /// The resolved configuration as canonical JSON (for the manifest and its checksum).

@@ -46,6 +46,9 @@ pub struct Manifest {
     /// documents' signatures, which `shards merge` measures the whole array's leakage from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leakage_part: Option<ShardInfo>,
+    /// What a reader should know before using the shards ([`Manifest::label_warnings`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Test leakage of one evaluation split: its documents with an exact or near duplicate (MinHash
@@ -97,6 +100,9 @@ pub struct SplitStats {
     pub tokens: Option<u64>,
     /// Documents whose invalid UTF-8 was replaced with U+FFFD.
     pub utf8_replaced: u64,
+    /// Documents written without a label.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unlabelled: u64,
     /// Tokenisation and truncation figures, when the pipeline tokenizes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenization: Option<TokenStats>,
@@ -146,6 +152,7 @@ impl SplitStats {
     pub fn add(&mut self, s: SplitStats, prefix: &str) {
         self.docs_in += s.docs_in;
         self.docs_out += s.docs_out;
+        self.unlabelled += s.unlabelled;
         for (reason, n) in s.rejected {
             *self.rejected.entry(reason).or_default() += n;
         }
@@ -182,7 +189,31 @@ pub struct RejectsInfo {
     pub shards: Vec<ShardInfo>,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 impl Manifest {
+    /// Classification shards without labels: none at all (the source's label field was not
+    /// found — nothing to train on), or how many documents of a split have none.
+    pub fn label_warnings(&self) -> Vec<String> {
+        if self.task != "classify" {
+            return Vec::new();
+        }
+        let out: u64 = self.splits.values().map(|s| s.docs_out).sum();
+        let unlabelled: u64 = self.splits.values().map(|s| s.unlabelled).sum();
+        if out > 0 && unlabelled == out {
+            return vec![
+                "no document has a label: name the source's label field (`label_field:` / `label_column:`; one called label, labels or sentiment is found without it), or a classifier has nothing to learn from these shards".into(),
+            ];
+        }
+        self.splits
+            .iter()
+            .filter(|(_, s)| s.unlabelled > 0)
+            .map(|(name, s)| format!("split `{name}`: {} of {} documents have no label", s.unlabelled, s.docs_out))
+            .collect()
+    }
+
     /// `manifest.json`'s bytes.
     pub fn to_json(&self) -> Result<Vec<u8>> {
         let mut text = serde_json::to_vec_pretty(self)?;

@@ -55,6 +55,8 @@ pub struct RunSummary {
     pub kept_shards: usize,
     /// The folder written (a task's own folder in a task array).
     pub out: std::path::PathBuf,
+    /// What the source found without being told (`label from field `label``).
+    pub found: Vec<String>,
 }
 
 pub fn threads_or_default(threads: usize) -> usize {
@@ -138,7 +140,10 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         tasks: opts.task.map(|t| manifest::TasksInfo { index: Some(t.index), count: t.count }),
         leakage: written.leakage,
         leakage_part,
+        warnings: Vec::new(),
     };
+    let mut manifest = manifest;
+    manifest.warnings = manifest.label_warnings();
     manifest.write(&output.out)?;
     output.finish()?;
     Ok(RunSummary {
@@ -148,6 +153,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         peak_rss: progress::peak_rss_bytes(),
         kept_shards,
         out: output.target,
+        found: pipeline.detected.clone(),
     })
 }
 
@@ -392,6 +398,7 @@ impl SplitOutput {
     fn add(&mut self, doc: &Document, plan: &RowPlan, on_shard: &mut OnShard) -> Result<()> {
         self.stats.docs_in += 1;
         self.stats.docs_out += 1;
+        self.stats.unlabelled += doc.label.is_none() as u64;
         self.stats.utf8_replaced += doc.utf8_replaced as u64;
         let rows = self.push(doc, on_shard)?;
         if plan.tokenized() {
@@ -632,6 +639,12 @@ pub fn format_summary(s: &RunSummary) -> String {
         head.push_str(&format!("; resumed, {} verified shards kept", s.kept_shards));
     }
     lines.insert(0, head);
+    if !s.found.is_empty() {
+        lines.insert(1, format!("  found: {}", s.found.join(", ")));
+    }
+    for w in &m.warnings {
+        lines.push(format!("  warning: {w}"));
+    }
     if m.rejects.rows > 0 {
         lines.push(format!("  rejects: {} rows in {}/{}/", m.rejects.rows, s.out.display(), REJECTS));
     }

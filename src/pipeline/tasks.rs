@@ -659,6 +659,7 @@ pub fn merge(out: &Path, quiet: bool) -> Result<Manifest> {
         merged.rejects.shards.extend(m.rejects.shards.into_iter().map(|s| s.under(&prefix)));
     }
     merged.splits.values_mut().for_each(manifest::SplitStats::finish);
+    merged.warnings = merged.label_warnings();
     root.write(manifest::MANIFEST, merged.to_json()?)?;
     Ok(merged)
 }

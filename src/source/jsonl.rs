@@ -1,4 +1,5 @@
-//! `jsonl`: one JSON object per line.
+//! `jsonl`: one JSON object per line — or a `.json` file holding one JSON array of objects, as
+//! many exports are, read element by element without loading the array.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -12,7 +13,10 @@ use crate::contract::partition::Partition;
 use crate::contract::progress::Total;
 
 /// Read JSON Lines: one object per line. A line that is not valid JSON, or lacks the text
-/// field, goes to the rejects with its line number. Blank lines are skipped.
+/// field, goes to the rejects with its line number. Blank lines are skipped. A file whose first
+/// character is `[` is one JSON array of objects instead: its elements are the records (ids
+/// `<file>:<n>`, the element's number), and a syntax error in it is an error naming the file,
+/// line and column (a damaged array cannot be re-entered after the damage).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Jsonl {
@@ -50,6 +54,10 @@ impl Jsonl {
         for file in files {
             let name = file.name();
             let mut reader = BufReader::with_capacity(1 << 20, file.open()?);
+            if first_byte(&mut reader).with_context(|| format!("could not read '{}'", file.display()))? == Some(b'[') {
+                self.read_array(&file, reader, out)?;
+                continue;
+            }
             let mut buf = Vec::new();
             let mut line_no = 0u64;
             loop {
@@ -76,6 +84,38 @@ impl Jsonl {
             }
         }
         Ok(())
+    }
+
+    /// The elements of a JSON array, one record each, streamed.
+    fn read_array(&self, file: &super::InputFile, reader: impl std::io::Read, out: &mut dyn Emit) -> Result<()> {
+        let name = file.name();
+        let mut n = 0u64;
+        let mut failed: Option<anyhow::Error> = None;
+        let mut de = serde_json::Deserializer::from_reader(reader);
+        let walked = each_element(&mut de, |value| {
+            n += 1;
+            let line = serde_json::to_vec(&value).unwrap_or_default();
+            let meta = RecordMeta {
+                id: format!("{name}:{n}"),
+                split: self.split.initial().to_string(),
+                label: None,
+                rating: None,
+                origin: format!("{}#{n}", file.display()),
+                input_bytes: line.len() as u64,
+            };
+            match out.emit(self.record(meta, line)) {
+                Ok(()) => true,
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            }
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        walked.with_context(|| format!("'{}' is not a JSON array of records (after {n} elements)", file.display()))?;
+        de.end().with_context(|| format!("'{}' has more after its JSON array", file.display()))
     }
 
     fn record(&self, mut meta: RecordMeta, line: Vec<u8>) -> crate::source::SourceItem {
@@ -116,4 +156,69 @@ impl Jsonl {
             None => meta.reject(format!("missing_field:{}", self.text_field), line),
         }
     }
+}
+
+/// The first byte that is not whitespace (after a UTF-8 BOM), left unread; `None` for an empty
+/// input.
+pub fn first_byte(r: &mut impl BufRead) -> std::io::Result<Option<u8>> {
+    let mut start = true;
+    loop {
+        let buf = r.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(None);
+        }
+        let mut skip = 0;
+        if start && buf.starts_with(b"\xEF\xBB\xBF") {
+            skip = 3;
+        }
+        start = false;
+        match buf[skip..].iter().position(|b| !b.is_ascii_whitespace()) {
+            Some(i) => {
+                let b = buf[skip + i];
+                r.consume(skip + i);
+                return Ok(Some(b));
+            }
+            None => {
+                let n = buf.len();
+                r.consume(n);
+            }
+        }
+    }
+}
+
+/// Calls `f` with each element of the JSON array `de` reads, until it returns false.
+pub fn each_element<'de, R: serde_json::de::Read<'de>>(
+    de: &mut serde_json::Deserializer<R>,
+    f: impl FnMut(serde_json::Value) -> bool,
+) -> std::result::Result<(), serde_json::Error> {
+    use serde::de::{Deserializer as _, SeqAccess, Visitor};
+    struct Each<F>(F);
+    impl<'de, F: FnMut(serde_json::Value) -> bool> Visitor<'de> for Each<F> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON array")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> std::result::Result<(), A::Error> {
+            while let Some(v) = seq.next_element::<serde_json::Value>()? {
+                if !(self.0)(v) {
+                    return Err(serde::de::Error::custom("stopped"));
+                }
+            }
+            Ok(())
+        }
+    }
+    de.deserialize_seq(Each(f))
+}
+
+/// The first element of the JSON array `de` reads (the rest is not read).
+pub fn first_element<'de, R: serde_json::de::Read<'de>>(
+    de: &mut serde_json::Deserializer<R>,
+) -> std::result::Result<Option<serde_json::Value>, serde_json::Error> {
+    let mut first = None;
+    // Stopping after the first element ends the walk with an error, which is expected.
+    let _ = each_element(de, |v| {
+        first = Some(v);
+        false
+    });
+    Ok(first)
 }

@@ -612,3 +612,94 @@ impl SourceItem {
         }
     }
 }
+
+/// The fields (JSONL) or columns (CSV, Parquet) a label is found under when the configuration
+/// names none, in order of preference, and the id's.
+pub const LABEL_NAMES: &[&str] = &["label", "labels", "sentiment"];
+pub const ID_NAMES: &[&str] = &["id"];
+
+impl Source {
+    /// Names the label and id fields of a `jsonl`, `csv` or `parquet` source whose
+    /// configuration names none, from what its first file has: the first record's fields, the
+    /// header, the schema ([`LABEL_NAMES`], [`ID_NAMES`]). HF `datasets` picks a `label` column up
+    /// the same way; before this, the labels of such a corpus were silently left out. Returns
+    /// what was found, for the run summary (`label from field `label``); nothing when the
+    /// fields are named or the first file cannot be read (reading it then reports why).
+    pub fn detect_fields(&mut self) -> Vec<String> {
+        let (label_missing, id_missing, what) = match self {
+            Source::Jsonl(s) => (s.label_field.is_none(), s.id_field.is_none(), "field"),
+            Source::Csv(s) => (s.label_column.is_none(), s.id_column.is_none(), "column"),
+            Source::Parquet(s) => (s.label_column.is_none(), s.id_column.is_none(), "column"),
+            _ => return Vec::new(),
+        };
+        if !label_missing && !id_missing {
+            return Vec::new();
+        }
+        let Some(names) = self.first_names() else { return Vec::new() };
+        let pick = |want: &[&str]| want.iter().find(|w| names.iter().any(|n| n == *w)).map(|w| w.to_string());
+        let found_label = if label_missing { pick(LABEL_NAMES) } else { None };
+        let found_id = if id_missing { pick(ID_NAMES) } else { None };
+        let mut found = Vec::new();
+        found.extend(found_label.as_ref().map(|l| format!("label from {what} `{l}`")));
+        found.extend(found_id.as_ref().map(|i| format!("id from {what} `{i}`")));
+        let (label, id) = match self {
+            Source::Jsonl(s) => (&mut s.label_field, &mut s.id_field),
+            Source::Csv(s) => (&mut s.label_column, &mut s.id_column),
+            Source::Parquet(s) => (&mut s.label_column, &mut s.id_column),
+            _ => return Vec::new(),
+        };
+        if found_label.is_some() {
+            *label = found_label;
+        }
+        if found_id.is_some() {
+            *id = found_id;
+        }
+        found
+    }
+
+    /// The field or column names of the first file: the first record's (JSONL, or the first
+    /// element of a JSON array), the header (CSV), the schema (Parquet).
+    fn first_names(&self) -> Option<Vec<String>> {
+        use std::io::{BufRead, BufReader, Read};
+        let (exts, kind): (&[&str], u8) = match self {
+            Source::Jsonl(_) => (&["jsonl", "json", "ndjson"], 0),
+            Source::Csv(_) => (&["csv", "tsv"], 1),
+            Source::Parquet(_) => (&["parquet"], 2),
+            _ => return None,
+        };
+        let file = input_files_of(self.path(), exts, Partition::WHOLE).ok()?.into_iter().next()?;
+        match kind {
+            0 => {
+                let mut r = BufReader::new(file.open().ok()?);
+                let first = jsonl::first_byte(&mut r).ok()??;
+                let value: serde_json::Value = if first == b'[' {
+                    // The first element of the array: parse a bounded prefix element by element.
+                    let mut de = serde_json::Deserializer::from_reader(r);
+                    jsonl::first_element(&mut de).ok()??
+                } else {
+                    let mut line = String::new();
+                    r.take(16 << 20).read_line(&mut line).ok()?;
+                    serde_json::from_str(&line).ok()?
+                };
+                Some(value.as_object()?.keys().cloned().collect())
+            }
+            1 => {
+                let delimiter = match self {
+                    Source::Csv(c) => c.delimiter.map(|d| d as u8),
+                    _ => None,
+                }
+                .unwrap_or(if file.has_extension("tsv") { b'\t' } else { b',' });
+                let mut r = ::csv::ReaderBuilder::new().delimiter(delimiter).from_reader(file.open().ok()?);
+                let names: Vec<String> =
+                    r.headers().ok()?.iter().map(|h| h.trim_start_matches('\u{feff}').trim().to_string()).collect();
+                Some(names)
+            }
+            _ => {
+                let InputFile::Local(p) = &file else { return None };
+                let f = std::fs::File::open(p).ok()?;
+                let b = ::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).ok()?;
+                Some(b.schema().fields().iter().map(|f| f.name().clone()).collect())
+            }
+        }
+    }
+}

@@ -122,7 +122,7 @@ pub fn source_kind_by_name(path: &Path) -> Option<InputKind> {
     let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
     let kind = if name.ends_with(".tar.gz") || name.ends_with(".tgz") {
         "aclimdb"
-    } else if name.ends_with(".jsonl") || name.ends_with(".ndjson") {
+    } else if name.ends_with(".jsonl") || name.ends_with(".ndjson") || name.ends_with(".json") {
         "jsonl"
     } else if name.ends_with(".csv") || name.ends_with(".tsv") {
         "csv"
@@ -171,7 +171,7 @@ pub fn detect(path: &Path) -> Result<InputKind> {
         }
         return source_kind_by_name(path).with_context(|| {
             format!(
-                "don't know what '{}' is: give a pipeline (.yaml), a shard folder, an aclImdb folder or .tar.gz, or a .jsonl/.csv/.tsv/.parquet/.txt file",
+                "don't know what '{}' is: give a pipeline (.yaml), a shard folder, an aclImdb folder or .tar.gz, or a .jsonl/.json/.csv/.tsv/.parquet/.txt file",
                 path.display()
             )
         });
@@ -197,7 +197,7 @@ pub fn detect(path: &Path) -> Result<InputKind> {
         let p = entry?.path();
         let ext = p.extension().map(|e| e.to_string_lossy().to_lowercase()).unwrap_or_default();
         let kind = match ext.as_str() {
-            "jsonl" | "ndjson" => "jsonl",
+            "jsonl" | "ndjson" | "json" => "jsonl",
             "csv" | "tsv" => "csv",
             "parquet" => "parquet",
             "txt" | "text" => "text",
@@ -222,25 +222,17 @@ pub fn detect(path: &Path) -> Result<InputKind> {
 }
 
 /// A pipeline for a bare source path: the source with its defaults (aclImdb with `unsup` too,
-/// a `label` field or column when there is one), no steps. `--set source.…` applies.
+/// the label and id fields the source finds), no steps. `--set source.…` applies.
 pub fn source_pipeline(path: &Path, kind: &str, overrides: &[String]) -> Result<Pipeline, ConfigErrors> {
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     let mut source = serde_json::json!({ "type": kind, "path": abs.to_string_lossy() });
-    match kind {
-        "aclimdb" => {
-            // Reviews without a label too, when the corpus has them (a tarball is read as a
-            // stream: whatever `unsup` it holds is read).
-            let unsup = abs.is_file() || abs.join("train/unsup").is_dir() || abs.join("aclImdb/train/unsup").is_dir();
-            source["labels"] =
-                if unsup { serde_json::json!(["neg", "pos", "unsup"]) } else { serde_json::json!(["neg", "pos"]) };
-        }
-        "jsonl" | "csv" | "parquet" => {
-            let field = if kind == "jsonl" { "label_field" } else { "label_column" };
-            if has_label_field(&abs, kind) {
-                source[field] = "label".into();
-            }
-        }
-        _ => {}
+    // A jsonl, csv or parquet source finds its `label` / `id` field itself.
+    if kind == "aclimdb" {
+        // Reviews without a label too, when the corpus has them (a tarball is read as a
+        // stream: whatever `unsup` it holds is read).
+        let unsup = abs.is_file() || abs.join("train/unsup").is_dir() || abs.join("aclImdb/train/unsup").is_dir();
+        source["labels"] =
+            if unsup { serde_json::json!(["neg", "pos", "unsup"]) } else { serde_json::json!(["neg", "pos"]) };
     }
     // JSON is YAML; the sink is required by the format and never written.
     let yaml = serde_json::json!({
@@ -251,38 +243,6 @@ pub fn source_pipeline(path: &Path, kind: &str, overrides: &[String]) -> Result<
     .to_string();
     let label = format!("{} (read as a {kind} source)", path.display());
     Pipeline::from_yaml(&yaml, &label, Path::new("."), overrides)
-}
-
-/// Whether the first record (JSONL), the header (CSV) or the schema (Parquet) has a `label`.
-fn has_label_field(path: &Path, kind: &str) -> bool {
-    let exts: &[&str] = match kind {
-        "jsonl" => &["jsonl", "json", "ndjson"],
-        "csv" => &["csv", "tsv"],
-        _ => &["parquet"],
-    };
-    let Some(file) = crate::source::input_files(path, exts).ok().and_then(|f| f.into_iter().next()) else {
-        return false;
-    };
-    match kind {
-        "jsonl" => {
-            use std::io::BufRead;
-            let Ok(f) = std::fs::File::open(&file) else { return false };
-            let line = std::io::BufReader::new(f).lines().map_while(|l| l.ok()).find(|l| !l.trim().is_empty());
-            line.and_then(|l| serde_json::from_str::<serde_json::Value>(&l).ok())
-                .is_some_and(|v| v.get("label").is_some())
-        }
-        "csv" => {
-            let delimiter = if file.extension().is_some_and(|e| e.eq_ignore_ascii_case("tsv")) { b'\t' } else { b',' };
-            let Ok(mut r) = csv::ReaderBuilder::new().delimiter(delimiter).from_path(&file) else { return false };
-            r.headers().is_ok_and(|h| h.iter().any(|c| c == "label"))
-        }
-        "parquet" => {
-            let Ok(f) = std::fs::File::open(&file) else { return false };
-            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
-                .is_ok_and(|b| b.schema().field_with_name("label").is_ok())
-        }
-        _ => false,
-    }
 }
 
 /// The streaming pass: the source through the pipeline's steps up to tokenisation (sequence
