@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use serde_json::{json, Value};
 
 use super::{Outcome, RunCx, StageKind};
@@ -88,39 +88,16 @@ impl Eval {
     }
 }
 
-/// A task array left in the stage's folder (`bertpipe run … --stage NAME --task-index I`):
-/// merged when it evaluated today's model, data and settings and is complete; an error saying
-/// what to do when it is today's but not complete; removed (the stage then runs as one process)
-/// when it is stale or the stage is forced.
+/// A task array left in the stage's folder ([`super::leftover_array`]): stale when its tasks
+/// evaluated another model, data or settings than today's (their fingerprints).
 fn leftover_tasks(cx: &RunCx, opts: &crate::onnx::eval::EvalOptions) -> Result<Option<crate::onnx::eval::EvalReport>> {
     let out = &cx.stage.out;
-    let tasks = out.join(crate::contract::manifest::TASKS_DIR);
-    if !tasks.is_dir() {
-        return Ok(None);
-    }
-    let recorded = crate::onnx::eval::recorded_fingerprints(out);
-    let want = crate::onnx::eval::fingerprint(opts)?;
-    let stale = recorded.iter().any(|f| f != &want) || recorded.is_empty();
-    if cx.forced || stale {
-        if !cx.quiet {
-            eprintln!(
-                "`{}`: discarding the eval task array in '{}' ({})",
-                cx.stage.name,
-                tasks.display(),
-                if cx.forced { "--force" } else { "it evaluated another model, data or settings" }
-            );
-        }
-        std::fs::remove_dir_all(&tasks).with_context(|| format!("could not remove '{}'", tasks.display()))?;
-        return Ok(None);
-    }
-    match crate::onnx::eval::merge(out) {
-        Ok(r) => Ok(Some(r)),
-        Err(err) => bail!(
-            "{err:#}\nthe task array of stage `{name}` is not complete: run its missing tasks (`bertpipe run {file} --stage {name} --task-index I --task-count N`), or `bertpipe run {file} --force {name}` to discard them and run the stage as one process",
-            name = cx.stage.name,
-            file = cx.exp.file.display()
-        ),
-    }
+    let stale = || {
+        let recorded = crate::onnx::eval::recorded_fingerprints(out);
+        let want = crate::onnx::eval::fingerprint(opts)?;
+        Ok(recorded.is_empty() || recorded.iter().any(|f| f != &want))
+    };
+    super::leftover_array(cx, "it evaluated another model, data or settings", stale, || crate::onnx::eval::merge(out))
 }
 
 /// Reads an eval stage: `model:` (or the nearest earlier export stage), `data:` (or the shards

@@ -11,7 +11,7 @@ pub mod vocab;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use super::config::{Experiment, Stage};
@@ -86,5 +86,41 @@ impl<T: StageKind + ?Sized> StageKind for Box<T> {
 
     fn run(&self, cx: &RunCx) -> Result<Outcome> {
         (**self).run(cx)
+    }
+}
+
+/// A task array left in a stage's folder (`OUT/<stage>/tasks/`, from `bertpipe run … --stage NAME
+/// --task-index I`): removed when the stage is forced or `stale` says it ran another
+/// configuration (`why` says how, and the stage then runs as one process); otherwise `merge`d,
+/// and a merge that fails — an array not complete — says what to do.
+pub(super) fn leftover_array<T>(
+    cx: &RunCx,
+    why: &str,
+    stale: impl FnOnce() -> Result<bool>,
+    merge: impl FnOnce() -> Result<T>,
+) -> Result<Option<T>> {
+    let tasks = cx.stage.out.join(crate::contract::manifest::TASKS_DIR);
+    if !tasks.is_dir() {
+        return Ok(None);
+    }
+    if cx.forced || stale()? {
+        if !cx.quiet {
+            eprintln!(
+                "`{}`: discarding the task array in '{}' ({})",
+                cx.stage.name,
+                tasks.display(),
+                if cx.forced { "--force" } else { why }
+            );
+        }
+        std::fs::remove_dir_all(&tasks).with_context(|| format!("could not remove '{}'", tasks.display()))?;
+        return Ok(None);
+    }
+    match merge() {
+        Ok(m) => Ok(Some(m)),
+        Err(e) => bail!(
+            "{e:#}\nthe task array of stage `{name}` is not complete: run its missing tasks (`bertpipe run {file} --stage {name} --task-index I --task-count N`), or `bertpipe run {file} --force {name}` to discard them and run the stage as one process",
+            name = cx.stage.name,
+            file = cx.exp.file.display()
+        ),
     }
 }

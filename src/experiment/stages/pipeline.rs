@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
 use super::{Outcome, RunCx, StageKind};
@@ -78,40 +78,17 @@ impl StageKind for Pipeline {
     }
 }
 
-/// A task array left in the stage's folder: merged when it ran today's configuration and is
-/// complete; an error saying what to do when it ran today's configuration but is not complete;
-/// removed (the stage then runs as one process) when it is stale — another configuration — or
-/// when the stage is forced.
+/// A task array left in the stage's folder ([`super::leftover_array`]): stale when its tasks ran
+/// another configuration, or none is recorded and it has no scan either.
 fn leftover_tasks(p: &Pipeline, cx: &RunCx) -> Result<Option<crate::contract::manifest::Manifest>> {
     let out = &cx.stage.out;
-    let tasks = out.join(TASKS_DIR);
-    if !tasks.is_dir() {
-        return Ok(None);
-    }
-    let want = p.config_sha256();
-    let recorded = crate::pipeline::tasks::recorded_configs(out);
-    let scanned = tasks.join(crate::pipeline::tasks::SCAN_DIR).is_dir();
-    let stale = recorded.iter().any(|c| c != &want) || (recorded.is_empty() && !scanned);
-    if cx.forced || stale {
-        if !cx.quiet {
-            eprintln!(
-                "`{}`: discarding the task array in '{}' ({})",
-                cx.stage.name,
-                tasks.display(),
-                if cx.forced { "--force" } else { "it ran another configuration" }
-            );
-        }
-        std::fs::remove_dir_all(&tasks).with_context(|| format!("could not remove '{}'", tasks.display()))?;
-        return Ok(None);
-    }
-    match crate::pipeline::tasks::merge(out, cx.quiet) {
-        Ok(m) => Ok(Some(m)),
-        Err(e) => bail!(
-            "{e:#}\nthe task array of stage `{name}` is not complete: run its missing tasks (`bertpipe run {file} --stage {name} --task-index I --task-count N`), or `bertpipe run {file} --force {name}` to discard them and run the stage as one process",
-            name = cx.stage.name,
-            file = cx.exp.file.display()
-        ),
-    }
+    let stale = || {
+        let recorded = crate::pipeline::tasks::recorded_configs(out);
+        let scanned = out.join(TASKS_DIR).join(crate::pipeline::tasks::SCAN_DIR).is_dir();
+        let want = p.config_sha256();
+        Ok(recorded.iter().any(|c| c != &want) || (recorded.is_empty() && !scanned))
+    };
+    super::leftover_array(cx, "it ran another configuration", stale, || crate::pipeline::tasks::merge(out, cx.quiet))
 }
 
 /// Reads a pipeline stage: its file (or `base:` and keys), a tokenize step's `vocab:` naming a
