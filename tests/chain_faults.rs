@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use common::chain::{bertpipe, command, eval_by_hand, report, run, statuses};
-use common::{assert_ok, root, stderr};
+use common::{assert_ok, manifest, root, stderr};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -528,4 +528,48 @@ fn an_eval_stage_takes_every_setting_of_the_eval_command() {
     assert!(stderr(&o).contains("max_drop") && stderr(&o).contains("≥ 0"), "{}", stderr(&o));
     let o = bertpipe(&["eval", "--model", "m.onnx", "--data", "d", "--baseline", "b.onnx", "--max-drop=-1"], &[]);
     assert!(!o.status.success() && stderr(&o).contains("--max-drop") && stderr(&o).contains("≥ 0"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_file_new_to_a_split_glob_reruns_the_pipeline_stage() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("corpus")).unwrap();
+    let write = |name: &str, n: usize| {
+        let lines: Vec<String> = (0..n)
+            .map(|i| format!(r#"{{"text": "{name} review {i} says the film was fine", "label": {}}}"#, i % 2))
+            .collect();
+        std::fs::write(d.join("corpus").join(name), lines.join("\n") + "\n").unwrap();
+    };
+    write("train-0.jsonl", 6);
+    write("test.jsonl", 4);
+    // Relative entries of an inline stage are relative to the experiment file.
+    let exp = write_chain(
+        d,
+        &format!(
+            "  data:
+    name: corpus
+    source: {{ type: jsonl, splits: {{ train: 'corpus/train-*.jsonl', test: corpus/test.jsonl }} }}
+    steps:
+      - {{ type: tokenize, vocab: {} }}
+      - {{ type: classify_sequences, max_len: 32 }}
+    sink: {{ type: parquet, path: ignored }}
+",
+            root().join("data/vocab/bert-base-uncased.txt").display()
+        ),
+    );
+    let out = d.join("out");
+    assert_ok(&run(&exp, &[], &[]));
+    assert_eq!(manifest(&out.join("data"))["splits"]["train"]["docs_in"], 6);
+    assert_ok(&run(&exp, &[], &[]));
+    expect(&out, &[("data", "up to date")]);
+    write("train-1.jsonl", 3);
+    let o = bertpipe(&["run", exp.to_str().unwrap(), "--dry-run"], &[]);
+    assert_ok(&o);
+    let plan = String::from_utf8_lossy(&o.stdout).to_string();
+    let line = plan.lines().find(|l| l.starts_with("data ")).unwrap();
+    assert!(line.contains("will run") && line.contains("train-1.jsonl"), "{plan}");
+    assert_ok(&run(&exp, &[], &[]));
+    expect(&out, &[("data", "ran")]);
+    assert_eq!(manifest(&out.join("data"))["splits"]["train"]["docs_in"], 9);
 }

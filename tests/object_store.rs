@@ -319,6 +319,43 @@ fn jsonl_objects_in_a_bucket_read_as_the_same_files_on_disk() {
     let ids = |out: &Path| strings(out, "train", "id");
     assert_eq!(ids(&a), ids(&b));
     assert_eq!(strings(&a, "train", "text"), strings(&b, "train", "text"));
+
+    // Files per split: a glob in the bucket reads as the same glob on disk.
+    let split_pipeline = |train: String, test: String, out: &Path| {
+        let yaml = format!(
+            "name: s\nsource: {{type: jsonl, splits: {{train: '{train}', test: '{test}'}}}}\nsteps:\n  - type: punctuation\nsink: {{type: parquet, path: {}, keep_text: true}}\n",
+            out.display()
+        );
+        write_pipeline(tmp.path(), "s.yaml", &yaml)
+    };
+    let (c, d) = (tmp.path().join("c"), tmp.path().join("d"));
+    let local = split_pipeline(
+        format!("{}/part-[01].jsonl", local_dir.display()),
+        format!("{}/part-2.jsonl", local_dir.display()),
+        &c,
+    );
+    assert_ok(&run(&env, &["pipeline", "run", local.to_str().unwrap(), "--quiet"]));
+    let remote =
+        split_pipeline(format!("s3://{BUCKET}/jsonl/part-[01].jsonl"), format!("s3://{BUCKET}/jsonl/part-2.jsonl"), &d);
+    assert_ok(&run(&env, &["pipeline", "run", remote.to_str().unwrap(), "--quiet"]));
+    let m = manifest(&d);
+    assert_eq!(
+        (m["splits"]["train"]["docs_in"].as_u64(), m["splits"]["test"]["docs_in"].as_u64()),
+        (Some(60), Some(30))
+    );
+    assert_eq!(
+        m["source_files"]["train"],
+        serde_json::json!([format!("s3://{BUCKET}/jsonl/part-0.jsonl"), format!("s3://{BUCKET}/jsonl/part-1.jsonl")])
+    );
+    for split in ["train", "test"] {
+        assert_eq!(strings(&c, split, "id"), strings(&d, split, "id"));
+        assert_eq!(strings(&c, split, "text"), strings(&d, split, "text"));
+    }
+    let none =
+        split_pipeline(format!("s3://{BUCKET}/jsonl/nope-*.jsonl"), format!("s3://{BUCKET}/jsonl/part-2.jsonl"), &d);
+    let o = run(&env, &["pipeline", "run", none.to_str().unwrap(), "--quiet", "--overwrite"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("split `train`: no object matches 's3://corpus/jsonl/nope-*.jsonl'"), "{}", stderr(&o));
 }
 
 #[test]

@@ -495,3 +495,53 @@ fn test_leakage_of_an_array_is_measured_at_the_merge_as_one_process_measures_it(
     let e = stderr(&merge());
     assert!(e.contains("_leakage.bin") && e.contains("missing"), "{e}");
 }
+
+#[test]
+fn files_per_split_with_label_names_as_three_tasks_are_the_single_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(data.join("held-out")).unwrap();
+    let mut rng = bertpipe::rng::Rng(11);
+    let mut write = |rel: &str, n: usize| {
+        let mut text = String::new();
+        for _ in 0..n {
+            let positive = rng.chance(0.5);
+            let review = bertpipe::synth::review(&mut rng, Some(positive));
+            let label = if positive { "pos" } else { "neg" };
+            text.push_str(&serde_json::json!({ "text": review, "sentiment": label }).to_string());
+            text.push('\n');
+        }
+        std::fs::write(data.join(rel), text).unwrap();
+    };
+    for f in 0..4 {
+        write(&format!("train-{f}.jsonl"), 30);
+    }
+    write("extra.jsonl", 20);
+    write("held-out/a.jsonl", 25);
+    write("held-out/b.jsonl", 15);
+    let pipeline = write_pipeline(
+        tmp.path(),
+        "s.yaml",
+        &format!(
+            "name: s\nsource: {{type: jsonl, path: {}, splits: {{train: ['train-*.jsonl', extra.jsonl], test: held-out}}}}\nsteps:\n  - type: punctuation\n  - type: dedup\n  - type: tokenize\n    vocab: {}\n  - type: classify_sequences\n    max_len: 64\nsink: {{type: parquet, path: {}}}\n",
+            data.display(),
+            root().join("data/vocab/bert-base-uncased.txt").display(),
+            tmp.path().join("unused").display()
+        ),
+    );
+    let pipeline = pipeline.to_str().unwrap();
+    // 7 files over 3 tasks: the middle task reads the end of `test` and the start of `train`.
+    let (one, many) = one_and_many(tmp.path(), pipeline, 3, &[]);
+    let m = manifest(&one);
+    assert_eq!(m["id2label"], serde_json::json!({"0": "neg", "1": "pos"}));
+    assert_eq!(m["splits"]["test"]["docs_in"], 40);
+    assert_eq!(m["splits"]["train"]["docs_in"], 140);
+    assert_eq!(m["source_files"]["train"].as_array().unwrap().len(), 5);
+    let tasks: Vec<u64> = (0..3)
+        .map(|i| {
+            let t = manifest(&many.join(format!("tasks/{i:05}")));
+            t["splits"].as_object().unwrap().values().map(|s| s["docs_in"].as_u64().unwrap()).sum()
+        })
+        .collect();
+    assert!(tasks.iter().all(|n| *n > 0), "every task read some files: {tasks:?}");
+}

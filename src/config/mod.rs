@@ -371,7 +371,7 @@ impl Pipeline {
         let (Some(name), Some(seed), Some(mut source), Some(mut sink)) = (name, seed, source, sink) else {
             return Err(ConfigErrors(c.errors));
         };
-        resolve(source.path_mut(), &base_for(overrides, "source.path", base));
+        source.resolve_paths(&base_for(overrides, "source.path", base), &base_for(overrides, "source.splits", base));
         resolve(sink.path_mut(), &base_for(overrides, "sink.path", base));
         for (i, step) in steps.iter_mut().enumerate() {
             let kind = step.type_name();
@@ -402,6 +402,21 @@ impl Pipeline {
     /// The resolved configuration as canonical JSON (for the manifest and its checksum).
     pub fn canonical_json(&self) -> String {
         serde_json::to_string(self).expect("a pipeline always serialises")
+    }
+
+    /// The pipeline ready to read: labels that are names numbered in sorted order when there is
+    /// no `label_map` ([`Source::find_labels`]). That is a pass over the corpus's label field,
+    /// so it is made when a run (or a task's scan, or `stats`) starts, not when the
+    /// configuration is read; the configuration and its hash stay as written.
+    pub fn with_labels_found(&self) -> anyhow::Result<std::borrow::Cow<'_, Pipeline>> {
+        if !self.source.may_have_label_names() {
+            return Ok(std::borrow::Cow::Borrowed(self));
+        }
+        let mut p = self.clone();
+        if let Some(found) = p.source.find_labels()? {
+            p.detected.push(found);
+        }
+        Ok(std::borrow::Cow::Owned(p))
     }
 
     /// SHA-256 of [`Self::canonical_json`]: the `config_sha256` of the manifest, the journal,

@@ -49,6 +49,14 @@ pub struct Manifest {
     /// What a reader should know before using the shards ([`Manifest::label_warnings`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// A source with `splits:` (files per split): the files that made each split, in the
+    /// order they were read.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub source_files: BTreeMap<String, Vec<String>>,
+    /// Class names by label id, when the source's labels are names: its `label_map`, or the
+    /// label strings found in the corpus numbered in sorted order (as HF's `ClassLabel`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub id2label: BTreeMap<i64, String>,
 }
 
 /// Test leakage of one evaluation split: its documents with an exact or near duplicate (MinHash

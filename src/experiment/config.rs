@@ -571,6 +571,8 @@ pub(super) fn stage_doc(ctx: &Ctx, r: &Raw, reserved: &[&str], errs: &mut Errors
                     let p = absolute(&s, ctx.base);
                     v = Node::Scalar(Value::String(p.display().to_string()), v.pos());
                 }
+            } else if k == "source.splits" || k.starts_with("source.splits.") {
+                v = absolute_paths(v, ctx.base);
             }
             let path = match yaml::parse_path(k) {
                 Ok(p) => p,
@@ -585,6 +587,20 @@ pub(super) fn stage_doc(ctx: &Ctx, r: &Raw, reserved: &[&str], errs: &mut Errors
         }
     }
     Some((doc, file, base))
+}
+
+/// A `source.splits` value (files per split) with each of its paths or globs made absolute.
+fn absolute_paths(v: Node, base: &Path) -> Node {
+    match v {
+        Node::Scalar(Value::String(s), pos) => {
+            Node::Scalar(Value::String(absolute(&s, base).display().to_string()), pos)
+        }
+        Node::Seq(items, pos) => Node::Seq(items.into_iter().map(|i| absolute_paths(i, base)).collect(), pos),
+        Node::Map(entries, pos) => {
+            Node::Map(entries.into_iter().map(|(k, p, n)| (k, p, absolute_paths(n, base))).collect(), pos)
+        }
+        other => other,
+    }
 }
 
 /// Keys whose values are paths (`steps[*]` stands for any step).

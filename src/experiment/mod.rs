@@ -82,7 +82,7 @@ impl KeyParts {
         sha256_bytes(&serde_json::to_vec(self).expect("key parts serialise"))
     }
 
-    /// The first part that differs from `before`, in words.
+    /// The first part that differs from `before` (the record of the last run), in words.
     fn changed_since(&self, before: &KeyParts) -> String {
         if self.version != before.version {
             return format!("bertpipe changed ({} → {})", before.version, self.version);
@@ -101,6 +101,9 @@ impl KeyParts {
                 Some(_) => return format!("'{path}' changed"),
                 None => return format!("it reads '{path}' now"),
             }
+        }
+        if let Some(path) = before.inputs.keys().find(|p| !self.inputs.contains_key(*p)) {
+            return format!("it no longer reads '{path}'");
         }
         "its inputs changed".into()
     }
@@ -295,7 +298,7 @@ fn decide_and_run(
         (Recorded::Missing, _) if started.is_some() => Some("its last run did not finish".into()),
         (Recorded::Missing, _) => Some("not run before".into()),
         (Recorded::Unreadable, _) => Some("its record is unreadable (or written by another bertpipe)".into()),
-        (Recorded::Found(r), _) if r.key != key => Some(r.parts.changed_since(&parts)),
+        (Recorded::Found(r), _) if r.key != key => Some(parts.changed_since(&r.parts)),
         (Recorded::Found(r), _) => outputs_changed(exp, stage, r, digests)?,
     };
     let before = match &recorded {

@@ -68,6 +68,7 @@ pub fn threads_or_default(threads: usize) -> usize {
 }
 
 pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
+    let pipeline = &*pipeline.with_labels_found()?;
     let Sink::Parquet(sink) = &pipeline.sink;
     let threads = threads_or_default(opts.threads);
     let config_json = pipeline.canonical_json();
@@ -141,6 +142,8 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
         leakage: written.leakage,
         leakage_part,
         warnings: Vec::new(),
+        source_files: pipeline.source.files_by_split()?,
+        id2label: pipeline.source.id2label(),
     };
     let mut manifest = manifest;
     manifest.warnings = manifest.label_warnings();

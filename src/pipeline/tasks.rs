@@ -283,6 +283,7 @@ struct ScanHeader {
 /// or a `max_noise_quantile` filter. Runs the steps up to the last of them over this task's
 /// part and writes `<out>/tasks/scan/NNNNN.bin` (complete or absent: written aside, then renamed).
 pub fn scan(pipeline: &Pipeline, task: TaskSpec, threads: usize, quiet: bool) -> Result<Scan> {
+    let pipeline = &*pipeline.with_labels_found()?;
     let crate::sink::Sink::Parquet(sink) = &pipeline.sink;
     let config_sha256 = pipeline.config_sha256();
     let mut steps = pipeline.steps.clone();

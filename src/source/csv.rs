@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{input_files_of, parse_label, Emit, InvalidUtf8, RecordMeta, Split};
+use super::{parse_label, split_files, Emit, FileSplits, InvalidUtf8, RecordMeta, Split, SplitFile};
 use crate::contract::partition::Partition;
 use crate::contract::progress::Total;
 
@@ -16,7 +16,9 @@ use crate::contract::progress::Total;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Csv {
-    /// A `.csv`/`.tsv` file, or a folder of them (read in name order).
+    /// A `.csv`/`.tsv` file, or a folder of them (read in name order). With `splits`, the
+    /// folder their entries are in (optional).
+    #[serde(default)]
     pub path: PathBuf,
     /// Header of the text column.
     #[serde(default = "default_text_column")]
@@ -30,6 +32,10 @@ pub struct Csv {
     /// String labels to class ids, e.g. `{negative: 0, positive: 1}`.
     #[serde(default)]
     pub label_map: Option<BTreeMap<String, i64>>,
+    /// Label names found in the corpus when there is no `label_map` ([`super::labels`]); not
+    /// part of the configuration (its hash stays what the user wrote).
+    #[serde(skip)]
+    pub found_labels: Option<BTreeMap<String, i64>>,
     /// Field delimiter, one ASCII character. Default per file: tab for `.tsv`, else `,`.
     #[serde(default)]
     pub delimiter: Option<char>,
@@ -37,10 +43,17 @@ pub struct Csv {
     /// assigned by a stable hash of the document id and the pipeline seed.
     #[serde(default)]
     pub split: Split,
+    /// Files per split instead of `path` + `split`: `{train: train.tsv, test: [a.tsv,
+    /// b.tsv]}` — a path, a glob or a list of them per split (relative to `path` when given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub splits: Option<FileSplits>,
     /// `replace` (default) or `reject` fields that are not valid UTF-8.
     #[serde(default)]
     pub on_invalid_utf8: InvalidUtf8,
 }
+
+/// The file types a `csv` source reads.
+pub const EXTS: &[&str] = &["csv", "tsv"];
 
 fn default_text_column() -> String {
     "text".into()
@@ -60,10 +73,9 @@ impl Csv {
         if let Some(d) = self.delimiter.filter(|d| !d.is_ascii()) {
             bail!("csv delimiter `{d}` must be one ASCII character");
         }
-        let files = input_files_of(&self.path, &["csv", "tsv"], part)?;
-        out.total(Total::Bytes(files.iter().map(|f| f.size()).sum()));
-        for file in files {
-            let name = file.name();
+        let files = split_files(&self.path, self.splits.as_ref(), &self.split, EXTS, part)?;
+        out.total(Total::Bytes(files.iter().map(|f| f.file.size()).sum()));
+        for SplitFile { file, split, key: name } in files {
             let mut raw = BufReader::with_capacity(1 << 20, file.open()?);
             // Drop a UTF-8 BOM so the first header is not "\u{feff}text".
             let mut head = [0u8; 3];
@@ -105,7 +117,7 @@ impl Csv {
                 let offset = csv.position().byte();
                 let mut meta = RecordMeta {
                     id: format!("{name}:{line}"),
-                    split: self.split.initial().to_string(),
+                    split: split.clone(),
                     label: None,
                     rating: None,
                     origin: format!("{}:{line}", file.display()),
@@ -132,7 +144,10 @@ impl Csv {
                 }
                 if let Some(i) = label_idx {
                     let cell = String::from_utf8_lossy(record.get(i).unwrap_or_default()).into_owned();
-                    match parse_label(&serde_json::Value::String(cell), self.label_map.as_ref()) {
+                    match parse_label(
+                        &serde_json::Value::String(cell),
+                        self.label_map.as_ref().or(self.found_labels.as_ref()),
+                    ) {
                         Ok(l) => meta.label = l,
                         Err(e) => {
                             let text = whole();

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{input_files_of, parse_label, Emit, InvalidUtf8, RecordMeta, Split};
+use super::{parse_label, split_files, Emit, FileSplits, InvalidUtf8, RecordMeta, Split, SplitFile};
 use crate::contract::partition::Partition;
 use crate::contract::progress::Total;
 
@@ -20,7 +20,9 @@ use crate::contract::progress::Total;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Jsonl {
-    /// A `.jsonl` file, or a folder of them (read in name order).
+    /// A `.jsonl` file, or a folder of them (read in name order). With `splits`, the folder
+    /// their entries are in (optional).
+    #[serde(default)]
     pub path: PathBuf,
     /// Field holding the document text.
     #[serde(default = "default_text_field")]
@@ -34,14 +36,25 @@ pub struct Jsonl {
     /// String labels to class ids, e.g. `{neg: 0, pos: 1}`.
     #[serde(default)]
     pub label_map: Option<BTreeMap<String, i64>>,
+    /// Label names found in the corpus when there is no `label_map` ([`super::labels`]); not
+    /// part of the configuration (its hash stays what the user wrote).
+    #[serde(skip)]
+    pub found_labels: Option<BTreeMap<String, i64>>,
     /// The split every document belongs to, or fractions (`{train: 0.9, validation: 0.1}`)
     /// assigned by a stable hash of the document id and the pipeline seed.
     #[serde(default)]
     pub split: Split,
+    /// Files per split instead of `path` + `split`: `{train: train.jsonl, test: [a.jsonl,
+    /// b.jsonl]}` — a path, a glob or a list of them per split (relative to `path` when given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub splits: Option<FileSplits>,
     /// `replace` (default) or `reject` lines that are not valid UTF-8.
     #[serde(default)]
     pub on_invalid_utf8: InvalidUtf8,
 }
+
+/// The file types a `jsonl` source reads.
+pub const EXTS: &[&str] = &["jsonl", "json", "ndjson"];
 
 fn default_text_field() -> String {
     "text".into()
@@ -49,13 +62,12 @@ fn default_text_field() -> String {
 
 impl Jsonl {
     pub fn read(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
-        let files = input_files_of(&self.path, &["jsonl", "json", "ndjson"], part)?;
-        out.total(Total::Bytes(files.iter().map(|f| f.size()).sum()));
-        for file in files {
-            let name = file.name();
+        let files = split_files(&self.path, self.splits.as_ref(), &self.split, EXTS, part)?;
+        out.total(Total::Bytes(files.iter().map(|f| f.file.size()).sum()));
+        for SplitFile { file, split, key: name } in files {
             let mut reader = BufReader::with_capacity(1 << 20, file.open()?);
             if first_byte(&mut reader).with_context(|| format!("could not read '{}'", file.display()))? == Some(b'[') {
-                self.read_array(&file, reader, out)?;
+                self.read_array(&file, &split, &name, reader, out)?;
                 continue;
             }
             let mut buf = Vec::new();
@@ -74,7 +86,7 @@ impl Jsonl {
                 }
                 let meta = RecordMeta {
                     id: format!("{name}:{line_no}"),
-                    split: self.split.initial().to_string(),
+                    split: split.clone(),
                     label: None,
                     rating: None,
                     origin: format!("{}:{line_no}", file.display()),
@@ -87,8 +99,14 @@ impl Jsonl {
     }
 
     /// The elements of a JSON array, one record each, streamed.
-    fn read_array(&self, file: &super::InputFile, reader: impl std::io::Read, out: &mut dyn Emit) -> Result<()> {
-        let name = file.name();
+    fn read_array(
+        &self,
+        file: &super::InputFile,
+        split: &str,
+        name: &str,
+        reader: impl std::io::Read,
+        out: &mut dyn Emit,
+    ) -> Result<()> {
         let mut n = 0u64;
         let mut failed: Option<anyhow::Error> = None;
         let mut de = serde_json::Deserializer::from_reader(reader);
@@ -97,7 +115,7 @@ impl Jsonl {
             let line = serde_json::to_vec(&value).unwrap_or_default();
             let meta = RecordMeta {
                 id: format!("{name}:{n}"),
-                split: self.split.initial().to_string(),
+                split: split.to_string(),
                 label: None,
                 rating: None,
                 origin: format!("{}#{n}", file.display()),
@@ -138,7 +156,10 @@ impl Jsonl {
             meta.id = id.as_str().map_or_else(|| id.to_string(), str::to_string);
         }
         if let Some(field) = &self.label_field {
-            match parse_label(obj.get(field).unwrap_or(&Value::Null), self.label_map.as_ref()) {
+            match parse_label(
+                obj.get(field).unwrap_or(&Value::Null),
+                self.label_map.as_ref().or(self.found_labels.as_ref()),
+            ) {
                 Ok(l) => meta.label = l,
                 Err(e) => return meta.reject(format!("bad_label:{e}"), line),
             }

@@ -3,7 +3,9 @@
 
 pub mod aclimdb;
 pub mod csv;
+pub mod files;
 pub mod jsonl;
+pub mod labels;
 pub mod parquet;
 pub mod text;
 
@@ -20,6 +22,7 @@ use crate::contract::progress::Total;
 pub use self::csv::Csv;
 pub use self::parquet::ParquetSource;
 pub use aclimdb::AclImdb;
+pub use files::{split_files, FileList, FileSplits, SplitFile};
 pub use jsonl::Jsonl;
 pub use text::TextSource;
 
@@ -37,6 +40,9 @@ tagged_enum! {
 impl Source {
     /// The splits this source's documents can belong to.
     pub fn split_names(&self) -> Vec<String> {
+        if let Some(splits) = self.file_splits() {
+            return splits.0.keys().cloned().collect();
+        }
         match self {
             Source::AclImdb(s) => s.splits.clone(),
             Source::Jsonl(s) => s.split.names(),
@@ -67,6 +73,73 @@ impl Source {
         match self.reassigned_split() {
             Some(split) => self.read_raw(part, &mut AssignSplit { inner: out, split, seed }),
             None => self.read_raw(part, out),
+        }
+    }
+
+    /// `splits:` of a file source (files per split), when it has them.
+    pub fn file_splits(&self) -> Option<&FileSplits> {
+        match self {
+            Source::AclImdb(_) => None,
+            Source::Jsonl(s) => s.splits.as_ref(),
+            Source::Csv(s) => s.splits.as_ref(),
+            Source::Parquet(s) => s.splits.as_ref(),
+            Source::Text(s) => s.splits.as_ref(),
+        }
+    }
+
+    fn file_splits_mut(&mut self) -> Option<&mut FileSplits> {
+        match self {
+            Source::AclImdb(_) => None,
+            Source::Jsonl(s) => s.splits.as_mut(),
+            Source::Csv(s) => s.splits.as_mut(),
+            Source::Parquet(s) => s.splits.as_mut(),
+            Source::Text(s) => s.splits.as_mut(),
+        }
+    }
+
+    /// The file types this source reads (none for aclImdb, which reads its own layout).
+    pub fn extensions(&self) -> &'static [&'static str] {
+        match self {
+            Source::AclImdb(_) => &[],
+            Source::Jsonl(_) => jsonl::EXTS,
+            Source::Csv(_) => self::csv::EXTS,
+            Source::Parquet(_) => parquet::EXTS,
+            Source::Text(_) => text::EXTS,
+        }
+    }
+
+    /// Makes the source's paths absolute: `path` against `base`, then the `splits:` entries
+    /// against `path` (when given) or `splits_base`. Object-storage URLs stay as they are.
+    pub fn resolve_paths(&mut self, base: &Path, splits_base: &Path) {
+        if !self.path().as_os_str().is_empty() {
+            crate::config::resolve_path(self.path_mut(), base);
+        }
+        let path = self.path().to_path_buf();
+        if let Some(splits) = self.file_splits_mut() {
+            splits.resolve(&path, splits_base);
+        }
+    }
+
+    /// What the source reads, for a chain's fingerprint: `path`, or every file `splits:`
+    /// lists (globs expanded; an entry that cannot be listed stands for itself, so its
+    /// absence is seen too).
+    pub fn input_paths(&self) -> Vec<PathBuf> {
+        let Some(splits) = self.file_splits() else { return vec![self.path().to_path_buf()] };
+        let mut out = Vec::new();
+        for entry in splits.0.values().flat_map(FileList::entries) {
+            match files::expand(entry, self.extensions()) {
+                Ok(found) => out.extend(found.into_iter().map(|f| PathBuf::from(f.display()))),
+                Err(_) => out.push(PathBuf::from(entry)),
+            }
+        }
+        out
+    }
+
+    /// The files that made each split, for the manifest (empty without `splits:`).
+    pub fn files_by_split(&self) -> Result<BTreeMap<String, Vec<String>>> {
+        match self.file_splits() {
+            Some(splits) => files::files_by_split(splits, self.extensions()),
+            None => Ok(BTreeMap::new()),
         }
     }
 
@@ -121,8 +194,19 @@ impl Source {
     /// Problems found without reading the corpus: `(field, message)` pairs.
     pub fn check(&self) -> Vec<(&'static str, String)> {
         let mut problems = Vec::new();
-        if !self.path().exists() && !crate::storage::is_remote(self.path()) {
-            problems.push(("path", format!("'{}' does not exist", self.path().display())));
+        let path = self.path();
+        if let Some(splits) = self.file_splits() {
+            let split = self.split().cloned().unwrap_or_default();
+            problems.extend(splits.check(path, &split, self.extensions()));
+            if !path.as_os_str().is_empty() && !path.exists() && !crate::storage::is_remote(path) {
+                problems.push(("path", format!("'{}' does not exist", path.display())));
+            }
+            return problems;
+        }
+        if path.as_os_str().is_empty() {
+            problems.push(("path", "give `path` (a file or a folder of files) or `splits` (files per split, e.g. {train: train.jsonl, test: test.jsonl})".into()));
+        } else if !path.exists() && !crate::storage::is_remote(path) {
+            problems.push(("path", format!("'{}' does not exist", path.display())));
         }
         if let Source::AclImdb(s) = self {
             problems.extend(s.check());
@@ -667,7 +751,16 @@ impl Source {
             Source::Parquet(_) => (&["parquet"], 2),
             _ => return None,
         };
-        let file = input_files_of(self.path(), exts, Partition::WHOLE).ok()?.into_iter().next()?;
+        let file = match self.file_splits() {
+            Some(s) => {
+                split_files(self.path(), Some(s), &Split::default(), exts, Partition::WHOLE)
+                    .ok()?
+                    .into_iter()
+                    .next()?
+                    .file
+            }
+            None => input_files_of(self.path(), exts, Partition::WHOLE).ok()?.into_iter().next()?,
+        };
         match kind {
             0 => {
                 let mut r = BufReader::new(file.open().ok()?);

@@ -10,7 +10,9 @@ use arrow_schema::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::{file_size, input_files, parse_label, Emit, InvalidUtf8, RecordMeta, Split};
+use super::{
+    file_size, parse_label, split_files, Emit, FileSplits, InputFile, InvalidUtf8, RecordMeta, Split, SplitFile,
+};
 use crate::contract::columns::string_at;
 use crate::contract::partition::Partition;
 use crate::contract::progress::Total;
@@ -32,7 +34,9 @@ fn shard_files(path: &std::path::Path) -> Result<Option<Vec<PathBuf>>> {
 #[serde(deny_unknown_fields)]
 pub struct ParquetSource {
     /// A `.parquet` file, a folder of them (read in name order), or a bertpipe output folder
-    /// (its shards, in manifest order; `keep_text: true` shards have the `text` column).
+    /// (its shards, in manifest order; `keep_text: true` shards have the `text` column). With
+    /// `splits`, the folder their entries are in (optional).
+    #[serde(default)]
     pub path: PathBuf,
     /// Name of the text column.
     #[serde(default = "default_text_column")]
@@ -46,20 +50,31 @@ pub struct ParquetSource {
     /// String labels to class ids.
     #[serde(default)]
     pub label_map: Option<BTreeMap<String, i64>>,
+    /// Label names found in the corpus when there is no `label_map` ([`super::labels`]); not
+    /// part of the configuration (its hash stays what the user wrote).
+    #[serde(skip)]
+    pub found_labels: Option<BTreeMap<String, i64>>,
     /// The split every document belongs to, or fractions (`{train: 0.9, validation: 0.1}`)
     /// assigned by a stable hash of the document id and the pipeline seed.
     #[serde(default)]
     pub split: Split,
+    /// Files per split instead of `path` + `split`: `{train: train.parquet, test: [a.parquet,
+    /// b.parquet]}` — a path, a glob or a list of them per split (relative to `path` when given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub splits: Option<FileSplits>,
     /// Not used by Parquet (strings are UTF-8 by format); accepted for symmetry.
     #[serde(default)]
     pub on_invalid_utf8: InvalidUtf8,
 }
 
+/// The file types a `parquet` source reads.
+pub const EXTS: &[&str] = &["parquet"];
+
 fn default_text_column() -> String {
     "text".into()
 }
 
-fn cell_json(col: &dyn Array, i: usize) -> serde_json::Value {
+pub(super) fn cell_json(col: &dyn Array, i: usize) -> serde_json::Value {
     use arrow_array::types::*;
     use serde_json::Value;
     if col.is_null(i) {
@@ -85,6 +100,7 @@ struct ParquetInput {
     local: PathBuf,
     name: String,
     shown: String,
+    split: String,
 }
 
 type RowGroupPlan = Vec<(usize, Option<Vec<usize>>, u64)>;
@@ -118,33 +134,59 @@ fn row_group_plan(inputs: &[ParquetInput], part: Partition) -> Result<RowGroupPl
 }
 
 impl ParquetSource {
+    /// Every file read, with its split (a bertpipe output folder's shards by their names, as
+    /// always).
+    fn listing(&self) -> Result<Vec<SplitFile>> {
+        if self.splits.is_none() && !crate::storage::is_remote(&self.path) {
+            if let Some(files) = shard_files(&self.path)? {
+                let split = self.split.initial().to_string();
+                return Ok(files
+                    .into_iter()
+                    .map(|p| SplitFile {
+                        key: p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                        file: InputFile::Local(p),
+                        split: split.clone(),
+                    })
+                    .collect());
+            }
+        }
+        split_files(&self.path, self.splits.as_ref(), &self.split, EXTS, Partition::WHOLE)
+    }
+
     pub fn read(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
+        let files = self.listing()?;
         // Objects in a bucket are downloaded one at a time into a spool file (Parquet needs
         // random access: the footer first), read, and removed.
-        // A task of an array takes whole objects here, not row groups.
-        if crate::storage::is_remote(&self.path) {
-            let objects = super::input_files_of(&self.path, &["parquet"], part)?;
-            out.total(Total::Bytes(objects.iter().map(|o| o.size()).sum()));
+        // A task of an array takes whole files here, not row groups.
+        if files.iter().any(|f| matches!(f.file, InputFile::Remote { .. })) {
+            let range = part.range(files.len());
+            let objects: Vec<SplitFile> = files.into_iter().skip(range.start).take(range.len()).collect();
+            out.total(Total::Bytes(objects.iter().map(|o| o.file.size()).sum()));
             let spool = std::env::temp_dir().join(format!("bertpipe-parquet-{}", std::process::id()));
-            for object in &objects {
-                let super::InputFile::Remote { remote, rel, .. } = object else { unreachable!("listed from a bucket") };
-                let local = spool.join(object.name());
-                remote.download(rel, &local)?;
-                let input = [ParquetInput { local: local.clone(), name: object.name(), shown: object.display() }];
+            for SplitFile { file, split, key } in objects {
+                let (local, remove) = match &file {
+                    InputFile::Remote { remote, rel, .. } => {
+                        let local = spool.join(file.name());
+                        remote.download(rel, &local)?;
+                        (local, true)
+                    }
+                    InputFile::Local(p) => (p.clone(), false),
+                };
+                let input = [ParquetInput { local: local.clone(), name: key, shown: file.display(), split }];
                 let read = self.read_files(&input, row_group_plan(&input, Partition::WHOLE)?, out);
-                std::fs::remove_file(&local).ok();
+                if remove {
+                    std::fs::remove_file(&local).ok();
+                }
                 read?;
             }
             std::fs::remove_dir(&spool).ok();
             return Ok(());
         }
-        let files = shard_files(&self.path)?.map_or_else(|| input_files(&self.path, &["parquet"]), Ok)?;
         let inputs: Vec<ParquetInput> = files
             .into_iter()
-            .map(|local| ParquetInput {
-                name: local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-                shown: local.display().to_string(),
-                local,
+            .map(|SplitFile { file, split, key }| {
+                let InputFile::Local(local) = file else { unreachable!("no object in the listing") };
+                ParquetInput { name: key, shown: local.display().to_string(), local, split }
             })
             .collect();
         let plan = row_group_plan(&inputs, part)?;
@@ -155,7 +197,7 @@ impl ParquetSource {
     /// Reads the row groups of `inputs` that `plan` ([`row_group_plan`]) lists.
     fn read_files(&self, inputs: &[ParquetInput], plan: RowGroupPlan, out: &mut dyn Emit) -> Result<()> {
         for (k, row_groups, first_row) in plan {
-            let ParquetInput { local, name, shown } = &inputs[k];
+            let ParquetInput { local, name, shown, split } = &inputs[k];
             let file = Path::new(shown);
             let size = file_size(local);
             let f = File::open(local).with_context(|| format!("could not open '{}'", file.display()))?;
@@ -193,7 +235,7 @@ impl ParquetSource {
                     row += 1;
                     let mut meta = RecordMeta {
                         id: format!("{name}:{row}"),
-                        split: self.split.initial().to_string(),
+                        split: split.clone(),
                         label: None,
                         rating: None,
                         origin: format!("{}:row {row}", file.display()),
@@ -206,7 +248,10 @@ impl ParquetSource {
                     }
                     let body = string_at(text.as_ref(), i).unwrap_or("").to_string();
                     if let Some(c) = label_idx {
-                        match parse_label(&cell_json(batch.column(c).as_ref(), i), self.label_map.as_ref()) {
+                        match parse_label(
+                            &cell_json(batch.column(c).as_ref(), i),
+                            self.label_map.as_ref().or(self.found_labels.as_ref()),
+                        ) {
                             Ok(l) => meta.label = l,
                             Err(e) => {
                                 out.emit(meta.reject(format!("bad_label:{e}"), body))?;

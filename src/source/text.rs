@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{input_files_of, Emit, InvalidUtf8, RecordMeta, Split};
+use super::{split_files, Emit, FileSplits, InvalidUtf8, RecordMeta, Split, SplitFile};
 use crate::contract::partition::Partition;
 use crate::contract::progress::Total;
 
@@ -14,7 +14,9 @@ use crate::contract::progress::Total;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TextSource {
-    /// A `.txt` file, or a folder of them (read in name order).
+    /// A `.txt` file, or a folder of them (read in name order). With `splits`, the folder
+    /// their entries are in (optional).
+    #[serde(default)]
     pub path: PathBuf,
     /// `lines`: every non-blank line is a document. `paragraphs`: blocks separated by blank
     /// lines are documents.
@@ -24,10 +26,17 @@ pub struct TextSource {
     /// assigned by a stable hash of the document id and the pipeline seed.
     #[serde(default)]
     pub split: Split,
+    /// Files per split instead of `path` + `split`: `{train: train.txt, test: [a.txt,
+    /// b.txt]}` — a path, a glob or a list of them per split (relative to `path` when given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub splits: Option<FileSplits>,
     /// `replace` (default) or `reject` documents that are not valid UTF-8.
     #[serde(default)]
     pub on_invalid_utf8: InvalidUtf8,
 }
+
+/// The file types a `text` source reads.
+pub const EXTS: &[&str] = &["txt", "text"];
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -39,10 +48,9 @@ pub enum TextMode {
 
 impl TextSource {
     pub fn read(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
-        let files = input_files_of(&self.path, &["txt", "text"], part)?;
-        out.total(Total::Bytes(files.iter().map(|f| f.size()).sum()));
-        for file in files {
-            let name = file.name();
+        let files = split_files(&self.path, self.splits.as_ref(), &self.split, EXTS, part)?;
+        out.total(Total::Bytes(files.iter().map(|f| f.file.size()).sum()));
+        for SplitFile { file, split, key: name } in files {
             let mut reader = BufReader::with_capacity(1 << 20, file.open()?);
             let (mut line_no, mut start_line, mut pending_bytes) = (0u64, 0u64, 0u64);
             let mut doc: Vec<u8> = Vec::new();
@@ -56,7 +64,7 @@ impl TextSource {
                 }
                 let meta = RecordMeta {
                     id: format!("{name}:{start}"),
-                    split: self.split.initial().to_string(),
+                    split: split.clone(),
                     label: None,
                     rating: None,
                     origin: format!("{}:{start}", file.display()),

@@ -46,8 +46,9 @@ pub struct LabelNames {
 }
 
 impl LabelNames {
-    /// From a source's configuration (as JSON: `type`, `label_map`).
-    pub fn from_source(source: &serde_json::Value) -> LabelNames {
+    /// From a source's configuration (as JSON: `type`, `label_map`), else the label names
+    /// found in the corpus (`id2label` of a manifest, [`crate::source::Source::id2label`]).
+    pub fn from_source(source: &serde_json::Value, found: &BTreeMap<i64, String>) -> LabelNames {
         let mut names = BTreeMap::new();
         let mut none = "none".to_string();
         if source["type"] == "aclimdb" {
@@ -60,6 +61,8 @@ impl LabelNames {
                     names.entry(id).and_modify(|n: &mut String| *n = format!("{n}/{name}")).or_insert(name.clone());
                 }
             }
+        } else {
+            names = found.clone();
         }
         LabelNames { names, none }
     }
@@ -253,6 +256,7 @@ pub fn source_pipeline(path: &Path, kind: &str, overrides: &[String]) -> Result<
 /// `is_pipeline` says whether the user gave a pipeline file (rather than a bare source).
 pub fn from_pipeline(pipeline: &Pipeline, is_pipeline: bool, path: &Path, opts: &StatsOptions) -> Result<Collected> {
     let started = Instant::now();
+    let pipeline = &*pipeline.with_labels_found()?;
     let threads = threads_or_default(opts.threads);
     let max_len = pipeline.steps.iter().find_map(PipelineStep::max_len).map(|n| n as u32);
     let mut steps = document_steps(pipeline);
@@ -329,7 +333,7 @@ pub fn from_pipeline(pipeline: &Pipeline, is_pipeline: bool, path: &Path, opts: 
         read,
         rejected,
         reject_examples,
-        labels: LabelNames::from_source(&source_json),
+        labels: LabelNames::from_source(&source_json, &pipeline.source.id2label()),
         max_len,
         noise_scored_by: Some(if scored { "pipeline" } else { "default" }),
         manifest_tokens: BTreeMap::new(),
@@ -422,7 +426,7 @@ pub fn from_shards(root: &Path, opts: &StatsOptions) -> Result<Collected> {
         token_unit: columns.tokens.then_some("row"),
         rejected,
         reject_examples: BTreeMap::new(),
-        labels: if pretrain { LabelNames::nsp() } else { LabelNames::from_source(source_json) },
+        labels: if pretrain { LabelNames::nsp() } else { LabelNames::from_source(source_json, &m.id2label) },
         max_len: m.max_len,
         noise_scored_by: columns.noise.then_some("pipeline"),
         manifest_tokens,

@@ -30,7 +30,8 @@ fn pipeline_of(manifest: &Manifest) -> Option<Pipeline> {
     serde_json::from_value(manifest.config.clone()).ok()
 }
 
-/// Class names in label order: aclImdb folders, an inverted `label_map`, or `LABEL_i`. (What
+/// Class names in label order: aclImdb folders, an inverted `label_map`, the label names the
+/// pipeline found (`id2label`), or `LABEL_i`. (What
 /// this and [`Loaders::new`] read of the manifest's `config` is part of a pipeline stage's
 /// identity in `experiment/stages/pipeline.rs`: keep the two in step.)
 fn label_names(manifest: &Manifest, max_label: usize) -> Vec<String> {
@@ -44,6 +45,8 @@ fn label_names(manifest: &Manifest, max_label: usize) -> Vec<String> {
         }
     } else if source.and_then(|s| s.get("type")).and_then(|t| t.as_str()) == Some("aclimdb") {
         names = vec!["neg".into(), "pos".into()];
+    } else if manifest.id2label.keys().copied().eq(0..manifest.id2label.len() as i64) {
+        names = manifest.id2label.values().cloned().collect();
     }
     while names.len() <= max_label {
         names.push(format!("LABEL_{}", names.len()));

@@ -114,7 +114,7 @@ pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs
 /// The files a pipeline reads: its source and every file a step names (a vocabulary, a
 /// tokenizer).
 pub(in crate::experiment) fn files_read(p: &Pipeline) -> Vec<PathBuf> {
-    let mut paths = vec![p.source.path().to_path_buf()];
+    let mut paths = p.source.input_paths();
     for step in p.steps.clone().iter_mut() {
         paths.extend(step.paths_mut().into_iter().map(|(_, p)| p.clone()));
     }
