@@ -100,25 +100,51 @@ impl Emit for Collect {
 }
 
 /// Each source reader on arbitrary file contents (the first byte picks the reader): every
-/// record is emitted or rejected, or the read stops with an error.
+/// record is emitted or rejected, or the read stops with an error. Readers with a label field
+/// first look for label names ([`Source::find_labels`]), as a run does. Kinds 8 and 9 are files
+/// per split (`splits:` with a glob): the body up to its first 0xFF byte is the train file, the
+/// rest the test file, read whole and as the second of two tasks.
 pub fn sources(data: &[u8]) {
     let Some((&kind, body)) = data.split_first() else { return };
     let dir = Scratch::new();
-    let (file, mut options) = match kind % 7 {
+    let d = dir.path().display().to_string();
+    let (file, mut options) = match kind % 10 {
         0 => ("in.jsonl", serde_json::json!({"type": "jsonl", "label_field": "label", "id_field": "id"})),
         1 => ("in.csv", serde_json::json!({"type": "csv", "label_column": "label"})),
         2 => ("in.tsv", serde_json::json!({"type": "csv"})),
         3 => ("in.txt", serde_json::json!({"type": "text"})),
         4 => ("in.parquet", serde_json::json!({"type": "parquet", "label_column": "label"})),
         5 => ("aclImdb_v1.tar.gz", serde_json::json!({"type": "aclimdb"})),
-        _ => ("in.txt", serde_json::json!({"type": "text", "mode": "paragraphs"})),
+        6 => ("in.txt", serde_json::json!({"type": "text", "mode": "paragraphs"})),
+        7 => ("in.json", serde_json::json!({"type": "jsonl", "label_field": "label"})),
+        8 => (
+            "jsonl",
+            serde_json::json!({"type": "jsonl", "label_field": "label",
+            "splits": {"train": format!("{d}/train-*.jsonl"), "test": format!("{d}/test.jsonl")}}),
+        ),
+        _ => (
+            "csv",
+            serde_json::json!({"type": "csv", "label_column": "label",
+            "splits": {"train": [format!("{d}/train-*.csv")], "test": format!("{d}/test.csv")}}),
+        ),
     };
-    let path = dir.path().join(file);
-    std::fs::write(&path, body).unwrap();
-    options["path"] = path.display().to_string().into();
-    let source: Source = serde_json::from_value(options.clone())
+    if options.get("splits").is_some() {
+        let cut = body.iter().position(|b| *b == 0xFF).unwrap_or(body.len());
+        let (train, test) = (&body[..cut], body.get(cut + 1..).unwrap_or_default());
+        std::fs::write(dir.path().join(format!("train-0.{file}")), train).unwrap();
+        std::fs::write(dir.path().join(format!("test.{file}")), test).unwrap();
+    } else {
+        let path = dir.path().join(file);
+        std::fs::write(&path, body).unwrap();
+        options["path"] = path.display().to_string().into();
+    }
+    let mut source: Source = serde_json::from_value(options.clone())
         .unwrap_or_else(|e| panic!("the harness's own options do not load: {options}: {e}"));
+    let _ = source.find_labels();
     let _ = source.read(7, Partition::WHOLE, &mut Collect);
+    if source.file_splits().is_some() {
+        let _ = source.read(7, Partition { index: 1, count: 2 }, &mut Collect);
+    }
 }
 
 /// The readers of files other runs (or other people) leave in an output folder: the manifest,

@@ -310,3 +310,24 @@ pub fn local_folder(url: &str) -> PathBuf {
     let name: String = url.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).take(60).collect();
     base.join(format!("{name}-{}", &hex::encode(Sha256::digest(url.as_bytes()))[..12]))
 }
+
+/// Makes a relative local path relative to `base`, absolute and free of `..`; object-storage
+/// URLs (`s3://…`) are left as they are. (Every configuration path goes through this.)
+pub fn resolve_path(path: &mut PathBuf, base: &Path) {
+    if is_remote(path) {
+        return;
+    }
+    let joined = if path.is_relative() { base.join(&*path) } else { path.clone() };
+    let absolute = std::path::absolute(&joined).unwrap_or(joined);
+    let mut clean = PathBuf::new();
+    for part in absolute.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                clean.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => clean.push(other),
+        }
+    }
+    *path = clean;
+}

@@ -315,3 +315,34 @@ fn parquet_and_text_files_per_split() {
         (Some(5), Some(3))
     );
 }
+
+#[test]
+fn a_run_over_files_per_split_resumes_to_the_bytes_of_an_unbroken_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut rng = bertpipe::rng::Rng(21);
+    for (name, n) in [("train-a.jsonl", 14), ("train-b.jsonl", 9), ("test.jsonl", 11)] {
+        let lines: Vec<String> = (0..n)
+            .map(|_| {
+                let positive = rng.chance(0.5);
+                let review = bertpipe::synth::review(&mut rng, Some(positive));
+                serde_json::json!({"text": review, "label": if positive { "pos" } else { "neg" }}).to_string()
+            })
+            .collect();
+        std::fs::write(d.join(name), lines.join("\n") + "\n").unwrap();
+    }
+    let source = "{ type: jsonl, splits: { train: 'train-*.jsonl', test: test.jsonl } }";
+    let (clean, crashed) = (d.join("clean"), d.join("crashed"));
+    let p = pipeline(d, source, &clean);
+    assert_ok(&bertpipe(&["pipeline", "run", p.to_str().unwrap(), "--quiet", "--set", "sink.shard_rows=4"]));
+    let out_set = format!("sink.path={}", crashed.display());
+    let args = ["pipeline", "run", p.to_str().unwrap(), "--quiet", "--set", "sink.shard_rows=4", "--set", &out_set];
+    let o = common::bertpipe_env(&args, &[("BERTPIPE_CRASH_AFTER_SHARDS", "3")]);
+    assert!(!o.status.success(), "the crash hook must kill the run");
+    let mut resume = args.to_vec();
+    resume.push("--resume");
+    assert_ok(&bertpipe(&resume));
+    assert_reconciles(&crashed);
+    common::assert_same_output(&clean, &crashed);
+    assert_eq!(common::manifest(&crashed)["id2label"], serde_json::json!({"0": "neg", "1": "pos"}));
+}

@@ -621,22 +621,7 @@ pub fn resolve_path(path: &mut PathBuf, base: &Path) {
 }
 
 fn resolve(path: &mut PathBuf, base: &Path) {
-    if crate::storage::is_remote(path) {
-        return;
-    }
-    let joined = if path.is_relative() { base.join(&*path) } else { path.clone() };
-    let absolute = std::path::absolute(&joined).unwrap_or(joined);
-    let mut clean = PathBuf::new();
-    for part in absolute.components() {
-        match part {
-            std::path::Component::ParentDir => {
-                clean.pop();
-            }
-            std::path::Component::CurDir => {}
-            other => clean.push(other),
-        }
-    }
-    *path = clean;
+    crate::storage::resolve_path(path, base)
 }
 
 /// Applies one `key.path[2].field=value` override; the value is parsed as YAML.

@@ -78,7 +78,7 @@ impl FileSplits {
                     *entry = format!("{}/{entry}", base.display().to_string().trim_end_matches('/'));
                     continue;
                 }
-                crate::config::resolve_path(&mut p, base);
+                crate::storage::resolve_path(&mut p, base);
                 *entry = p.to_string_lossy().into_owned();
             }
         }

@@ -112,7 +112,7 @@ impl Source {
     /// against `path` (when given) or `splits_base`. Object-storage URLs stay as they are.
     pub fn resolve_paths(&mut self, base: &Path, splits_base: &Path) {
         if !self.path().as_os_str().is_empty() {
-            crate::config::resolve_path(self.path_mut(), base);
+            crate::storage::resolve_path(self.path_mut(), base);
         }
         let path = self.path().to_path_buf();
         if let Some(splits) = self.file_splits_mut() {

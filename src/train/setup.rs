@@ -532,3 +532,31 @@ fn prepare_output(out: &Path, overwrite: bool) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(source: serde_json::Value, id2label: serde_json::Value) -> Manifest {
+        serde_json::from_value(serde_json::json!({
+            "format": "bertpipe-shards/1", "created_by": "test", "task": "classify", "name": "t",
+            "config": {"source": source}, "config_sha256": "", "tokenizer": null, "max_len": null,
+            "seed": 1, "splits": {}, "rejects": {"rows": 0, "shards": []}, "id2label": id2label,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn class_names_come_from_the_label_map_aclimdb_or_the_names_found() {
+        let found = serde_json::json!({"0": "negative", "1": "neutral", "2": "positive"});
+        let m = manifest(serde_json::json!({"type": "csv"}), found.clone());
+        assert_eq!(label_names(&m, 2), ["negative", "neutral", "positive"]);
+        assert_eq!(label_names(&m, 3), ["negative", "neutral", "positive", "LABEL_3"]);
+        let m = manifest(serde_json::json!({"type": "csv", "label_map": {"bad": 0, "good": 1}}), found);
+        assert_eq!(label_names(&m, 1), ["bad", "good"]);
+        let m = manifest(serde_json::json!({"type": "aclimdb"}), serde_json::json!({}));
+        assert_eq!(label_names(&m, 1), ["neg", "pos"]);
+        let m = manifest(serde_json::json!({"type": "jsonl"}), serde_json::json!({"1": "only"}));
+        assert_eq!(label_names(&m, 1), ["LABEL_0", "LABEL_1"], "names that do not start at 0 are not used");
+    }
+}
