@@ -356,6 +356,36 @@ fn jsonl_objects_in_a_bucket_read_as_the_same_files_on_disk() {
     let o = run(&env, &["pipeline", "run", none.to_str().unwrap(), "--quiet", "--overwrite"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("split `train`: no object matches 's3://corpus/jsonl/nope-*.jsonl'"), "{}", stderr(&o));
+
+    // Parquet objects with label names: the names are found in the objects too.
+    {
+        use std::sync::Arc;
+
+        use arrow_array::{ArrayRef, RecordBatch, StringArray};
+        std::fs::create_dir_all(server.file("pq")).unwrap();
+        for (split, n) in [("train", 4), ("test", 3)] {
+            let texts: Vec<String> = (0..n).map(|i| format!("a {split} review number {i} of a film")).collect();
+            let labels: Vec<&str> = (0..n).map(|i| ["good", "bad"][i % 2]).collect();
+            let batch = RecordBatch::try_from_iter([
+                ("text", Arc::new(StringArray::from(texts)) as ArrayRef),
+                ("label", Arc::new(StringArray::from(labels)) as ArrayRef),
+            ])
+            .unwrap();
+            let file = std::fs::File::create(server.file(&format!("pq/{split}.parquet"))).unwrap();
+            let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+            w.write(&batch).unwrap();
+            w.close().unwrap();
+        }
+        let yaml = format!(
+            "name: p\nsource: {{type: parquet, splits: {{train: 's3://{BUCKET}/pq/train.parquet', test: 's3://{BUCKET}/pq/test.parquet'}}}}\nsink: {{type: parquet, path: {}}}\n",
+            d.display()
+        );
+        let p = write_pipeline(tmp.path(), "pq.yaml", &yaml);
+        let o = run(&env, &["pipeline", "run", p.to_str().unwrap(), "--overwrite"]);
+        assert_ok(&o);
+        assert!(stderr(&o).contains("labels bad=0, good=1"), "{}", stderr(&o));
+        assert_eq!(manifest(&d)["id2label"], serde_json::json!({"0": "bad", "1": "good"}));
+    }
 }
 
 #[test]

@@ -181,11 +181,24 @@ fn csv_labels(c: &super::Csv, f: &SplitFile, field: &str, seen: &mut Seen) -> Re
 }
 
 fn parquet_labels(f: &SplitFile, field: &str, seen: &mut Seen) -> Result<()> {
+    // An object is downloaded into a spool file (Parquet is read footer first), scanned and removed.
+    match &f.file {
+        super::InputFile::Local(path) => parquet_file_labels(path, field, seen),
+        super::InputFile::Remote { remote, rel, .. } => {
+            let spool =
+                std::env::temp_dir().join(format!("bertpipe-labels-{}", std::process::id())).join(f.file.name());
+            remote.download(rel, &spool)?;
+            let scanned = parquet_file_labels(&spool, field, seen);
+            std::fs::remove_file(&spool).ok();
+            spool.parent().map(std::fs::remove_dir);
+            scanned
+        }
+    }
+}
+
+fn parquet_file_labels(path: &std::path::Path, field: &str, seen: &mut Seen) -> Result<()> {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use parquet::arrow::ProjectionMask;
-    let super::InputFile::Local(path) = &f.file else {
-        bail!("label names are found in local Parquet files only; give a label_map for '{}'", f.file.display())
-    };
     let builder = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path)?)?;
     let Ok(index) = builder.schema().index_of(field) else { return Ok(()) };
     let leaves: Vec<usize> = {

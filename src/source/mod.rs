@@ -788,10 +788,23 @@ impl Source {
                 Some(names)
             }
             _ => {
-                let InputFile::Local(p) = &file else { return None };
-                let f = std::fs::File::open(p).ok()?;
-                let b = ::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).ok()?;
-                Some(b.schema().fields().iter().map(|f| f.name().clone()).collect())
+                let schema_names = |p: &Path| -> Option<Vec<String>> {
+                    let f = std::fs::File::open(p).ok()?;
+                    let b = ::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).ok()?;
+                    Some(b.schema().fields().iter().map(|f| f.name().clone()).collect())
+                };
+                match &file {
+                    InputFile::Local(p) => schema_names(p),
+                    // An object is read footer first: downloaded into a spool file, then removed.
+                    InputFile::Remote { remote, rel, .. } => {
+                        let dir = std::env::temp_dir().join(format!("bertpipe-schema-{}", std::process::id()));
+                        let spool = dir.join(file.name());
+                        remote.download(rel, &spool).ok()?;
+                        let names = schema_names(&spool);
+                        std::fs::remove_dir_all(&dir).ok();
+                        names
+                    }
+                }
             }
         }
     }
