@@ -350,7 +350,7 @@ fn plots_are_written_and_well_formed() {
 }
 
 #[test]
-fn string_labels_without_a_map_are_rejected_with_a_hint() {
+fn string_labels_without_a_map_are_named_in_sorted_order_and_mixed_ones_ask_for_a_map() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("reviews.jsonl");
     std::fs::write(
@@ -358,12 +358,17 @@ fn string_labels_without_a_map_are_rejected_with_a_hint() {
         "{\"text\": \"great film\", \"label\": \"pos\"}\n{\"text\": \"awful\", \"label\": \"neg\"}\n",
     )
     .unwrap();
-    let o = bertpipe(&["stats", path.to_str().unwrap(), "--quiet"]);
+    let o = bertpipe(&["stats", path.to_str().unwrap(), "--quiet", "--by", "label"]);
     assert_ok(&o);
     let table = String::from_utf8_lossy(&o.stdout);
-    assert!(table.contains("2 documents read, 0 kept, 2 rejected (bad_label 2)"), "{table}");
-    assert!(table.contains("reviews.jsonl:1: bad_label:label `pos` is not an integer"), "{table}");
-    assert!(table.contains("--set source.label_map="), "{table}");
+    assert!(table.contains("2 documents read, 2 kept, 0 rejected"), "{table}");
+    assert!(table.contains("label balance: neg 50.0% · pos 50.0%"), "{table}");
+    // Names beside numbers: which id a name is cannot be guessed.
+    std::fs::write(&path, "{\"text\": \"great film\", \"label\": \"pos\"}\n{\"text\": \"awful\", \"label\": 0}\n")
+        .unwrap();
+    let o = bertpipe(&["stats", path.to_str().unwrap(), "--quiet"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("holds names (`pos`) and numbers (0): give a label_map"), "{}", stderr(&o));
 }
 
 #[test]
