@@ -148,8 +148,8 @@ pub struct EvalArgs {
     /// No progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,
-    /// This task's index, from 0, in a task array (default: SLURM_ARRAY_TASK_ID −
-    /// SLURM_ARRAY_TASK_MIN, or JOB_COMPLETION_INDEX on Kubernetes): it evaluates its share of
+    /// This task's index, from 0, in a task array (default: (SLURM_ARRAY_TASK_ID −
+    /// SLURM_ARRAY_TASK_MIN) / SLURM_ARRAY_TASK_STEP, or JOB_COMPLETION_INDEX on Kubernetes): it evaluates its share of
     /// the split's shards into OUT/tasks/NNNNN/; `bertpipe eval merge OUT` reports.
     #[arg(long, value_name = "I")]
     pub task_index: Option<u32>,
@@ -441,8 +441,8 @@ pub struct RunArgs {
 /// A task array: the same command run N times, each process reading its part of the input.
 #[derive(Debug, Args)]
 pub struct TaskArgs {
-    /// This task's index, from 0 (default: SLURM_ARRAY_TASK_ID − SLURM_ARRAY_TASK_MIN, or
-    /// JOB_COMPLETION_INDEX on Kubernetes). Output goes under OUT/tasks/NNNNN/.
+    /// This task's index, from 0 (default: (SLURM_ARRAY_TASK_ID − SLURM_ARRAY_TASK_MIN) /
+    /// SLURM_ARRAY_TASK_STEP, or JOB_COMPLETION_INDEX on Kubernetes). Output goes under OUT/tasks/NNNNN/.
     #[arg(long, value_name = "I")]
     pub task_index: Option<u32>,
     /// How many tasks the input is divided among (default: SLURM_ARRAY_TASK_COUNT).

@@ -87,8 +87,13 @@ pub fn kill_point() {
 /// `BERTPIPE_KILL_AT`):
 /// test-only, documented as such in the README. A set one is announced on stderr (once per
 /// process), so it can never act unnoticed in a real run.
-pub const TEST_HOOKS: [&str; 4] =
-    ["BERTPIPE_CRASH_AFTER_SHARDS", "BERTPIPE_STOP_AT_STEP", "BERTPIPE_NAN_AT_STEP", "BERTPIPE_KILL_AT"];
+pub const TEST_HOOKS: [&str; 5] = [
+    "BERTPIPE_CRASH_AFTER_SHARDS",
+    "BERTPIPE_PAUSE_AFTER_SHARDS",
+    "BERTPIPE_STOP_AT_STEP",
+    "BERTPIPE_NAN_AT_STEP",
+    "BERTPIPE_KILL_AT",
+];
 
 /// The value of test hook `name` (one of [`TEST_HOOKS`]), when it is set to a number.
 pub fn test_hook(name: &str) -> Option<u64> {

@@ -275,6 +275,9 @@ fn write_rows(
 ) -> Result<Written> {
     // Test hook: the process aborts after this many shards are complete (a simulated crash).
     let crash_after = crate::contract::test_hook("BERTPIPE_CRASH_AFTER_SHARDS").map(|n| n as usize);
+    // Test hook: the run waits after this many shards until it is stopped from outside (a
+    // scheduler's cancel), so a test can kill it mid-run at a known point.
+    let pause_after = crate::contract::test_hook("BERTPIPE_PAUSE_AFTER_SHARDS").map(|n| n as usize);
     let mut shards_done = 0usize;
     let mut on_shard = |folder: &str, info: &ShardInfo| -> Result<()> {
         journal.record(folder, info)?;
@@ -284,6 +287,13 @@ fn write_rows(
         shards_done += 1;
         if crash_after == Some(shards_done) {
             std::process::abort();
+        }
+        if pause_after == Some(shards_done) {
+            eprintln!("paused after {shards_done} shards (BERTPIPE_PAUSE_AFTER_SHARDS)");
+            while !crate::contract::interrupt::requested() {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            anyhow::bail!("interrupted while paused after {shards_done} shards");
         }
         Ok(())
     };

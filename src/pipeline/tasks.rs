@@ -33,8 +33,8 @@ pub struct TaskSpec {
 
 impl TaskSpec {
     /// From `--task-index` / `--task-count`, else the scheduler's environment: Slurm's
-    /// `SLURM_ARRAY_TASK_ID` (less `SLURM_ARRAY_TASK_MIN`, so `--array=1-8` works) and
-    /// `SLURM_ARRAY_TASK_COUNT`, or Kubernetes' `JOB_COMPLETION_INDEX` (the count then comes from
+    /// `SLURM_ARRAY_TASK_ID` (less `SLURM_ARRAY_TASK_MIN`, over `SLURM_ARRAY_TASK_STEP`, so
+    /// `--array=1-8` and `--array=0-14:2` work) and `SLURM_ARRAY_TASK_COUNT`, or Kubernetes' `JOB_COMPLETION_INDEX` (the count then comes from
     /// `--task-count`). `None` when there is no array: one process reads everything.
     pub fn resolve(index: Option<u32>, count: Option<u32>) -> Result<Option<TaskSpec>> {
         Self::resolve_with(index, count, |k| std::env::var(k).ok())
@@ -55,10 +55,16 @@ impl TaskSpec {
             None => match parse("SLURM_ARRAY_TASK_ID")? {
                 Some(id) => {
                     let min = parse("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
+                    let step = parse("SLURM_ARRAY_TASK_STEP")?.unwrap_or(1).max(1);
                     let i = id
                         .checked_sub(min)
                         .with_context(|| format!("SLURM_ARRAY_TASK_ID={id} is below SLURM_ARRAY_TASK_MIN={min}"))?;
-                    (Some(i), "SLURM_ARRAY_TASK_ID")
+                    if i % step != 0 {
+                        bail!(
+                            "SLURM_ARRAY_TASK_ID={id} is not MIN={min} plus a multiple of STEP={step}: submit the array as a range (`--array=0-7`, `1-8`, `0-14:2`), or pass --task-index and --task-count"
+                        );
+                    }
+                    (Some(i / step), "SLURM_ARRAY_TASK_ID")
                 }
                 None => (parse("JOB_COMPLETION_INDEX")?, "JOB_COMPLETION_INDEX"),
             },
@@ -801,6 +807,20 @@ mod tests {
         assert!(e.contains("--task-count"), "{e}");
         let e = TaskSpec::resolve_with(Some(3), Some(3), none).unwrap_err().to_string();
         assert!(e.contains("not below the task count 3"), "{e}");
+        // `--array=1-7:2`: ids 1, 3, 5, 7 are tasks 0..4 (the variables Slurm 22.05 sets).
+        let stepped = |id: &'static str| {
+            move |k: &str| match k {
+                "SLURM_ARRAY_TASK_ID" => Some(id.to_string()),
+                "SLURM_ARRAY_TASK_MIN" => Some("1".to_string()),
+                "SLURM_ARRAY_TASK_MAX" => Some("7".to_string()),
+                "SLURM_ARRAY_TASK_STEP" => Some("2".to_string()),
+                "SLURM_ARRAY_TASK_COUNT" => Some("4".to_string()),
+                _ => None,
+            }
+        };
+        assert_eq!(TaskSpec::resolve_with(None, None, stepped("5")).unwrap(), Some(TaskSpec { index: 2, count: 4 }));
+        let e = TaskSpec::resolve_with(None, None, stepped("4")).unwrap_err().to_string();
+        assert!(e.contains("STEP=2") && e.contains("--array=0-7"), "{e}");
         let bad = |k: &str| (k == "SLURM_ARRAY_TASK_ID").then(|| "x".to_string());
         assert!(TaskSpec::resolve_with(None, None, bad).unwrap_err().to_string().contains("SLURM_ARRAY_TASK_ID"));
     }
