@@ -205,3 +205,60 @@ pub fn ort_lib() -> &'static PathBuf {
 pub fn ort_env() -> Vec<(&'static str, String)> {
     vec![("ORT_DYLIB_PATH", ort_lib().display().to_string())]
 }
+
+/// Every split's rows (and the rejects) of an output, read through its manifest, in order.
+pub fn all_rows(out: &Path) -> Vec<(String, RecordBatch)> {
+    let m = manifest(out);
+    let mut all = Vec::new();
+    let mut folders: Vec<(String, &serde_json::Value)> =
+        m["splits"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), &v["shards"])).collect();
+    folders.push(("_rejects".into(), &m["rejects"]["shards"]));
+    for (name, shards) in folders {
+        let batches: Vec<RecordBatch> = shards
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| read_parquet(&out.join(s["file"].as_str().unwrap())))
+            .collect();
+        if batches.is_empty() {
+            continue;
+        }
+        let one = arrow_select::concat::concat_batches(&batches[0].schema(), &batches).unwrap();
+        all.push((name, one));
+    }
+    all
+}
+
+/// The manifest's figures, without what necessarily differs (shard lists, the task marker, the
+/// configuration, whose sink path is another folder). The leakage block stays: the merge
+/// measures it from every task's part, as one process measures it.
+pub fn figures(out: &Path) -> serde_json::Value {
+    let mut m = manifest(out);
+    for s in m["splits"].as_object_mut().unwrap().values_mut() {
+        s.as_object_mut().unwrap().remove("shards");
+    }
+    m["rejects"].as_object_mut().unwrap().remove("shards");
+    let o = m.as_object_mut().unwrap();
+    for k in ["tasks", "config", "config_sha256"] {
+        o.remove(k);
+    }
+    m
+}
+
+#[track_caller]
+pub fn assert_same_rows(one: &Path, many: &Path) {
+    let (a, b) = (all_rows(one), all_rows(many));
+    assert_eq!(
+        a.len(),
+        b.len(),
+        "folders: {:?} vs {:?}",
+        a.iter().map(|x| &x.0).collect::<Vec<_>>(),
+        b.iter().map(|x| &x.0).collect::<Vec<_>>()
+    );
+    for ((na, ba), (nb, bb)) in a.iter().zip(&b) {
+        assert_eq!(na, nb);
+        assert!(ba.num_rows() > 0, "{na} is empty");
+        assert_eq!(ba, bb, "rows of {na} differ");
+    }
+    assert_eq!(figures(one), figures(many), "manifest figures differ");
+}
