@@ -48,6 +48,13 @@ fn sbatch(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
     out.trim().split(';').next().unwrap().to_string()
 }
 
+/// `command` as a job named `name` that starts once `job` (every task of it) has succeeded.
+fn after(cwd: &Path, job: &str, name: &str, command: &str, env: &[(&str, &str)]) -> String {
+    let (dep, name, wrap) =
+        (format!("--dependency=afterok:{job}"), format!("--job-name={name}"), format!("--wrap={command}"));
+    sbatch(cwd, &[&dep, &name, SMALL[0], SMALL[1], &wrap], env)
+}
+
 /// One `sacct` line: a job, or one task of an array (`123_4`).
 #[derive(Debug)]
 struct Job {
@@ -208,9 +215,7 @@ fn arrays_from_one_stepped_and_throttled_are_the_same_run() {
         let script = sbatch_script();
         args.push(&script);
         let run = sbatch(tmp.path(), &args, &env);
-        let dep = format!("--dependency=afterok:{run}");
-        let wrap = format!("--wrap={} shards merge {o}", bin());
-        let merge = sbatch(tmp.path(), &[&dep, "--job-name=merge", SMALL[0], SMALL[1], &wrap], &[]);
+        let merge = after(tmp.path(), &run, "merge", &format!("{} shards merge {o}", bin()), &[]);
         let lines = wait(&[(&run, 4), (&merge, 1)]);
         assert_completed(&lines, &run, 4);
         assert_completed(&lines, &merge, 1);
@@ -269,9 +274,7 @@ fn a_task_cancelled_mid_run_resumes_when_resubmitted_alone() {
         ("FIRST", "0"),
     ];
     let again = sbatch(tmp.path(), &["--array=2", "--job-name=rerun", SMALL[0], SMALL[1], &script], &env);
-    let dep = format!("--dependency=afterok:{again}");
-    let wrap = format!("--wrap={} shards merge {o}", bin());
-    let merge = sbatch(tmp.path(), &[&dep, "--job-name=merge", SMALL[0], SMALL[1], &wrap], &[]);
+    let merge = after(tmp.path(), &again, "merge", &format!("{} shards merge {o}", bin()), &[]);
     let lines = wait(&[(&again, 1), (&merge, 1)]);
     assert_completed(&lines, &again, 1);
     assert_completed(&lines, &merge, 1);
@@ -289,26 +292,13 @@ fn a_task_cancelled_mid_run_resumes_when_resubmitted_alone() {
 /// The shard files under a task folder with their inodes.
 fn shard_inodes(dir: &Path) -> Vec<(PathBuf, u64)> {
     let mut out = Vec::new();
-    for e in walk(dir) {
+    for e in walk_files(dir) {
         if e.extension().is_some_and(|x| x == "parquet") && !e.to_string_lossy().contains("_rejects") {
             let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&e).unwrap());
             out.push((e, ino));
         }
     }
     out.sort();
-    out
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
     out
 }
 
@@ -336,9 +326,7 @@ fn a_chain_data_stage_as_an_array_then_a_dependent_plain_run() {
     let e = exp.display().to_string();
     let stage = format!("--wrap={} run {e} --stage data --quiet", bin());
     let array = sbatch(tmp.path(), &["--array=0-2", "--job-name=stage", SMALL[0], SMALL[1], &stage], &[]);
-    let dep = format!("--dependency=afterok:{array}");
-    let rest = format!("--wrap={} run {e} --quiet", bin());
-    let plain = sbatch(tmp.path(), &[&dep, "--job-name=chain", SMALL[0], SMALL[1], &rest], &[]);
+    let plain = after(tmp.path(), &array, "chain", &format!("{} run {e} --quiet", bin()), &[]);
     let lines = wait(&[(&array, 3), (&plain, 1)]);
     assert_completed(&lines, &array, 3);
     assert_completed(&lines, &plain, 1);
@@ -372,9 +360,7 @@ fn eval_as_an_array_merges_to_the_single_run_byte_for_byte() {
     let out = tmp.path().join("array").display().to_string();
     let task = format!("--wrap={} eval --model {m} --data {s} --out {out} --quiet", bin());
     let array = sbatch(tmp.path(), &["--array=1-3", "--job-name=eval", SMALL[0], SMALL[1], &task], &ort);
-    let dep = format!("--dependency=afterok:{array}");
-    let merge_cmd = format!("--wrap={} eval merge {out}", bin());
-    let merge = sbatch(tmp.path(), &[&dep, "--job-name=eval-merge", SMALL[0], SMALL[1], &merge_cmd], &ort);
+    let merge = after(tmp.path(), &array, "eval-merge", &format!("{} eval merge {out}", bin()), &ort);
     let lines = wait(&[(&array, 3), (&merge, 1)]);
     assert_completed(&lines, &array, 3);
     assert_completed(&lines, &merge, 1);

@@ -262,3 +262,17 @@ pub fn assert_same_rows(one: &Path, many: &Path) {
     }
     assert_eq!(figures(one), figures(many), "manifest figures differ");
 }
+
+/// Every file under `dir`, at any depth.
+pub fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
