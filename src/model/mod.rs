@@ -146,6 +146,21 @@ impl BertWithHead {
         })
     }
 
+    /// The same model for inference only: its weights as they are now, detached from the
+    /// autograd graph without a copy ([`ParamLoader::frozen`]). A forward pass through it keeps
+    /// no activation beyond its use, so an evaluation inside training costs what inference
+    /// costs; the optimiser's later updates are not seen by it (make another).
+    pub fn frozen(&self) -> Result<BertWithHead> {
+        let device = match self.params.vars.first() {
+            Some((_, v)) => v.as_tensor().device().clone(),
+            None => Device::Cpu,
+        };
+        let mut frozen = BertWithHead::build(self.kind, &self.config, ParamLoader::frozen(&self.params, &device))?;
+        frozen.initialised = self.initialised.clone();
+        frozen.unexpected = self.unexpected.clone();
+        Ok(frozen)
+    }
+
     /// A fresh model, seeded.
     pub fn fresh(kind: ModelKind, config: &BertConfig, device: &Device, seed: u64) -> Result<BertWithHead> {
         BertWithHead::build(kind, config, ParamLoader::fresh(device, seed))

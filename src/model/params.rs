@@ -44,6 +44,8 @@ pub struct ParamLoader {
     pub initialised: Vec<String>,
     pub params: Params,
     rng: Rng,
+    /// Hands out checkpoint tensors as they are (detached), making no variables ([`Self::frozen`]).
+    frozen: bool,
 }
 
 impl ParamLoader {
@@ -56,7 +58,19 @@ impl ParamLoader {
             initialised: Vec::new(),
             params: Params::default(),
             rng: Rng::for_key(seed, &[0x494e_4954]),
+            frozen: false,
         }
+    }
+
+    /// The parameters of `params` as they are now, for inference: each tensor detached from
+    /// the autograd graph (sharing its storage: nothing is copied), so a forward pass through a
+    /// model built from them records nothing for a backward pass and frees each activation as
+    /// soon as the next operation has used it — what PyTorch's `no_grad` gives an evaluation.
+    pub fn frozen(params: &Params, device: &Device) -> ParamLoader {
+        let mut loader = ParamLoader::fresh(device, 0);
+        loader.checkpoint = params.vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().detach())).collect();
+        loader.frozen = true;
+        loader
     }
 
     /// Tensors from a `model.safetensors`, renamed to the names our model uses: a bare
@@ -104,6 +118,11 @@ impl ParamLoader {
 
     /// The parameter `name` with `shape`: from the checkpoint, else initialised.
     pub fn get(&mut self, name: &str, shape: &[usize], init: Init) -> Result<Tensor> {
+        if self.frozen {
+            let t = self.checkpoint.get(name).with_context(|| format!("the model has no parameter `{name}`"))?;
+            self.used.push(name.to_string());
+            return Ok(t.clone());
+        }
         let t = match self.checkpoint.get(name) {
             Some(t) => {
                 if t.dims() != shape {

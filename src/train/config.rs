@@ -50,6 +50,10 @@ pub struct TrainConfig {
     /// Rows per evaluation batch.
     #[serde(default = "default_eval_batch")]
     pub per_device_eval_batch_size: usize,
+    /// At most this many tokens (rows × padded length) per evaluation batch: fewer rows where
+    /// they are long, so evaluating a 512-token split takes the memory of a 128-token one.
+    #[serde(default = "default_eval_max_tokens")]
+    pub eval_max_tokens: usize,
     /// Micro-batches whose gradients are summed into one optimiser step.
     #[serde(default = "one")]
     pub gradient_accumulation_steps: usize,
@@ -249,6 +253,10 @@ fn default_batch() -> usize {
 fn default_eval_batch() -> usize {
     64
 }
+/// 64 rows of 128 tokens.
+pub fn default_eval_max_tokens() -> usize {
+    8192
+}
 fn one() -> usize {
     1
 }
@@ -355,6 +363,7 @@ impl TrainConfig {
         for (key, v) in [
             ("per_device_train_batch_size", self.per_device_train_batch_size),
             ("per_device_eval_batch_size", self.per_device_eval_batch_size),
+            ("eval_max_tokens", self.eval_max_tokens),
             ("gradient_accumulation_steps", self.gradient_accumulation_steps),
         ] {
             if v == 0 {

@@ -90,6 +90,10 @@ pub struct LoaderSpec {
     pub pad_to: Option<usize>,
     pub pad_id: u32,
     pub seed: u64,
+    /// At most this many tokens (rows × padded length) per batch, when set: a batch ends early
+    /// rather than exceed it (evaluation batches: their memory is bounded by tokens, so a
+    /// 512-token split takes the memory a 128-token one does).
+    pub max_tokens: Option<usize>,
 }
 
 /// Row-grouping window for length grouping, in batches (HF's "megabatch" idea).
@@ -270,7 +274,10 @@ impl LoaderSpec {
             chunk.sort_by_key(|e| std::cmp::Reverse(e.input_ids.len()));
         }
         let mut batches: Vec<Result<Batch>> =
-            chunk.chunks(self.batch_size).map(|rows| Ok(self.collate(rows))).collect();
+            batch_ranges(chunk.iter().map(|e| e.input_ids.len()), self.batch_size, self.max_tokens, self.pad_to)
+                .into_iter()
+                .map(|r| Ok(self.collate(&chunk[r])))
+                .collect();
         if let (true, Some(rng)) = (self.group_by_length, rng) {
             shuffle(&mut batches, rng);
         }
@@ -370,5 +377,53 @@ impl<I: Iterator<Item = Result<Example>>> Iterator for Chunks<I> {
             }
         }
         (!chunk.is_empty()).then_some(Ok(chunk))
+    }
+}
+
+/// How rows of these lengths are cut into batches, in order: `batch_size` rows each, or fewer
+/// where `max_tokens` (rows × the longest row, or `pad_to`) would be exceeded; a row longer than
+/// the budget is a batch of its own.
+fn batch_ranges(
+    lens: impl Iterator<Item = usize>,
+    batch_size: usize,
+    max_tokens: Option<usize>,
+    pad_to: Option<usize>,
+) -> Vec<std::ops::Range<usize>> {
+    let lens: Vec<usize> = lens.collect();
+    let (batch_size, budget) = (batch_size.max(1), max_tokens.unwrap_or(usize::MAX));
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < lens.len() {
+        let (mut end, mut longest) = (start, pad_to.unwrap_or(0));
+        while end < lens.len() && end - start < batch_size {
+            let l = longest.max(lens[end]);
+            if end > start && l.saturating_mul(end - start + 1) > budget {
+                break;
+            }
+            longest = l;
+            end += 1;
+        }
+        out.push(start..end);
+        start = end;
+    }
+    out
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::batch_ranges;
+
+    #[test]
+    fn batches_are_bounded_by_rows_and_by_tokens() {
+        let lens = [10, 10, 10, 10, 10];
+        assert_eq!(batch_ranges(lens.into_iter(), 2, None, None), [0..2, 2..4, 4..5]);
+        // 512-token rows under 8192 tokens: 16 per batch; 128-token rows: the 64 rows asked.
+        assert_eq!(batch_ranges(std::iter::repeat_n(512, 40), 64, Some(8192), None), [0..16, 16..32, 32..40]);
+        assert_eq!(batch_ranges(std::iter::repeat_n(128, 64), 64, Some(8192), None), [0..64]);
+        // The padded length is the longest so far: a long row closes the batch before it.
+        assert_eq!(batch_ranges([4, 4, 4, 20, 4].into_iter(), 8, Some(40), None), [0..3, 3..5]);
+        // A row over the budget alone; `pad_to` pads every row.
+        assert_eq!(batch_ranges([100, 5].into_iter(), 8, Some(50), None), [0..1, 1..2]);
+        assert_eq!(batch_ranges([5, 5, 5].into_iter(), 8, Some(40), Some(20)), [0..2, 2..3]);
     }
 }

@@ -518,6 +518,9 @@ pub fn evaluate_classify(
     spec: &LoaderSpec,
     names: &[String],
 ) -> Result<(ClassificationMetrics, Option<ClassificationMetrics>)> {
+    // Inference only: no graph for a backward pass, each activation freed after its use.
+    let frozen = ctx.model.frozen()?;
+    let ctx = &Runner { model: &frozen, device: ctx.device, attention: ctx.attention, compute: ctx.compute };
     let mut mode = ctx.eval_mode();
     let mut preds = Predictions::new(ctx.model.config.num_labels());
     let mut docs = Vec::new();
@@ -538,6 +541,8 @@ pub fn evaluate_classify(
 
 /// MLM (and NSP) metrics over a split.
 pub fn evaluate_pretrain(ctx: &Runner, spec: &LoaderSpec) -> Result<crate::metrics::PretrainMetrics> {
+    let frozen = ctx.model.frozen()?;
+    let ctx = &Runner { model: &frozen, device: ctx.device, attention: ctx.attention, compute: ctx.compute };
     let mut mode = ctx.eval_mode();
     let mut tally = PretrainTally::default();
     for batch in spec.epoch(0)? {
@@ -750,6 +755,7 @@ pub fn evaluate_checkpoint(
         pad_to: None,
         pad_id,
         seed: 0,
+        max_tokens: Some(config::default_eval_max_tokens()),
     };
     let names = model.config.label_names();
     let ctx = Runner { model: &model, device: &device, attention: AttentionKind::Full, compute: DType::F32 };

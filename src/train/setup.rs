@@ -276,6 +276,7 @@ impl Loaders {
             pad_to: cfg.pad_to_max_length.then(|| m.longest_row()),
             pad_id: shards.tokenizer()?.special_ids.pad,
             seed: cfg.seed,
+            max_tokens: None,
         };
         let store = train.row_store(quiet)?;
         if store.rows() != usable_rows {
@@ -325,6 +326,7 @@ fn eval_loader(
         split,
         order: Order::InFileOrder,
         batch_size: cfg.per_device_eval_batch_size,
+        max_tokens: Some(cfg.eval_max_tokens),
         ..train.clone()
     }))
 }
