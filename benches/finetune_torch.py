@@ -4,7 +4,7 @@ same checkpoint, rows, batch size, epochs, learning rate, warmup, weight decay (
 and LayerNorm) and clipping as the bertpipe run; a seeded shuffled DataLoader with dynamic
 padding (as DataCollatorWithPadding); evaluation and a checkpoint (model + optimiser) at each
 epoch's end, as HF Trainer with eval/save_strategy "epoch". Prints one JSON line.
-Usage: finetune_torch.py CHECKPOINT SHARDS OUT EPOCHS BATCH LR WARMUP_RATIO"""
+Usage: finetune_torch.py CHECKPOINT SHARDS OUT EPOCHS BATCH LR WARMUP_RATIO   (env MAX_STEPS: stop after N steps)"""
 import glob, json, math, os, sys, time
 import pyarrow.parquet as pq
 import torch
@@ -41,6 +41,10 @@ opt = torch.optim.AdamW(groups, lr=lr)
 loader = torch.utils.data.DataLoader(train, batch_size=batch, shuffle=True, collate_fn=collate,
                                      generator=torch.Generator().manual_seed(42))
 total = epochs * len(loader)
+# MAX_STEPS (benches/train_memory.sh): stop after that many optimiser steps, then evaluate and
+# save as at an epoch's end.
+max_steps = int(os.environ.get("MAX_STEPS", "0")) or total
+total = min(total, max_steps)
 sched = get_linear_schedule_with_warmup(opt, math.ceil(warmup * total), total)
 
 def evaluate():
@@ -64,15 +68,21 @@ def evaluate():
 started = time.perf_counter()
 model.train()
 history = []
+step = 0
 for epoch in range(epochs):
     for ids, types, mask, y in loader:
         loss = model(input_ids=ids, token_type_ids=types, attention_mask=mask, labels=y).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step(); sched.step(); opt.zero_grad()
+        step += 1
+        if step == total:
+            break
     acc, f1 = evaluate()
     history.append({"epoch": epoch + 1, "accuracy": acc, "macro_f1": f1})
     d = f"{out}/checkpoint-epoch{epoch + 1}"
     model.save_pretrained(d); torch.save(opt.state_dict(), f"{d}/optimizer.pt")
+    if step == total:
+        break
 print(json.dumps({"seconds": time.perf_counter() - started, "accuracy": acc, "macro_f1": f1,
                   "steps": total, "history": history, "torch": torch.__version__}))
