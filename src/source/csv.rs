@@ -61,7 +61,7 @@ fn default_text_column() -> String {
 
 impl Csv {
     /// The delimiter of `file`: the configured one, else tab for `.tsv` and `,` otherwise.
-    fn delimiter(&self, file: &super::InputFile) -> u8 {
+    pub(super) fn delimiter(&self, file: &super::InputFile) -> u8 {
         match self.delimiter {
             Some(c) => c as u8,
             None if file.has_extension("tsv") => b'\t',

@@ -163,8 +163,7 @@ fn jsonl_labels(f: &SplitFile, field: &str, seen: &mut Seen) -> Result<()> {
 }
 
 fn csv_labels(c: &super::Csv, f: &SplitFile, field: &str, seen: &mut Seen) -> Result<()> {
-    let delimiter = c.delimiter.map(|d| d as u8).unwrap_or(if f.file.has_extension("tsv") { b'\t' } else { b',' });
-    let mut r = ::csv::ReaderBuilder::new().delimiter(delimiter).from_reader(f.file.open()?);
+    let mut r = ::csv::ReaderBuilder::new().delimiter(c.delimiter(&f.file)).from_reader(f.file.open()?);
     let headers = r.byte_headers()?.clone();
     let clean = |h: &[u8]| String::from_utf8_lossy(h).trim_start_matches('\u{feff}').trim().to_string();
     let Some(i) = headers.iter().position(|h| clean(h) == field) else { return Ok(()) };
@@ -181,19 +180,8 @@ fn csv_labels(c: &super::Csv, f: &SplitFile, field: &str, seen: &mut Seen) -> Re
 }
 
 fn parquet_labels(f: &SplitFile, field: &str, seen: &mut Seen) -> Result<()> {
-    // An object is downloaded into a spool file (Parquet is read footer first), scanned and removed.
-    match &f.file {
-        super::InputFile::Local(path) => parquet_file_labels(path, field, seen),
-        super::InputFile::Remote { remote, rel, .. } => {
-            let spool =
-                std::env::temp_dir().join(format!("bertpipe-labels-{}", std::process::id())).join(f.file.name());
-            remote.download(rel, &spool)?;
-            let scanned = parquet_file_labels(&spool, field, seen);
-            std::fs::remove_file(&spool).ok();
-            spool.parent().map(std::fs::remove_dir);
-            scanned
-        }
-    }
+    // An object is spooled: Parquet is read footer first.
+    f.file.with_local(|path| parquet_file_labels(path, field, seen))
 }
 
 fn parquet_file_labels(path: &std::path::Path, field: &str, seen: &mut Seen) -> Result<()> {

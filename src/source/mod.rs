@@ -536,6 +536,24 @@ impl InputFile {
         }
     }
 
+    /// Runs `f` on a local path of the file: the file itself, or for an object a download
+    /// into a spool file of this process, removed afterwards — for Parquet, which is read
+    /// footer first and so cannot be streamed.
+    pub fn with_local<T>(&self, f: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
+        match self {
+            InputFile::Local(p) => f(p),
+            InputFile::Remote { remote, rel, .. } => {
+                let dir = std::env::temp_dir().join(format!("bertpipe-spool-{}", std::process::id()));
+                let local = dir.join(self.name());
+                remote.download(rel, &local)?;
+                let out = f(&local);
+                std::fs::remove_file(&local).ok();
+                std::fs::remove_dir(&dir).ok();
+                out
+            }
+        }
+    }
+
     /// The bytes, streamed (an object is read as it downloads).
     pub fn open(&self) -> Result<Box<dyn std::io::Read + Send>> {
         Ok(match self {
@@ -777,34 +795,22 @@ impl Source {
                 Some(value.as_object()?.keys().cloned().collect())
             }
             1 => {
-                let delimiter = match self {
-                    Source::Csv(c) => c.delimiter.map(|d| d as u8),
-                    _ => None,
-                }
-                .unwrap_or(if file.has_extension("tsv") { b'\t' } else { b',' });
+                let Source::Csv(c) = self else { return None };
+                let delimiter = c.delimiter(&file);
                 let mut r = ::csv::ReaderBuilder::new().delimiter(delimiter).from_reader(file.open().ok()?);
                 let names: Vec<String> =
                     r.headers().ok()?.iter().map(|h| h.trim_start_matches('\u{feff}').trim().to_string()).collect();
                 Some(names)
             }
             _ => {
-                let schema_names = |p: &Path| -> Option<Vec<String>> {
-                    let f = std::fs::File::open(p).ok()?;
-                    let b = ::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).ok()?;
-                    Some(b.schema().fields().iter().map(|f| f.name().clone()).collect())
-                };
-                match &file {
-                    InputFile::Local(p) => schema_names(p),
-                    // An object is read footer first: downloaded into a spool file, then removed.
-                    InputFile::Remote { remote, rel, .. } => {
-                        let dir = std::env::temp_dir().join(format!("bertpipe-schema-{}", std::process::id()));
-                        let spool = dir.join(file.name());
-                        remote.download(rel, &spool).ok()?;
-                        let names = schema_names(&spool);
-                        std::fs::remove_dir_all(&dir).ok();
-                        names
-                    }
-                }
+                // An object is spooled: Parquet is read footer first.
+                file.with_local(|p| {
+                    let b = ::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                        std::fs::File::open(p)?,
+                    )?;
+                    Ok(b.schema().fields().iter().map(|f| f.name().clone()).collect())
+                })
+                .ok()
             }
         }
     }

@@ -162,24 +162,13 @@ impl ParquetSource {
             let range = part.range(files.len());
             let objects: Vec<SplitFile> = files.into_iter().skip(range.start).take(range.len()).collect();
             out.total(Total::Bytes(objects.iter().map(|o| o.file.size()).sum()));
-            let spool = std::env::temp_dir().join(format!("bertpipe-parquet-{}", std::process::id()));
             for SplitFile { file, split, key } in objects {
-                let (local, remove) = match &file {
-                    InputFile::Remote { remote, rel, .. } => {
-                        let local = spool.join(file.name());
-                        remote.download(rel, &local)?;
-                        (local, true)
-                    }
-                    InputFile::Local(p) => (p.clone(), false),
-                };
-                let input = [ParquetInput { local: local.clone(), name: key, shown: file.display(), split }];
-                let read = self.read_files(&input, row_group_plan(&input, Partition::WHOLE)?, out);
-                if remove {
-                    std::fs::remove_file(&local).ok();
-                }
-                read?;
+                let shown = file.display();
+                file.with_local(|local| {
+                    let input = [ParquetInput { local: local.to_path_buf(), name: key, shown, split }];
+                    self.read_files(&input, row_group_plan(&input, Partition::WHOLE)?, out)
+                })?;
             }
-            std::fs::remove_dir(&spool).ok();
             return Ok(());
         }
         let inputs: Vec<ParquetInput> = files
