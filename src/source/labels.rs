@@ -13,6 +13,14 @@ use serde_json::Value;
 use super::{split_files, Source, SplitFile};
 use crate::contract::partition::Partition;
 
+/// A source's label settings ([`Source::label_settings`]).
+struct LabelSettings<'a> {
+    field: Option<&'a str>,
+    map: Option<&'a BTreeMap<String, i64>>,
+    found: Option<&'a BTreeMap<String, i64>>,
+    what: &'static str,
+}
+
 /// More distinct names than this is not a label field (a title, a free-text column).
 const MAX_NAMES: usize = 1000;
 
@@ -46,12 +54,19 @@ impl Source {
     /// Whether labels are read from a field without a `label_map`: the case in which string
     /// labels are numbered by [`Source::find_labels`].
     pub fn may_have_label_names(&self) -> bool {
-        match self {
-            Source::Jsonl(s) => s.label_field.is_some() && s.label_map.is_none(),
-            Source::Csv(s) => s.label_column.is_some() && s.label_map.is_none(),
-            Source::Parquet(s) => s.label_column.is_some() && s.label_map.is_none(),
-            _ => false,
-        }
+        self.label_settings().is_some_and(|l| l.field.is_some() && l.map.is_none())
+    }
+
+    /// What a source that reads labels from a field says of them: the field (or column), its
+    /// `label_map`, the names [`Source::find_labels`] found, and the word for a field.
+    fn label_settings(&self) -> Option<LabelSettings<'_>> {
+        let (field, map, found, what) = match self {
+            Source::Jsonl(s) => (&s.label_field, &s.label_map, &s.found_labels, "field"),
+            Source::Csv(s) => (&s.label_column, &s.label_map, &s.found_labels, "column"),
+            Source::Parquet(s) => (&s.label_column, &s.label_map, &s.found_labels, "column"),
+            _ => return None,
+        };
+        Some(LabelSettings { field: field.as_deref(), map: map.as_ref(), found: found.as_ref(), what })
     }
 
     /// Reads the label field of the whole corpus; when its labels are names, numbers them in
@@ -70,13 +85,8 @@ impl Source {
             self.extensions(),
             Partition::WHOLE,
         )?;
-        let (field, what) = match self {
-            Source::Jsonl(s) => (s.label_field.clone(), "field"),
-            Source::Csv(s) => (s.label_column.clone(), "column"),
-            Source::Parquet(s) => (s.label_column.clone(), "column"),
-            _ => (None, "field"),
-        };
-        let field = field.unwrap_or_default();
+        let Some(settings) = self.label_settings() else { return Ok(None) };
+        let (field, what) = (settings.field.unwrap_or_default().to_string(), settings.what);
         for f in &files {
             match self {
                 Source::Jsonl(_) => jsonl_labels(f, &field, &mut seen),
@@ -123,12 +133,7 @@ impl Source {
     /// Class names by id: the `label_map` (inverted; the first name in name order where two
     /// share an id), or the names [`Source::find_labels`] found.
     pub fn id2label(&self) -> BTreeMap<i64, String> {
-        let map = match self {
-            Source::Jsonl(s) => s.label_map.as_ref().or(s.found_labels.as_ref()),
-            Source::Csv(s) => s.label_map.as_ref().or(s.found_labels.as_ref()),
-            Source::Parquet(s) => s.label_map.as_ref().or(s.found_labels.as_ref()),
-            _ => None,
-        };
+        let map = self.label_settings().and_then(|l| l.map.or(l.found));
         let mut out = BTreeMap::new();
         for (name, id) in map.into_iter().flatten() {
             out.entry(*id).or_insert_with(|| name.clone());
