@@ -3,6 +3,7 @@
 //! versions of any crate, so no external RNG decides what is written.
 
 /// SplitMix64 (Steele, Lea & Flood 2014).
+#[derive(Clone)]
 pub struct Rng(pub u64);
 
 impl Rng {

@@ -187,6 +187,41 @@ fn fused_kernels_train_as_the_graph_of_basic_ops_does_dropout_included() {
     assert_eq!(series(&fused, "loss"), series(&again, "loss"));
 }
 
+/// `gradient_checkpointing: true` (recompute each layer in backward) trains as the plain
+/// backward does: the same losses and gradient norms step by step, dropout included, for the
+/// classifier and for MLM + NSP (whose decoder is tied to the word embeddings, so its two
+/// gradients must be summed), and packed rows with block-diagonal attention.
+#[test]
+fn gradient_checkpointing_trains_as_the_plain_backward_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let cls = shards(dir.path(), "pipelines/imdb.yaml", &[]);
+    let mlm = shards(dir.path(), "pipelines/imdb-pretrain.yaml", &[]);
+    let series =
+        |out: &Path, key: &str| -> Vec<f64> { metrics(out).iter().filter_map(|r| r.get(key)?.as_f64()).collect() };
+    let cases: [(&str, &Path, &[&str]); 3] = [
+        ("pipelines/imdb-finetune.yaml", &cls, &["per_device_train_batch_size=8"]),
+        ("pipelines/imdb-mlm.yaml", &mlm, &["per_device_train_batch_size=8"]),
+        ("pipelines/imdb-mlm.yaml", &mlm, &["per_device_train_batch_size=4", "attention=block_diagonal"]),
+    ];
+    for (k, (config, data, extra)) in cases.into_iter().enumerate() {
+        let mut settings = vec!["max_steps=4", "logging_steps=1", "eval_steps=4", "save_steps=4"];
+        settings.extend_from_slice(extra);
+        let plain = dir.path().join(format!("plain{k}"));
+        assert_ok(&train(config, data, &plain, &settings, &[]));
+        settings.push("gradient_checkpointing=true");
+        let recomputed = dir.path().join(format!("recomputed{k}"));
+        assert_ok(&train(config, data, &recomputed, &settings, &[]));
+        for key in ["loss", "grad_norm", "eval_loss", "eval_mlm_loss"] {
+            let (a, b) = (series(&plain, key), series(&recomputed, key));
+            assert_eq!(a.len(), b.len(), "{config} {key}: {a:?} vs {b:?}");
+            for (x, y) in a.iter().zip(&b) {
+                assert!((x - y).abs() <= 1e-4 * x.abs().max(1.0), "{config} {key}: plain {a:?} vs checkpointed {b:?}");
+            }
+        }
+        assert!(!series(&plain, "loss").is_empty());
+    }
+}
+
 #[test]
 fn a_nan_loss_stops_with_the_step_and_keeps_the_last_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
@@ -331,6 +366,33 @@ fn dry_run_prints_the_plan_and_the_batches_training_draws_and_writes_nothing() {
         assert!(plan.contains(&want), "{want:?} not in\n{plan}");
     }
     assert!(!out.exists(), "a dry run writes nothing into output_dir");
+    assert!(plan.contains("peak RSS, evaluation and checkpoints included"), "{plan}");
+    assert!(!plan.contains("warning"), "{plan}");
+
+    // On a machine with less memory than the estimate: a warning with the settings that fit.
+    let o = train_flags(
+        "pipelines/imdb-finetune.yaml",
+        &data,
+        &out,
+        &[],
+        &["--dry-run"],
+        &[("BERTPIPE_MEMORY_AVAILABLE", "100000000")],
+    );
+    assert_ok(&o);
+    let plan = String::from_utf8(o.stdout).unwrap();
+    let warning = plan.lines().find(|l| l.starts_with("warning")).unwrap_or_else(|| panic!("no warning in\n{plan}"));
+    assert!(warning.contains("is more than this machine's available memory (95.37 MiB)"), "{warning}");
+    assert!(warning.contains("gradient_checkpointing: true (≈"), "{warning}");
+    let o = train_flags(
+        "pipelines/imdb-finetune.yaml",
+        &data,
+        &out,
+        &["gradient_checkpointing=true"],
+        &["--dry-run"],
+        &[("BERTPIPE_MEMORY_AVAILABLE", "1000000")],
+    );
+    let plan = String::from_utf8(o.stdout).unwrap();
+    assert!(plan.contains("(gradient checkpointing)") && plan.contains("no single setting brings it under"), "{plan}");
 
     // A whole epoch shows each row once; a part of it is those lines of the whole.
     let per_epoch = rows.div_ceil(16);

@@ -83,16 +83,17 @@ pub fn kill_point() {
 }
 
 /// The fault-injection switches the tests use to simulate a crash, a Ctrl-C, a diverging loss
-/// or a `kill -9` (`BERTPIPE_CRASH_AFTER_SHARDS`, `BERTPIPE_STOP_AT_STEP`, `BERTPIPE_NAN_AT_STEP`,
-/// `BERTPIPE_KILL_AT`):
+/// or a `kill -9`, or a machine with less memory (`BERTPIPE_CRASH_AFTER_SHARDS`, `BERTPIPE_STOP_AT_STEP`,
+/// `BERTPIPE_NAN_AT_STEP`, `BERTPIPE_KILL_AT`, `BERTPIPE_MEMORY_AVAILABLE`):
 /// test-only, documented as such in the README. A set one is announced on stderr (once per
 /// process), so it can never act unnoticed in a real run.
-pub const TEST_HOOKS: [&str; 5] = [
+pub const TEST_HOOKS: [&str; 6] = [
     "BERTPIPE_CRASH_AFTER_SHARDS",
     "BERTPIPE_PAUSE_AFTER_SHARDS",
     "BERTPIPE_STOP_AT_STEP",
     "BERTPIPE_NAN_AT_STEP",
     "BERTPIPE_KILL_AT",
+    "BERTPIPE_MEMORY_AVAILABLE",
 ];
 
 /// The value of test hook `name` (one of [`TEST_HOOKS`]), when it is set to a number.

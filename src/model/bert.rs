@@ -18,7 +18,9 @@ use crate::rng::Rng;
 /// precision of the matrix products.
 ///
 /// Dropout masks come from our own generator keyed by `(seed, step, site)`, so a run (and a
-/// resumed run) is repeatable on any device.
+/// resumed run) is repeatable on any device. A clone replays the same masks from where it was
+/// taken (gradient checkpointing recomputes a layer with the masks it had).
+#[derive(Clone)]
 pub struct ForwardPass {
     pub train: bool,
     rng: Rng,
@@ -257,7 +259,7 @@ impl BertLayer {
         })
     }
 
-    fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut ForwardPass) -> Result<Tensor> {
+    pub fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut ForwardPass) -> Result<Tensor> {
         let a = self.attention.forward(x, mask_bias, mode)?;
         let a = self.attention_output.forward(&a, x, mode)?;
         let i = linear_activation(&self.intermediate, self.act, &a, mode)?;

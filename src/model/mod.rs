@@ -10,7 +10,8 @@ pub mod params;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use candle_core::{Device, Module, Tensor};
+use candle_core::backprop::GradStore;
+use candle_core::{Device, Module, Tensor, Var};
 
 use bert::{linear_activation, BertModel, ForwardPass, Inputs, LayerNorm, Linear};
 use config::BertConfig;
@@ -198,9 +199,14 @@ impl BertWithHead {
     /// wanted (pretraining heads only).
     pub fn forward(&self, inputs: &Inputs, mlm_positions: Option<&Tensor>, mode: &mut ForwardPass) -> Result<Outputs> {
         let hidden = self.bert.forward(inputs, mode)?;
+        self.head_forward(&hidden, mlm_positions, mode)
+    }
+
+    /// The head on the encoder's last hidden states `[batch, seq, hidden]`.
+    fn head_forward(&self, hidden: &Tensor, mlm_positions: Option<&Tensor>, mode: &mut ForwardPass) -> Result<Outputs> {
         Ok(match &self.head {
             Head::Classifier { classifier, dropout } => {
-                let pooled = self.bert.pool(&hidden, mode)?;
+                let pooled = self.bert.pool(hidden, mode)?;
                 let pooled = mode.dropout(&pooled, *dropout)?;
                 Outputs { logits: Some(classifier.forward(&pooled, mode)?), mlm_logits: None }
             }
@@ -214,7 +220,7 @@ impl BertWithHead {
                     None => None,
                 };
                 let logits = match nsp {
-                    Some(nsp) => Some(nsp.forward(&self.bert.pool(&hidden, mode)?, mode)?),
+                    Some(nsp) => Some(nsp.forward(&self.bert.pool(hidden, mode)?, mode)?),
                     None => None,
                 };
                 Outputs { logits, mlm_logits }
@@ -222,13 +228,58 @@ impl BertWithHead {
         })
     }
 
+    /// Forward and backward with gradient checkpointing (HF's `gradient_checkpointing`): the
+    /// forward pass runs without a graph ([`BertWithHead::frozen`]) and keeps only each
+    /// layer's input (`batch × seq × hidden`) and the dropout stream where the layer starts;
+    /// the backward pass then goes one segment at a time, last first — the head and `loss_of`
+    /// on the last hidden states, each layer recomputed from its saved input with the same
+    /// dropout masks, the embeddings — handing the gradient of each segment's input down to
+    /// the one below (`Σ y·∂L/∂y` differentiated gives exactly `∂L/∂y` upstream). Peak
+    /// activation memory is one layer's instead of all of them, for about one more forward
+    /// pass of compute. The gradients are those of a plain backward (up to summation order;
+    /// the tied MLM decoder gets its two parts summed).
+    pub fn backward_checkpointed(
+        &self,
+        inputs: &Inputs,
+        mlm_positions: Option<&Tensor>,
+        mode: &mut ForwardPass,
+        loss_of: impl FnOnce(&Outputs) -> Result<Tensor>,
+    ) -> Result<GradStore> {
+        let frozen = self.frozen()?;
+        let embeddings_mode = mode.clone();
+        let mut x = frozen.bert.embeddings.forward(&inputs.input_ids, &inputs.token_type_ids, mode)?;
+        let mut saved = Vec::with_capacity(frozen.bert.layers.len());
+        for layer in &frozen.bert.layers {
+            saved.push((x.clone(), mode.clone()));
+            x = layer.forward(&x, &inputs.mask_bias, mode)?;
+        }
+        drop(frozen);
+        let top = Var::from_tensor(&x)?;
+        drop(x);
+        let loss = loss_of(&self.head_forward(top.as_tensor(), mlm_positions, mode)?)?;
+        let mut grads = detached(loss.backward()?);
+        drop(loss);
+        let mut upstream = grads.remove(top.as_tensor()).context("no gradient reached the encoder's output")?;
+        for (layer, (input, mut layer_mode)) in self.bert.layers.iter().zip(saved).rev() {
+            let input = Var::from_tensor(&input)?;
+            let y = layer.forward(input.as_tensor(), &inputs.mask_bias, &mut layer_mode)?;
+            let mut g = detached((y * &upstream)?.sum_all()?.backward()?);
+            upstream = g.remove(input.as_tensor()).context("no gradient reached a layer's input")?;
+            grads.extend(g)?;
+        }
+        let x0 =
+            self.bert.embeddings.forward(&inputs.input_ids, &inputs.token_type_ids, &mut embeddings_mode.clone())?;
+        grads.extend(detached((x0 * upstream)?.sum_all()?.backward()?))?;
+        Ok(grads)
+    }
+
     /// Gradients in parameter order (zeros where a parameter got none). The padding token's
     /// row of the word embeddings gets none, as with HF's `nn.Embedding(padding_idx=…)`.
-    pub fn gradients(&self, grads: &candle_core::backprop::GradStore) -> Result<Vec<Tensor>> {
+    pub fn gradients(&self, grads: &GradStore) -> Result<Vec<Tensor>> {
         let mut out = Vec::with_capacity(self.params.vars.len());
         for (name, var) in &self.params.vars {
             let mut g = match grads.get(var.as_tensor()) {
-                Some(g) => g.to_dtype(candle_core::DType::F32)?,
+                Some(g) => g.to_dtype(candle_core::DType::F32)?.detach(),
                 None => var.as_tensor().zeros_like()?,
             };
             if name == "bert.embeddings.word_embeddings.weight" {
@@ -262,6 +313,22 @@ impl BertWithHead {
     }
 }
 
+/// The gradients of a backward pass cut from the graph that made them. A gradient computed as
+/// `grad · xᵀ` records that product's inputs for a second-order pass candle never takes, so a
+/// stored gradient keeps the forward pass's activations (and their whole graph) alive for as
+/// long as it lives: through the optimiser step, or — with checkpointing — through every later
+/// segment, which would keep all the recomputed layers.
+pub fn detached(mut grads: GradStore) -> GradStore {
+    let ids: Vec<_> = grads.get_ids().copied().collect();
+    for id in ids {
+        if let Some(g) = grads.get_id(id) {
+            let g = g.detach();
+            grads.insert_id(id, g);
+        }
+    }
+    grads
+}
+
 /// Writes tensors as safetensors with optional metadata (HF wants `format: pt`).
 pub fn save_safetensors(
     tensors: &[(String, Tensor)],
@@ -285,4 +352,70 @@ pub fn save_safetensors(
     safetensors::tensor::serialize_to_file(views, metadata, path)
         .with_context(|| format!("could not write '{}'", path.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::DType;
+
+    /// Gradients and loss of one training step, plain or checkpointed, on a fixed batch with
+    /// padding and dropout on (so the recomputed layers must replay the same masks).
+    fn step(model: &BertWithHead, checkpointed: bool) -> (f32, Vec<Tensor>) {
+        let d = Device::Cpu;
+        let (b, s) = (3, 9);
+        let ids: Vec<u32> = (0..b * s).map(|i| (i * 7 % 40 + 1) as u32).collect();
+        let mut mask = vec![1u32; b * s];
+        mask[s - 3..s].fill(0); // row 0 padded
+        let inputs = Inputs::new(&ids, &vec![0; b * s], &mask, b, s, &d).unwrap();
+        let positions = (model.kind != ModelKind::SequenceClassification)
+            .then(|| Tensor::from_slice(&[1u32, 4, 10, 20, 25], 5, &d).unwrap());
+        let loss_of = |out: &Outputs| -> Result<Tensor> {
+            let (logits, labels) = match (&out.logits, &out.mlm_logits) {
+                (Some(l), None) => (l.clone(), vec![1u32, 0, 1]),
+                (_, Some(m)) => (m.clone(), vec![3u32, 9, 17, 2, 30]),
+                _ => unreachable!(),
+            };
+            let target = Tensor::from_slice(&labels, labels.len(), &d)?;
+            Ok(candle_nn::loss::cross_entropy(&logits, &target)?)
+        };
+        let mut mode = ForwardPass::train(5, 3);
+        let mut loss = 0.0;
+        let grads = if checkpointed {
+            model
+                .backward_checkpointed(&inputs, positions.as_ref(), &mut mode, |out| {
+                    let l = loss_of(out)?;
+                    loss = l.to_scalar::<f32>()?;
+                    Ok(l)
+                })
+                .unwrap()
+        } else {
+            let l = loss_of(&model.forward(&inputs, positions.as_ref(), &mut mode).unwrap()).unwrap();
+            loss = l.to_scalar::<f32>().unwrap();
+            l.backward().unwrap()
+        };
+        (loss, model.gradients(&grads).unwrap())
+    }
+
+    #[test]
+    fn checkpointed_gradients_are_a_plain_backwards() {
+        for kind in [ModelKind::SequenceClassification, ModelKind::PreTraining] {
+            let mut c = BertConfig::new(48, 3, 32, 4, 64);
+            c.hidden_dropout_prob = 0.2;
+            c.attention_probs_dropout_prob = 0.2;
+            let model = BertWithHead::fresh(kind, &c, &Device::Cpu, 11).unwrap();
+            let (plain_loss, plain) = step(&model, false);
+            let (loss, grads) = step(&model, true);
+            assert_eq!(loss, plain_loss, "{kind:?}: the same forward pass, the same dropout");
+            for ((name, _), (a, b)) in model.params.vars.iter().zip(plain.iter().zip(&grads)) {
+                let scale = a.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap().max(1e-6);
+                let diff = (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+                assert!(diff <= 1e-5 * scale, "{kind:?} {name}: gradients differ by {diff} (scale {scale})");
+                assert_eq!(a.dtype(), DType::F32);
+            }
+            // Not vacuous: the step reaches every layer and, for pretraining, the tied decoder.
+            let word = model.params.vars.iter().position(|(n, _)| n.ends_with("word_embeddings.weight")).unwrap();
+            assert!(grads[word].abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap() > 0.0);
+        }
+    }
 }

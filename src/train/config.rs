@@ -133,6 +133,11 @@ pub struct TrainConfig {
     /// Pad every batch to the shards' `max_len` instead of its longest row.
     #[serde(default)]
     pub pad_to_max_length: bool,
+    /// Recompute each layer's activations in the backward pass instead of keeping them
+    /// (HF's name): activation memory of one layer instead of all, for about a third more
+    /// step time. Gradients are the same.
+    #[serde(default)]
+    pub gradient_checkpointing: bool,
     /// Packed MLM rows: `full` attention across the documents of a row, or `block_diagonal`.
     #[serde(default)]
     pub attention: AttentionKind,

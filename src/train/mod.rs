@@ -11,6 +11,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod device;
+pub mod memory;
 pub mod optim;
 pub mod order;
 mod plan;
@@ -208,11 +209,26 @@ impl Trainer {
     /// its loss, and the gradients of loss / accumulation steps.
     fn forward_backward(&self, batch: &Batch, pending: u64) -> Result<(f64, Vec<Tensor>)> {
         let accum = self.cfg.gradient_accumulation_steps as u64;
-        let pass = ForwardPass::train(self.cfg.seed, self.state.global_step * accum + pending)
+        let step = self.state.global_step + 1;
+        let mut pass = ForwardPass::train(self.cfg.seed, self.state.global_step * accum + pending)
             .with_compute(self.cfg.dtype.dtype());
-        let loss = self.loss(batch, pass)?;
-        let value = self.check_finite(&loss)?;
-        let grads = (loss / accum as f64)?.backward()?;
+        let (value, grads) = if self.cfg.gradient_checkpointing {
+            let (inputs, positions) = self.runner().inputs(batch)?;
+            let mut value = 0.0;
+            let grads = self.model.backward_checkpointed(&inputs, positions.as_ref(), &mut pass, |out| {
+                let loss = self.batch_loss(batch, out)?;
+                memory::trace(step, "after forward");
+                value = self.check_finite(&loss)?;
+                Ok((loss / accum as f64)?)
+            })?;
+            (value, grads)
+        } else {
+            let loss = self.loss(batch, pass)?;
+            memory::trace(step, "after forward");
+            let value = self.check_finite(&loss)?;
+            (value, (loss / accum as f64)?.backward()?)
+        };
+        memory::trace(step, "after backward");
         Ok((value, self.model.gradients(&grads)?))
     }
 
@@ -228,6 +244,7 @@ impl Trainer {
         let (grad_norm, coef) = optim::clip_coefficient(grads, self.cfg.max_grad_norm)?;
         self.optimizer.step(&self.model.params, grads, lr, coef)?;
         self.state.global_step += 1;
+        memory::trace(self.state.global_step, "after optimiser");
         tally.window.grad_norm = grad_norm;
         Ok(lr)
     }
@@ -250,6 +267,7 @@ impl Trainer {
         };
         if eval_now && self.eval.is_some() {
             let metrics = self.evaluate(bar)?;
+            memory::trace(step, "after evaluation");
             self.log(metrics.clone())?;
             let improved = self.track_best(&metrics)?;
             tally.last_eval = Some(metrics);
@@ -270,6 +288,7 @@ impl Trainer {
         let early = tally.stopped_early.is_some();
         if save_now || stop || early {
             self.save_checkpoint()?;
+            memory::trace(step, "after checkpoint");
         }
         tally.interrupted = stop;
         Ok(if stop || early || step >= self.total_steps { Flow::Stop } else { Flow::Go })
@@ -498,6 +517,12 @@ impl Runner<'_> {
     }
 
     pub fn forward(&self, batch: &Batch, mode: &mut ForwardPass) -> Result<Outputs> {
+        let (inputs, positions) = self.inputs(batch)?;
+        self.model.forward(&inputs, positions.as_ref(), mode)
+    }
+
+    /// A batch's inputs on the device, and its MLM positions (pretraining heads).
+    pub fn inputs(&self, batch: &Batch) -> Result<(Inputs, Option<Tensor>)> {
         let d = self.device;
         let mut inputs =
             Inputs::new(&batch.input_ids, &batch.token_type_ids, &batch.attention_mask, batch.rows, batch.seq, d)?;
@@ -508,7 +533,7 @@ impl Runner<'_> {
             crate::model::ModelKind::SequenceClassification => None,
             _ => Some(Tensor::from_slice(&batch.mlm_positions, batch.mlm_positions.len(), d)?),
         };
-        self.model.forward(&inputs, positions.as_ref(), mode)
+        Ok((inputs, positions))
     }
 }
 

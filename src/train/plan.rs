@@ -9,6 +9,7 @@ use anyhow::{bail, Result};
 
 use super::config::{ComputeDtype, EvalStrategy, TrainConfig};
 use super::data::{LoaderSpec, Order};
+use super::memory;
 use super::{BatchRange, TrainOptions, Trainer};
 use crate::contract::progress::human_bytes;
 
@@ -128,17 +129,27 @@ impl Trainer {
                 ),
             );
         }
-        let (weights, activations, seq) = self.memory_estimate(params);
+        let shape = self.memory_shape(params as u64);
+        let e = memory::estimate(&shape);
         line(
             "memory",
             format!(
-                "≈ {} on the device: weights, gradients and AdamW moments {}, activations ≈ {} at {} × {seq} tokens (rough)",
-                human_bytes(weights + activations),
-                human_bytes(weights),
-                human_bytes(activations),
-                train.batch_size
+                "≈ {} peak RSS, evaluation and checkpoints included: weights, gradients and AdamW moments {}, activations of a training step {} at {} × {} tokens{}, an evaluation batch {} ({} rows), a checkpoint {}, the process {}",
+                human_bytes(e.peak),
+                human_bytes(e.model_state),
+                human_bytes(e.step),
+                shape.batch,
+                shape.seq,
+                if shape.checkpointing { " (gradient checkpointing)" } else { "" },
+                human_bytes(e.eval),
+                shape.eval_rows,
+                human_bytes(e.save),
+                human_bytes(e.process),
             ),
         );
+        if let Some(warning) = self.memory_warning(&shape, &e) {
+            line("warning", warning);
+        }
         line("output", format!("'{}'", cfg.output_dir.display()));
         for n in &self.notes {
             line("note", n.clone());
@@ -156,16 +167,73 @@ impl Trainer {
         }
     }
 
-    /// Bytes of f32 weights + gradients + two AdamW moments, of activations kept for the
-    /// backward pass (per layer about `b·s·(34h + 5·a·s)` halves, as Korthikanti et al. count
-    /// them, doubled for f32), and the sequence length assumed (the shards' longest row).
-    fn memory_estimate(&self, params: usize) -> (u64, u64, usize) {
-        let c = &self.model.config;
-        let seq = self.train.pad_to.unwrap_or_else(|| self.train.shards.manifest.longest_row());
-        let (b, s, h, a) =
-            (self.train.batch_size as u64, seq as u64, c.hidden_size as u64, c.num_attention_heads as u64);
-        let per_layer = b * s * (34 * h + 5 * a * s) * 2;
-        (params as u64 * 16, per_layer * c.num_hidden_layers as u64, seq)
+    /// What [`memory::estimate`] needs: the model, the longest batch (padded to `max_len`
+    /// or the shards' longest row), the evaluation batches, the masked positions.
+    fn memory_shape(&self, params: u64) -> memory::Shape {
+        let manifest = &self.train.shards.manifest;
+        let seq = self.train.pad_to.unwrap_or_else(|| manifest.longest_row()) as u64;
+        let eval = self.eval.as_ref().map(|e| (e.batch_size as u64, e.max_tokens.unwrap_or(usize::MAX) as u64));
+        let mut shape = memory::Shape::new(&self.model.config, params, self.train.batch_size as u64, seq, eval);
+        shape.checkpointing = self.cfg.gradient_checkpointing;
+        if self.cfg.task == super::config::Objective::Pretrain {
+            let split = manifest.splits.get(&self.train.split);
+            let share = split
+                .and_then(|s| s.pretraining.as_ref())
+                .map(|p| p.masked_fraction)
+                .filter(|&f| f > 0.0)
+                .unwrap_or(0.15);
+            shape.mlm_positions = (share * (shape.batch * seq) as f64).ceil() as u64;
+        }
+        shape
+    }
+
+    /// When the estimate is more than this machine's available memory: by how much, and the
+    /// settings that bring it under (each alone, estimated the same way).
+    fn memory_warning(&self, shape: &memory::Shape, e: &memory::Estimate) -> Option<String> {
+        if !self.device.is_cpu() {
+            return None; // device memory is not read here; the estimate is of the same tensors
+        }
+        let available = memory::available_bytes()?;
+        if e.peak <= available {
+            return None;
+        }
+        let fits = |s: &memory::Shape| memory::estimate(s).peak <= available;
+        let mut knobs = Vec::new();
+        if !shape.checkpointing {
+            let s = memory::Shape { checkpointing: true, ..shape.clone() };
+            let with = memory::estimate(&s).peak;
+            knobs.push(format!(
+                "gradient_checkpointing: true (≈ {}{})",
+                human_bytes(with),
+                if fits(&s) { "" } else { ", not enough alone" }
+            ));
+        }
+        let mut batch = shape.batch / 2;
+        while batch >= 1 && !fits(&memory::Shape { batch, ..shape.clone() }) {
+            batch /= 2;
+        }
+        if batch >= 1 {
+            let accum = self.cfg.gradient_accumulation_steps as u64 * shape.batch / batch;
+            knobs.push(format!(
+                "per_device_train_batch_size: {batch} with gradient_accumulation_steps: {accum} (the same {} rows per optimiser step)",
+                shape.batch * self.cfg.gradient_accumulation_steps as u64
+            ));
+        }
+        if let Some(len) =
+            [384, 256, 128, 64].into_iter().find(|&l| l < shape.seq && fits(&memory::Shape { seq: l, ..shape.clone() }))
+        {
+            knobs.push(format!("max_len: {len} in the pipeline (rows cut or windowed there)"));
+        }
+        Some(format!(
+            "the estimate ({}) is more than this machine's available memory ({}); {}",
+            human_bytes(e.peak),
+            human_bytes(available),
+            if knobs.is_empty() {
+                "no single setting brings it under: a smaller model, or a machine with more memory".to_string()
+            } else {
+                format!("any of these brings it under: {}", knobs.join("; "))
+            }
+        ))
     }
 
     /// One tab-separated line per row of the asked batches: epoch, batch, the optimiser step
