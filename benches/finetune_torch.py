@@ -4,7 +4,9 @@ same checkpoint, rows, batch size, epochs, learning rate, warmup, weight decay (
 and LayerNorm) and clipping as the bertpipe run; a seeded shuffled DataLoader with dynamic
 padding (as DataCollatorWithPadding); evaluation and a checkpoint (model + optimiser) at each
 epoch's end, as HF Trainer with eval/save_strategy "epoch". Prints one JSON line.
-Usage: finetune_torch.py CHECKPOINT SHARDS OUT EPOCHS BATCH LR WARMUP_RATIO   (env MAX_STEPS: stop after N steps)"""
+Usage: finetune_torch.py CHECKPOINT SHARDS OUT EPOCHS BATCH LR WARMUP_RATIO
+Environment: MAX_STEPS (stop after N steps), PAD_TO (pad every batch to at least N tokens, as
+bertpipe's pad_to_max_length), GRADIENT_CHECKPOINTING=1 (model.gradient_checkpointing_enable())."""
 import glob, json, math, os, sys, time
 import pyarrow.parquet as pq
 import torch
@@ -22,8 +24,10 @@ def rows(split):
         ids += t["input_ids"]; types += t["token_type_ids"]; labels += t["label"]
     return ids, types, labels
 
+PAD_TO = int(os.environ.get("PAD_TO", "0"))
+
 def collate(items):
-    longest = max(len(i) for i, _, _ in items)
+    longest = max(max(len(i) for i, _, _ in items), PAD_TO)
     pad = lambda xs: [x + [0] * (longest - len(x)) for x in xs]
     ids, types, labels = zip(*items)
     mask = [[1] * len(x) + [0] * (longest - len(x)) for x in ids]
@@ -32,6 +36,8 @@ def collate(items):
 train, test = list(zip(*rows("train"))), list(zip(*rows("test")))
 num_labels = max(l for *_, l in train) + 1
 model = AutoModelForSequenceClassification.from_pretrained(ckpt, num_labels=num_labels)
+if os.environ.get("GRADIENT_CHECKPOINTING") == "1":
+    model.gradient_checkpointing_enable()
 no_decay = lambda n: n.endswith("bias") or "LayerNorm" in n
 groups = [
     {"params": [p for n, p in model.named_parameters() if not no_decay(n)], "weight_decay": 0.01},
