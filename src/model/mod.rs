@@ -257,19 +257,19 @@ impl BertWithHead {
         let top = Var::from_tensor(&x)?;
         drop(x);
         let loss = loss_of(&self.head_forward(top.as_tensor(), mlm_positions, mode)?)?;
-        let mut grads = detached(loss.backward()?);
+        let mut grads = backward(&loss)?;
         drop(loss);
         let mut upstream = grads.remove(top.as_tensor()).context("no gradient reached the encoder's output")?;
         for (layer, (input, mut layer_mode)) in self.bert.layers.iter().zip(saved).rev() {
             let input = Var::from_tensor(&input)?;
             let y = layer.forward(input.as_tensor(), &inputs.mask_bias, &mut layer_mode)?;
-            let mut g = detached((y * &upstream)?.sum_all()?.backward()?);
+            let mut g = backward(&(y * &upstream)?.sum_all()?)?;
             upstream = g.remove(input.as_tensor()).context("no gradient reached a layer's input")?;
             grads.extend(g)?;
         }
         let x0 =
             self.bert.embeddings.forward(&inputs.input_ids, &inputs.token_type_ids, &mut embeddings_mode.clone())?;
-        grads.extend(detached((x0 * upstream)?.sum_all()?.backward()?))?;
+        grads.extend(backward(&(x0 * upstream)?.sum_all()?)?)?;
         Ok(grads)
     }
 
@@ -279,7 +279,7 @@ impl BertWithHead {
         let mut out = Vec::with_capacity(self.params.vars.len());
         for (name, var) in &self.params.vars {
             let mut g = match grads.get(var.as_tensor()) {
-                Some(g) => g.to_dtype(candle_core::DType::F32)?.detach(),
+                Some(g) => g.to_dtype(candle_core::DType::F32)?,
                 None => var.as_tensor().zeros_like()?,
             };
             if name == "bert.embeddings.word_embeddings.weight" {
@@ -313,12 +313,14 @@ impl BertWithHead {
     }
 }
 
-/// The gradients of a backward pass cut from the graph that made them. A gradient computed as
-/// `grad · xᵀ` records that product's inputs for a second-order pass candle never takes, so a
-/// stored gradient keeps the forward pass's activations (and their whole graph) alive for as
-/// long as it lives: through the optimiser step, or — with checkpointing — through every later
-/// segment, which would keep all the recomputed layers.
-pub fn detached(mut grads: GradStore) -> GradStore {
+/// `loss.backward()`, its gradients cut from the graph that made them — every backward pass of
+/// training goes through here. A gradient computed as `grad · xᵀ` records that product's
+/// inputs for a second-order pass candle never takes, so a stored gradient would keep the
+/// forward pass's activations (and their whole graph) alive for as long as it lives: through
+/// the optimiser step, or — with checkpointing — through every later segment, which would keep
+/// all the recomputed layers.
+pub fn backward(loss: &Tensor) -> Result<GradStore> {
+    let mut grads = loss.backward()?;
     let ids: Vec<_> = grads.get_ids().copied().collect();
     for id in ids {
         if let Some(g) = grads.get_id(id) {
@@ -326,7 +328,7 @@ pub fn detached(mut grads: GradStore) -> GradStore {
             grads.insert_id(id, g);
         }
     }
-    grads
+    Ok(grads)
 }
 
 /// Writes tensors as safetensors with optional metadata (HF wants `format: pt`).
@@ -392,7 +394,7 @@ mod tests {
         } else {
             let l = loss_of(&model.forward(&inputs, positions.as_ref(), &mut mode).unwrap()).unwrap();
             loss = l.to_scalar::<f32>().unwrap();
-            l.backward().unwrap()
+            backward(&l).unwrap()
         };
         (loss, model.gradients(&grads).unwrap())
     }

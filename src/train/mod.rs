@@ -226,7 +226,7 @@ impl Trainer {
             let loss = self.loss(batch, pass)?;
             memory::trace(step, "after forward");
             let value = self.check_finite(&loss)?;
-            (value, (loss / accum as f64)?.backward()?)
+            (value, crate::model::backward(&(loss / accum as f64)?)?)
         };
         memory::trace(step, "after backward");
         Ok((value, self.model.gradients(&grads)?))

@@ -208,15 +208,14 @@ impl Trainer {
                 if fits(&s) { "" } else { ", not enough alone" }
             ));
         }
-        let mut batch = shape.batch / 2;
-        while batch >= 1 && !fits(&memory::Shape { batch, ..shape.clone() }) {
-            batch /= 2;
-        }
-        if batch >= 1 {
-            let accum = self.cfg.gradient_accumulation_steps as u64 * shape.batch / batch;
+        // A divisor of the batch, so the accumulated steps see exactly the rows they did.
+        let mut smaller = (1..shape.batch).rev().filter(|b| shape.batch % b == 0);
+        if let Some(batch) = smaller.find(|&batch| fits(&memory::Shape { batch, ..shape.clone() })) {
+            let accum = self.cfg.gradient_accumulation_steps as u64;
             knobs.push(format!(
-                "per_device_train_batch_size: {batch} with gradient_accumulation_steps: {accum} (the same {} rows per optimiser step)",
-                shape.batch * self.cfg.gradient_accumulation_steps as u64
+                "per_device_train_batch_size: {batch} with gradient_accumulation_steps: {} (the same {} rows per optimiser step)",
+                accum * shape.batch / batch,
+                shape.batch * accum
             ));
         }
         if let Some(len) =
