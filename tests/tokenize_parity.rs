@@ -185,7 +185,7 @@ fn tokenizer_json_loads_and_agrees() {
     assert_eq!(enc.info().encoder, "wordpiece", "a BERT tokenizer.json takes the fast path");
     let text = "Crème brûlée [SEP] 東京 don't!!";
     let mut got = Vec::new();
-    enc.encode(text, &mut got);
+    enc.encode(text, &mut got).unwrap();
     assert_eq!(got, reference(true).encode(text, false).unwrap().get_ids());
 }
 

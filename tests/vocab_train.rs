@@ -45,7 +45,7 @@ fn trains_a_vocabulary_the_pipeline_can_use() {
     let text = "Amélie is simply brilliant!!! I rated it 3 < 5, unlike Plan 9.";
     let (mut a, mut b) = (Vec::new(), Vec::new());
     from_txt.encode(text, &mut a);
-    from_json.encode(text, &mut b);
+    from_json.encode(text, &mut b).unwrap();
     assert_eq!(a, b);
     assert!(!a.contains(&from_txt.specials.unk), "a word of the corpus is covered: {a:?}");
 

@@ -522,7 +522,9 @@ pub struct TokenizerInfo {
     pub encoder: String,
 }
 
-/// The ids of the special tokens.
+/// The ids of the special tokens, and the shape of a sequence the tokenizer's post-processor
+/// makes: `cls A sep` for one segment, `cls A sep… B sep` for a pair. `cls`/`sep` are roles:
+/// `[CLS]`/`[SEP]` for BERT and ModernBERT, `<s>`/`</s>` for RoBERTa and XLM-R.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpecialIds {
     pub pad: u32,
@@ -530,4 +532,31 @@ pub struct SpecialIds {
     pub cls: u32,
     pub sep: u32,
     pub mask: u32,
+    /// Separators between a pair's segments: 1 (`[SEP]`, BERT) or 2 (`</s></s>`, RoBERTa).
+    #[serde(default = "one_u32", skip_serializing_if = "is_one_u32")]
+    pub pair_separators: u32,
+    /// Whether a pair's second segment has token type 1 (BERT) rather than 0 (RoBERTa and
+    /// ModernBERT, which have no token types).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub pair_type_ids: bool,
+}
+
+impl SpecialIds {
+    /// BERT's shape (`[CLS] A [SEP] B [SEP]`, B of type 1) with these ids.
+    pub fn bert(pad: u32, unk: u32, cls: u32, sep: u32, mask: u32) -> SpecialIds {
+        SpecialIds { pad, unk, cls, sep, mask, pair_separators: 1, pair_type_ids: true }
+    }
+}
+
+fn one_u32() -> u32 {
+    1
+}
+fn is_one_u32(n: &u32) -> bool {
+    *n == 1
+}
+fn yes() -> bool {
+    true
+}
+fn is_true(b: &bool) -> bool {
+    *b
 }

@@ -248,16 +248,18 @@ pub fn standard_cases(model: &BertWithHead, vocab_file: &Path, lowercase: bool, 
     let sp = encoder.info().special_ids;
     let mut rows = Vec::new();
     for (a, b) in SENTENCES {
+        // The tokenizer's layout: `cls A sep` or `cls A sep… B sep`.
         let mut ids = vec![sp.cls];
-        encoder.encode(a, &mut ids);
+        encoder.encode(a, &mut ids)?;
         ids.push(sp.sep);
+        if b.is_some() {
+            ids.extend(std::iter::repeat_n(sp.sep, sp.pair_separators as usize - 1));
+        }
         let mut types = vec![0; ids.len()];
         if let Some(b) = b {
-            let before = ids.len();
-            encoder.encode(b, &mut ids);
+            encoder.encode(b, &mut ids)?;
             ids.push(sp.sep);
-            types.resize(ids.len(), 0);
-            types[before..].iter_mut().for_each(|x| *x = 1);
+            types.resize(ids.len(), sp.pair_type_ids as u32);
         }
         ids.truncate(long);
         types.truncate(long);

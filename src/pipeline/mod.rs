@@ -23,6 +23,7 @@ use crate::contract::manifest::{
 use crate::contract::partition::Partition;
 use crate::contract::progress::{self, Progress, Total};
 use crate::sequence::pretrain::{Masking, PretrainBuilder, PretrainSequences};
+use crate::sequence::words::{WordRule, Words};
 use crate::sequence::{ClassifySequences, Truncation};
 use crate::sink::journal::{self, Journal};
 use crate::sink::remote::RemoteOut;
@@ -392,7 +393,7 @@ impl SplitOutput {
             Some(p) => {
                 let s = setup.plan.specials.expect("pretraining has a tokenizer");
                 SplitRows::Pretrain(Box::new((
-                    PretrainBuilder::new(p, setup.seed, s.cls, s.sep),
+                    PretrainBuilder::new(p, setup.seed, s),
                     PretrainRows::new(p.nsp, p.masking == Masking::Static),
                 )))
             }
@@ -488,14 +489,14 @@ impl SplitOutput {
 pub fn prepare_steps(steps: &mut [PipelineStep]) -> Result<Option<TokenizerInfo>> {
     let wants_sentences = steps.iter().any(|s| matches!(s, PipelineStep::PretrainSequences(_)));
     let mut info: Option<TokenizerInfo> = None;
-    let mut continuation: Vec<bool> = Vec::new();
+    let mut words = Words::default();
     for step in steps.iter_mut() {
         match step {
             PipelineStep::Tokenize(t) => {
                 t.sentences = wants_sentences;
                 info = Some(t.prepare()?);
                 if wants_sentences {
-                    continuation = t.encoder.as_ref().expect("just prepared").continuation_table();
+                    words = t.encoder.as_ref().expect("just prepared").words();
                 }
             }
             PipelineStep::ClassifySequences(c) => {
@@ -504,7 +505,12 @@ pub fn prepare_steps(steps: &mut [PipelineStep]) -> Result<Option<TokenizerInfo>
             }
             PipelineStep::PretrainSequences(p) => {
                 let t = info.as_ref().context("pretrain_sequences needs a tokenize step before it")?;
-                p.mask_spec = Some(p.mask_spec(t, std::mem::take(&mut continuation)));
+                if p.whole_word_mask && words.rule() == WordRule::None {
+                    bail!(
+                        "pretrain_sequences: whole_word_mask needs word boundaries, and the tokenizer marks none bertpipe reads (a continuation prefix such as `##`, an end-of-word suffix, a `▁` word marker or byte-level `Ġ`)"
+                    );
+                }
+                p.mask_spec = Some(p.mask_spec(t, std::mem::take(&mut words)));
             }
             _ => {}
         }

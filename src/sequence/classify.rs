@@ -143,7 +143,8 @@ impl Step for ClassifySequences {
 mod tests {
     use super::*;
 
-    const S: SpecialIds = SpecialIds { pad: 0, unk: 100, cls: 101, sep: 102, mask: 103 };
+    const S: SpecialIds =
+        SpecialIds { pad: 0, unk: 100, cls: 101, sep: 102, mask: 103, pair_separators: 1, pair_type_ids: true };
 
     fn run(step: &ClassifySequences, n: u32) -> Document {
         let mut doc = Document { tokens: (1000..1000 + n).collect(), ..Default::default() };

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::words::Words;
 use crate::rng::Rng;
 
 /// How to mask; everything a trainer needs to repeat the pipeline's masking.
@@ -14,15 +15,15 @@ pub struct MaskSpec {
     pub masked_lm_prob: f64,
     /// At most this many predictions per row.
     pub max_predictions_per_seq: usize,
-    /// Choose whole words: a `##` continuation is masked together with the tokens before it.
+    /// Choose whole words (the tokenizer's words, [`Words`]) rather than single tokens.
     pub whole_word_mask: bool,
     pub mask_id: u32,
     /// Never masked, never chosen as a random replacement.
     pub special_ids: Vec<u32>,
     pub vocab_size: u32,
-    /// `is_continuation[id]`: the token starts with `##` (needed for whole-word masking).
+    /// Where the tokenizer's words start (needed for whole-word masking).
     #[serde(skip)]
-    pub is_continuation: Vec<bool>,
+    pub words: Words,
 }
 
 /// What the masking did to one row.
@@ -45,22 +46,23 @@ impl MaskSpec {
         self.special_ids.contains(&id)
     }
 
-    fn continuation(&self, id: u32) -> bool {
-        self.is_continuation.get(id as usize).copied().unwrap_or(false)
+    /// Whether the token at `i` continues the word of the token before it.
+    fn continues(&self, row: &[u32], i: usize) -> bool {
+        self.words.continues(row, i)
     }
 
     /// Masks `row` deterministically for `(seed, epoch, index)`.
     pub fn mask(&self, row: &[u32], seed: u64, epoch: u64, index: u64) -> Masked {
         let mut rng = Rng::for_key(seed, &[0x4d41_534b, epoch, index]);
         // Candidate groups as (first index, length): single tokens, or whole words (a token
-        // and its ## continuations).
+        // and the tokens continuing it; a special token ends a word).
         let mut groups: Vec<(u32, u32)> = Vec::with_capacity(row.len());
         for (i, &id) in row.iter().enumerate() {
             if self.is_special(id) {
                 continue;
             }
             let extends = self.whole_word_mask
-                && self.continuation(id)
+                && self.continues(row, i)
                 && groups.last().is_some_and(|&(s, l)| (s + l) as usize == i);
             match groups.last_mut() {
                 Some((_, len)) if extends => *len += 1,
@@ -136,7 +138,7 @@ mod tests {
             mask_id: 103,
             special_ids: vec![0, 100, CLS, SEP, 103],
             vocab_size: 30522,
-            is_continuation: (0..30522).map(|i| i >= 20000).collect(),
+            words: Words::continuation_prefix((0..30522u32).map(|i| (if i >= 20000 { "##x" } else { "x" }, i)), "##"),
         }
     }
 
@@ -194,11 +196,11 @@ mod tests {
             for &p in &out.positions {
                 let p = p as usize;
                 // the word's continuation after it is chosen too…
-                if p + 1 < row.len() && s.continuation(row[p + 1]) && !s.is_special(row[p + 1]) {
+                if p + 1 < row.len() && s.continues(row, p + 1) && !s.is_special(row[p + 1]) {
                     assert!(chosen.contains(&(p as u32 + 1)), "row {i}: word cut after {p}");
                 }
                 // …and so is its start before it.
-                if s.continuation(row[p]) && p > 0 && !s.is_special(row[p - 1]) {
+                if s.continues(row, p) && !s.is_special(row[p - 1]) {
                     assert!(chosen.contains(&(p as u32 - 1)), "row {i}: word cut before {p}");
                 }
             }

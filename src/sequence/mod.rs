@@ -3,6 +3,7 @@
 pub mod classify;
 pub mod mask;
 pub mod pretrain;
+pub mod words;
 
 pub use classify::{ClassifySequences, Truncation};
 pub use pretrain::PretrainSequences;

@@ -1,5 +1,7 @@
-//! `tokenize`: WordPiece ids for each document, from a `vocab.txt` or an HF `tokenizer.json`.
+//! `tokenize`: token ids for each document, from a BERT `vocab.txt` (WordPiece, the fast path)
+//! or any HF `tokenizer.json` (BPE, Unigram, WordPiece; [`hf`]).
 
+pub mod hf;
 pub mod sentences;
 pub mod wordpiece;
 
@@ -11,20 +13,23 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::contract::document::Document;
-use crate::contract::manifest::{SpecialIds, TokenizerInfo, VocabRef};
+use crate::contract::manifest::{TokenizerInfo, VocabRef};
 use crate::contract::{Step, Verdict};
+use crate::sequence::words::Words;
 pub use wordpiece::WordPiece;
 
-/// Split text into WordPiece ids. Ids are identical to HF's `BertTokenizerFast` with the same
-/// vocabulary and options. A document with no tokens at all is rejected (`no_tokens`).
+/// Split text into token ids, identical to HF's (`BertTokenizerFast` for a `vocab.txt`; the
+/// tokenizer itself for a `tokenizer.json`). A document with no tokens at all is rejected
+/// (`no_tokens`), one the tokenizer fails on too (`tokenizer_error`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Tokenize {
     /// A BERT `vocab.txt` (one token per line). Give this or `tokenizer`.
     #[serde(default)]
     pub vocab: Option<PathBuf>,
-    /// An HF `tokenizer.json`. BERT WordPiece tokenizers take the fast path; any other model
-    /// runs through the `tokenizers` crate. `lowercase` and `strip_accents` then come from it.
+    /// An HF `tokenizer.json`: BERT WordPiece tokenizers take the fast path; any other (RoBERTa,
+    /// ModernBERT, XLM-R …: byte-level BPE, Unigram) runs through the `tokenizers` crate, with
+    /// its own specials and sequence layout. `lowercase` and `strip_accents` then come from it.
     #[serde(default)]
     pub tokenizer: Option<PathBuf>,
     /// Lower-case before splitting (uncased models).
@@ -60,29 +65,41 @@ impl PartialEq for Tokenize {
 }
 
 /// A loaded tokenizer.
+#[derive(Debug)]
 pub enum Encoder {
     WordPiece(WordPiece),
-    Hf { tokenizer: Box<tokenizers::Tokenizer>, info: TokenizerInfo },
-}
-
-impl std::fmt::Debug for Encoder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Encoder::WordPiece(w) => w.fmt(f),
-            Encoder::Hf { info, .. } => write!(f, "tokenizers({} tokens)", info.vocab_size),
-        }
-    }
+    Hf(hf::HfTokenizer),
 }
 
 impl Encoder {
-    pub fn encode(&self, text: &str, out: &mut Vec<u32>) {
+    /// The ids of `text` (no specials), appended to `out`.
+    pub fn encode(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
         match self {
-            Encoder::WordPiece(w) => w.encode(text, out),
-            Encoder::Hf { tokenizer, .. } => {
-                if let Ok(enc) = tokenizer.encode_fast(text, false) {
-                    out.extend_from_slice(enc.get_ids());
-                }
+            Encoder::WordPiece(w) => {
+                w.encode(text, out);
+                Ok(())
             }
+            Encoder::Hf(h) => h.encode(text, out),
+        }
+    }
+
+    /// The ids of `text` appended to `out`, and the token count at each sentence end appended
+    /// to `ends`.
+    pub fn encode_sentences(&self, text: &str, out: &mut Vec<u32>, ends: &mut Vec<u32>) -> Result<()> {
+        let spans = sentences::sentence_spans(text);
+        match self {
+            Encoder::WordPiece(w) => {
+                // Sentence ends fall between words, so encoding sentence by sentence gives the
+                // same ids as encoding the whole text.
+                for (start, end) in spans {
+                    w.encode(&text[start..end], out);
+                    if ends.last() != Some(&(out.len() as u32)) {
+                        ends.push(out.len() as u32);
+                    }
+                }
+                Ok(())
+            }
+            Encoder::Hf(h) => h.encode_sentences(text, &spans, out, ends),
         }
     }
 
@@ -97,7 +114,25 @@ impl Encoder {
                 special_ids: w.specials,
                 encoder: "wordpiece".into(),
             },
-            Encoder::Hf { info, .. } => info.clone(),
+            Encoder::Hf(h) => h.info.clone(),
+        }
+    }
+
+    /// Where the vocabulary's words start, for whole-word masking.
+    pub fn words(&self) -> Words {
+        match self {
+            Encoder::WordPiece(w) => {
+                let vocab = w.vocab_entries();
+                Words::continuation_prefix(vocab.iter().map(|(t, id)| (t.as_str(), *id)), "##")
+            }
+            Encoder::Hf(h) => h.words(),
+        }
+    }
+
+    fn unk(&self) -> u32 {
+        match self {
+            Encoder::WordPiece(w) => w.specials.unk,
+            Encoder::Hf(h) => h.info.special_ids.unk,
         }
     }
 }
@@ -235,34 +270,7 @@ fn load_tokenizer_json(path: &std::path::Path) -> Result<Encoder> {
             return Ok(Encoder::WordPiece(w));
         }
     }
-    let id =
-        |t: &str| tokenizer.token_to_id(t).with_context(|| format!("tokenizer '{}' has no {t} token", path.display()));
-    let special_ids =
-        SpecialIds { pad: id("[PAD]")?, unk: id("[UNK]")?, cls: id("[CLS]")?, sep: id("[SEP]")?, mask: id("[MASK]")? };
-    let vocab = tokenizer.get_vocab(true);
-    let largest = vocab.values().copied().max().unwrap_or(0) as usize;
-    if largest >= wordpiece::MAX_VOCAB_IDS || largest >= 2 * vocab.len() + 1024 {
-        bail!(
-            "tokenizer '{}': the largest token id is {largest}, but it has {} tokens: ids must run from 0 without large gaps",
-            path.display(),
-            vocab.len()
-        );
-    }
-    let info = TokenizerInfo {
-        vocab_sha256: sha,
-        // Its normaliser is the tokenizer's own; the content identity records the tokens only.
-        vocab_id: Some(crate::contract::manifest::vocab_id(
-            vocab.iter().map(|(t, &id)| (t.as_str(), id)),
-            false,
-            false,
-        )),
-        vocab_size: tokenizer.get_vocab_size(true),
-        lowercase: false,
-        strip_accents: None,
-        special_ids,
-        encoder: "tokenizers".into(),
-    };
-    Ok(Encoder::Hf { tokenizer: Box::new(tokenizer), info })
+    Ok(Encoder::Hf(hf::HfTokenizer::new(path, tokenizer, &bytes, sha)?))
 }
 
 impl Step for Tokenize {
@@ -270,46 +278,19 @@ impl Step for Tokenize {
         let encoder = self.encoder.as_ref().expect("tokenize step prepared before running");
         doc.tokens.clear();
         doc.sentence_ends.clear();
-        if self.sentences {
-            // Sentence ends fall between words, so encoding sentence by sentence gives the
-            // same ids as encoding the whole text.
-            for (start, end) in sentences::sentence_spans(&doc.text) {
-                encoder.encode(&doc.text[start..end], &mut doc.tokens);
-                if doc.sentence_ends.last() != Some(&(doc.tokens.len() as u32)) {
-                    doc.sentence_ends.push(doc.tokens.len() as u32);
-                }
-            }
+        let done = if self.sentences {
+            encoder.encode_sentences(&doc.text, &mut doc.tokens, &mut doc.sentence_ends)
         } else {
-            encoder.encode(&doc.text, &mut doc.tokens);
+            encoder.encode(&doc.text, &mut doc.tokens)
+        };
+        if let Err(e) = done {
+            return Verdict::Reject(format!("tokenizer_error: {e}"));
         }
         if doc.tokens.is_empty() {
             return Verdict::Reject("no_tokens".into());
         }
-        let unk = encoder.info_unk();
+        let unk = encoder.unk();
         doc.unk_tokens = doc.tokens.iter().filter(|&&t| t == unk).count() as u32;
         Verdict::Keep
-    }
-}
-
-impl Encoder {
-    /// Token id → "starts with `##`", for whole-word masking.
-    pub fn continuation_table(&self) -> Vec<bool> {
-        let vocab: Vec<(String, u32)> = match self {
-            Encoder::WordPiece(w) => w.vocab_entries(),
-            Encoder::Hf { tokenizer, .. } => tokenizer.get_vocab(true).into_iter().collect(),
-        };
-        let size = vocab.iter().map(|(_, id)| *id as usize + 1).max().unwrap_or(0);
-        let mut table = vec![false; size];
-        for (token, id) in vocab {
-            table[id as usize] = token.starts_with("##");
-        }
-        table
-    }
-
-    fn info_unk(&self) -> u32 {
-        match self {
-            Encoder::WordPiece(w) => w.specials.unk,
-            Encoder::Hf { info, .. } => info.special_ids.unk,
-        }
     }
 }

@@ -112,13 +112,13 @@ impl WordPiece {
         let special = |name: &str| {
             vocab.get(name).copied().with_context(|| format!("the vocabulary has no {name} token; a BERT vocab.txt lists [PAD] [UNK] [CLS] [SEP] [MASK] (bertpipe vocab train writes one)"))
         };
-        let specials = SpecialIds {
-            pad: special("[PAD]")?,
-            unk: special("[UNK]")?,
-            cls: special("[CLS]")?,
-            sep: special("[SEP]")?,
-            mask: special("[MASK]")?,
-        };
+        let specials = SpecialIds::bert(
+            special("[PAD]")?,
+            special("[UNK]")?,
+            special("[CLS]")?,
+            special("[SEP]")?,
+            special("[MASK]")?,
+        );
         if vocab.len() < 6 {
             bail!("the vocabulary has only {} tokens", vocab.len());
         }
