@@ -330,3 +330,51 @@ fn bytes_do_not_depend_on_thread_count_with_a_bpe_tokenizer() {
     assert!(shard_files(&a.join("train")).len() > 1, "several shards");
     assert_same_output(&a, &b);
 }
+
+/// A model trained on RoBERTa-tokenized shards carries the tokenizer as it came: its
+/// `tokenizer.json` byte for byte and the `tokenizer_config.json` beside it (`RobertaTokenizer`,
+/// so `AutoTokenizer` loads the checkpoint as that tokenizer), its length the shards'; without a
+/// config beside the tokenizer, `PreTrainedTokenizerFast` with the tokenizer's special tokens.
+#[test]
+fn checkpoints_carry_the_tokenizer_and_its_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let tail = "  - type: classify_sequences\n    max_len: 64";
+    for (family, bare) in [("roberta", false), ("xlmr", true)] {
+        let mut tok = tokenizer_path(family);
+        if bare {
+            // The tokenizer.json alone, no tokenizer_config.json beside it.
+            let alone = dir.path().join(format!("{family}-alone"));
+            std::fs::create_dir_all(&alone).unwrap();
+            std::fs::copy(&tok, alone.join("tokenizer.json")).unwrap();
+            tok = alone.join("tokenizer.json");
+        }
+        let yaml = std::fs::read_to_string(pipeline(dir.path(), &format!("data-{family}"), family, "[neg, pos]", tail))
+            .unwrap()
+            .replace(&tokenizer_path(family).display().to_string(), &tok.display().to_string());
+        let p = write_pipeline(dir.path(), &format!("data-{family}.yaml"), &yaml);
+        assert_ok(&bertpipe(&["pipeline", "run", p.to_str().unwrap(), "--quiet"]));
+        let (data, out) = (dir.path().join(format!("data-{family}")), dir.path().join(format!("model-{family}")));
+        let (d, o) = (format!("data={}", data.display()), format!("output_dir={}", out.display()));
+        let root = root().join("pipelines/imdb-finetune.yaml");
+        let args = ["train", root.to_str().unwrap(), "--quiet", "--set", &d, "--set", &o];
+        let extra = ["max_steps=2", "eval_split=none", "per_device_train_batch_size=4"];
+        let mut all: Vec<&str> = args.to_vec();
+        for e in &extra {
+            all.extend(["--set", e]);
+        }
+        assert_ok(&bertpipe(&all));
+        let fin = out.join("final");
+        assert_eq!(std::fs::read(fin.join("tokenizer.json")).unwrap(), std::fs::read(&tok).unwrap(), "{family}");
+        assert!(!fin.join("vocab.txt").exists());
+        let config: Value =
+            serde_json::from_str(&std::fs::read_to_string(fin.join("tokenizer_config.json")).unwrap()).unwrap();
+        assert_eq!(config["model_max_length"], 64, "{family}");
+        if bare {
+            assert_eq!(config["tokenizer_class"], "PreTrainedTokenizerFast");
+            assert_eq!((config["cls_token"].as_str(), config["mask_token"].as_str()), (Some("<s>"), Some("<mask>")));
+        } else {
+            assert_eq!(config["tokenizer_class"], "RobertaTokenizer");
+            assert_eq!(config["add_prefix_space"], false);
+        }
+    }
+}

@@ -256,7 +256,7 @@ impl Manifest {
     pub fn vocab_file(&self) -> Option<PathBuf> {
         let steps = self.config.get("steps")?.as_array()?;
         let t = steps.iter().find(|s| s.get("type").and_then(|t| t.as_str()) == Some("tokenize"))?;
-        let path = t.get("vocab").or_else(|| t.get("tokenizer")).and_then(|p| p.as_str())?;
+        let path = ["vocab", "tokenizer"].iter().find_map(|k| t.get(*k).and_then(|p| p.as_str()))?;
         Some(PathBuf::from(path))
     }
 

@@ -204,17 +204,71 @@ fn checkpoint_files(cfg: &TrainConfig, shards: &ShardSet) -> Result<Vec<(String,
         let name = if v.extension().is_some_and(|e| e == "json") { "tokenizer.json" } else { "vocab.txt" };
         files.push((name.to_string(), bytes));
     }
-    let tokenizer_config = serde_json::json!({
-        "tokenizer_class": "BertTokenizer",
-        "do_lower_case": tok.lowercase,
-        "strip_accents": tok.strip_accents.unwrap_or(tok.lowercase),
-        "model_max_length": m.longest_row(),
-    });
+    let tokenizer_config = if tok.encoder == "tokenizers" {
+        let json = files.iter().find(|(name, _)| name == "tokenizer.json").map(|(_, b)| b.as_slice());
+        let beside = match &init_vocab {
+            Some((v, _)) => v.parent().map(Path::to_path_buf),
+            None => m.vocab_file().and_then(|v| v.parent().map(Path::to_path_buf)),
+        };
+        hf_tokenizer_config(json, beside.as_deref(), &tok, m.longest_row())?
+    } else {
+        serde_json::json!({
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": tok.lowercase,
+            "strip_accents": tok.strip_accents.unwrap_or(tok.lowercase),
+            "model_max_length": m.longest_row(),
+        })
+    };
     files.push((
         "tokenizer_config.json".to_string(),
         (serde_json::to_string_pretty(&tokenizer_config)? + "\n").into_bytes(),
     ));
     Ok(files)
+}
+
+/// The `tokenizer_config.json` of a checkpoint whose vocabulary is an HF `tokenizer.json` that is
+/// not BERT's: the one beside the tokenizer (RoBERTa's, ModernBERT's: its class and settings)
+/// when there is one, else `PreTrainedTokenizerFast` with the tokenizer's special tokens, so
+/// `AutoTokenizer` loads the checkpoint folder as the tokenizer it was made with; the length is
+/// the shards' longest row.
+fn hf_tokenizer_config(
+    json: Option<&[u8]>,
+    beside: Option<&Path>,
+    tok: &crate::contract::manifest::TokenizerInfo,
+    max_len: usize,
+) -> Result<serde_json::Value> {
+    use serde_json::Value;
+    let existing = beside.map(|d| d.join("tokenizer_config.json")).filter(|p| p.is_file());
+    let mut config = match existing {
+        Some(p) => {
+            let bytes = std::fs::read(&p).with_context(|| format!("could not read '{}'", p.display()))?;
+            serde_json::from_slice::<Value>(&bytes).with_context(|| format!("'{}' is not JSON", p.display()))?
+        }
+        None => {
+            let mut c = serde_json::json!({ "tokenizer_class": "PreTrainedTokenizerFast" });
+            if let Some(json) = json {
+                let t = tokenizers::Tokenizer::from_bytes(json).map_err(|e| anyhow::anyhow!("tokenizer.json: {e}"))?;
+                let s = tok.special_ids;
+                for (key, id) in [
+                    ("cls_token", s.cls),
+                    ("sep_token", s.sep),
+                    ("pad_token", s.pad),
+                    ("unk_token", s.unk),
+                    ("mask_token", s.mask),
+                ] {
+                    if let Some(token) = t.id_to_token(id) {
+                        c[key] = Value::String(token);
+                    }
+                }
+            }
+            c
+        }
+    };
+    if !config.is_object() {
+        bail!("tokenizer_config.json beside the tokenizer is not a JSON object");
+    }
+    config["model_max_length"] = Value::from(max_len);
+    Ok(config)
 }
 
 /// How the shards' rows become training examples.
