@@ -210,7 +210,7 @@ fn checkpoint_files(cfg: &TrainConfig, shards: &ShardSet) -> Result<Vec<(String,
             Some((v, _)) => v.parent().map(Path::to_path_buf),
             None => m.vocab_file().and_then(|v| v.parent().map(Path::to_path_buf)),
         };
-        hf_tokenizer_config(json, beside.as_deref(), &tok, m.longest_row())?
+        hf_tokenizer_config(json, beside.as_deref(), tok, m.longest_row())?
     } else {
         serde_json::json!({
             "tokenizer_class": "BertTokenizer",
