@@ -9,7 +9,7 @@
 
 use candle_core::{DType, Device, Module, Result, Tensor};
 
-use super::config::{Activation, BertConfig};
+use super::config::{Activation, BertConfig, Family};
 use super::ops::{self, Dropout};
 use super::params::{Init, ParamLoader};
 use crate::rng::Rng;
@@ -147,28 +147,36 @@ pub struct BertEmbeddings {
     pub position_embeddings: Tensor,
     pub token_type_embeddings: Tensor,
     pub layer_norm: LayerNorm,
+    /// RoBERTa: position ids count the non-padding tokens from `padding_idx + 1`, and padding
+    /// gets `padding_idx` (HF's `create_position_ids_from_input_ids`); BERT: `0..seq`.
+    pub padding_idx: Option<u32>,
     dropout: f64,
 }
 
 impl BertEmbeddings {
-    fn load(p: &mut ParamLoader, c: &BertConfig) -> anyhow::Result<Self> {
+    fn load(p: &mut ParamLoader, prefix: &str, c: &BertConfig) -> anyhow::Result<Self> {
         let std = Init::Normal(c.initializer_range);
-        let word = "bert.embeddings.word_embeddings.weight";
-        let word_embeddings = p.get(word, &[c.vocab_size, c.hidden_size], std)?;
-        p.zero_row_if_initialised(word, c.pad_token_id.unwrap_or(0))?;
+        let pad = c.pad_token_id.unwrap_or(0);
+        let word = format!("{prefix}.embeddings.word_embeddings.weight");
+        let word_embeddings = p.get(&word, &[c.vocab_size, c.hidden_size], std)?;
+        p.zero_row_if_initialised(&word, pad)?;
+        let position = format!("{prefix}.embeddings.position_embeddings.weight");
+        let position_embeddings = p.get(&position, &[c.max_position_embeddings, c.hidden_size], std)?;
+        let padding_idx = (c.family() == Family::Roberta).then_some(pad as u32);
+        if padding_idx.is_some() {
+            // `nn.Embedding(padding_idx=…)`: HF zeroes that row of RoBERTa's positions too.
+            p.zero_row_if_initialised(&position, pad)?;
+        }
         Ok(BertEmbeddings {
             word_embeddings,
-            position_embeddings: p.get(
-                "bert.embeddings.position_embeddings.weight",
-                &[c.max_position_embeddings, c.hidden_size],
-                std,
-            )?,
+            position_embeddings,
             token_type_embeddings: p.get(
-                "bert.embeddings.token_type_embeddings.weight",
+                &format!("{prefix}.embeddings.token_type_embeddings.weight"),
                 &[c.type_vocab_size, c.hidden_size],
                 std,
             )?,
-            layer_norm: LayerNorm::load(p, "bert.embeddings.LayerNorm", c.hidden_size, c.layer_norm_eps)?,
+            layer_norm: LayerNorm::load(p, &format!("{prefix}.embeddings.LayerNorm"), c.hidden_size, c.layer_norm_eps)?,
+            padding_idx,
             dropout: c.hidden_dropout_prob,
         })
     }
@@ -179,11 +187,36 @@ impl BertEmbeddings {
         let hidden = self.word_embeddings.dim(1)?;
         let words = self.word_embeddings.embedding(&input_ids.flatten_all()?)?.reshape((b, s, hidden))?;
         let types = self.token_type_embeddings.embedding(&token_type_ids.flatten_all()?)?.reshape((b, s, hidden))?;
-        let positions = self.position_embeddings.narrow(0, 0, s)?;
-        let x = (words + types)?.broadcast_add(&positions)?;
+        let x = match self.padding_idx {
+            None => (words + types)?.broadcast_add(&self.position_embeddings.narrow(0, 0, s)?)?,
+            Some(pad) => {
+                let ids = roberta_position_ids(&input_ids.to_vec2::<u32>()?, pad);
+                let ids = Tensor::from_vec(ids, b * s, input_ids.device())?;
+                let positions = self.position_embeddings.embedding(&ids)?.reshape((b, s, hidden))?;
+                ((words + types)? + positions)?
+            }
+        };
         let x = self.layer_norm.forward(&x)?;
         mode.dropout(&x, self.dropout)
     }
+}
+
+/// RoBERTa's position ids, row-major: `padding_idx + 1, + 2, …` over the tokens that are not
+/// padding, `padding_idx` on padding.
+pub fn roberta_position_ids(rows: &[Vec<u32>], pad: u32) -> Vec<u32> {
+    let mut out = Vec::with_capacity(rows.iter().map(Vec::len).sum());
+    for row in rows {
+        let mut n = 0;
+        for &id in row {
+            if id == pad {
+                out.push(pad);
+            } else {
+                n += 1;
+                out.push(pad + n);
+            }
+        }
+    }
+    out
 }
 
 pub struct BertSelfAttention {
@@ -240,8 +273,8 @@ pub struct BertLayer {
 }
 
 impl BertLayer {
-    fn load(p: &mut ParamLoader, i: usize, c: &BertConfig) -> anyhow::Result<Self> {
-        let name = format!("bert.encoder.layer.{i}");
+    fn load(p: &mut ParamLoader, prefix: &str, i: usize, c: &BertConfig) -> anyhow::Result<Self> {
+        let name = format!("{prefix}.encoder.layer.{i}");
         let (h, r) = (c.hidden_size, c.initializer_range);
         let attention = BertSelfAttention {
             query: Linear::load(p, &format!("{name}.attention.self.query"), h, h, r)?,
@@ -267,7 +300,8 @@ impl BertLayer {
     }
 }
 
-/// HF's `BertModel`: embeddings, encoder and (optionally) the pooler.
+/// HF's `BertModel` (and `RobertaModel`, the same tree under `roberta.`): embeddings, encoder
+/// and (optionally) the pooler.
 pub struct BertModel {
     pub config: BertConfig,
     pub embeddings: BertEmbeddings,
@@ -277,10 +311,12 @@ pub struct BertModel {
 
 impl BertModel {
     pub fn load(p: &mut ParamLoader, c: &BertConfig, with_pooler: bool) -> anyhow::Result<BertModel> {
-        let embeddings = BertEmbeddings::load(p, c)?;
-        let layers = (0..c.num_hidden_layers).map(|i| BertLayer::load(p, i, c)).collect::<anyhow::Result<_>>()?;
+        let prefix = c.family().prefix();
+        let embeddings = BertEmbeddings::load(p, prefix, c)?;
+        let layers =
+            (0..c.num_hidden_layers).map(|i| BertLayer::load(p, prefix, i, c)).collect::<anyhow::Result<_>>()?;
         let pooler = if with_pooler {
-            Some(Linear::load(p, "bert.pooler.dense", c.hidden_size, c.hidden_size, c.initializer_range)?)
+            Some(Linear::load(p, &format!("{prefix}.pooler.dense"), c.hidden_size, c.hidden_size, c.initializer_range)?)
         } else {
             None
         };

@@ -51,6 +51,33 @@ pub struct BertConfig {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
+/// The model families bertpipe builds, by `config.json`'s `model_type`. RoBERTa is BERT's
+/// module tree under `roberta.` with its own heads (no pooler, no NSP), position ids counted
+/// from `pad_token_id + 1` over the non-padding tokens, and one token type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Bert,
+    Roberta,
+}
+
+impl Family {
+    /// The encoder's tensor-name prefix (`bert.encoder.layer.0…`, `roberta.encoder.layer.0…`).
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Family::Bert => "bert",
+            Family::Roberta => "roberta",
+        }
+    }
+
+    /// The start of HF's class names (`BertForMaskedLM`, `RobertaForMaskedLM`).
+    pub fn class_prefix(self) -> &'static str {
+        match self {
+            Family::Bert => "Bert",
+            Family::Roberta => "Roberta",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Activation {
@@ -146,9 +173,40 @@ impl BertConfig {
         Ok(c)
     }
 
+    /// The longest sequence the position embeddings cover: all of them for BERT; RoBERTa's
+    /// count from `pad_token_id + 1`, so two fewer (514 → 512).
+    pub fn max_sequence(&self) -> usize {
+        match self.family() {
+            Family::Bert => self.max_position_embeddings,
+            Family::Roberta => self.max_position_embeddings.saturating_sub(self.pad_token_id.unwrap_or(1) + 1),
+        }
+    }
+
+    /// The family `model_type` names (checked by [`Self::check`]; BERT for anything else).
+    pub fn family(&self) -> Family {
+        match self.model_type.as_str() {
+            "roberta" => Family::Roberta,
+            _ => Family::Bert,
+        }
+    }
+
     pub fn check(&self) -> Result<()> {
-        if !matches!(self.model_type.as_str(), "bert") {
-            bail!("model_type `{}` is not BERT; bertpipe trains BERT models", self.model_type);
+        match self.model_type.as_str() {
+            "bert" | "roberta" => {}
+            "modernbert" => {
+                bail!("model_type `modernbert` is not supported yet (bertpipe builds `bert` and `roberta`)")
+            }
+            other => bail!("model_type `{other}` is not supported; bertpipe builds `bert` and `roberta` models"),
+        }
+        if self.family() == Family::Roberta {
+            let pad = self.pad_token_id.unwrap_or(1);
+            if pad + 2 > self.max_position_embeddings {
+                bail!(
+                    "RoBERTa counts positions from pad_token_id + 1 = {}, past max_position_embeddings {}",
+                    pad + 1,
+                    self.max_position_embeddings
+                );
+            }
         }
         if self.position_embedding_type != "absolute" {
             bail!("position_embedding_type `{}` is not supported (only `absolute`)", self.position_embedding_type);

@@ -14,32 +14,36 @@ use candle_core::backprop::GradStore;
 use candle_core::{Device, Module, Tensor, Var};
 
 use bert::{linear_activation, BertModel, ForwardPass, Inputs, LayerNorm, Linear};
-use config::BertConfig;
+use config::{BertConfig, Family};
 use params::{Init, ParamLoader, Params};
 
-/// Which HF class the model is; decides the heads and `architectures` in config.json.
+/// Which HF class the model is; with the family, decides the heads and `architectures` in
+/// config.json.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelKind {
-    /// `BertForSequenceClassification`: pooler → dropout → `classifier`.
+    /// `BertForSequenceClassification`: pooler → dropout → `classifier`;
+    /// `RobertaForSequenceClassification`: `<s>` → `classifier.dense` → tanh → `classifier.out_proj`.
     SequenceClassification,
     /// `BertForPreTraining`: MLM head (`cls.predictions`) + NSP (`cls.seq_relationship`).
     PreTraining,
-    /// `BertForMaskedLM`: MLM head only, no pooler.
+    /// `BertForMaskedLM` / `RobertaForMaskedLM`: MLM head only (`cls.predictions` /
+    /// `lm_head`), no pooler.
     MaskedLm,
 }
 
 impl ModelKind {
-    pub fn architecture(self) -> &'static str {
-        match self {
-            ModelKind::SequenceClassification => "BertForSequenceClassification",
-            ModelKind::PreTraining => "BertForPreTraining",
-            ModelKind::MaskedLm => "BertForMaskedLM",
-        }
+    pub fn architecture(self, family: Family) -> String {
+        let class = match self {
+            ModelKind::SequenceClassification => "ForSequenceClassification",
+            ModelKind::PreTraining => "ForPreTraining",
+            ModelKind::MaskedLm => "ForMaskedLM",
+        };
+        format!("{}{class}", family.class_prefix())
     }
 }
 
-/// `cls.predictions`: transform (dense, activation, LayerNorm), then the decoder tied to the
-/// word embeddings plus its own bias.
+/// `cls.predictions` (BERT) or `lm_head` (RoBERTa, GELU always): transform (dense,
+/// activation, LayerNorm), then the decoder tied to the word embeddings plus its own bias.
 pub struct MlmHead {
     pub dense: Linear,
     pub layer_norm: LayerNorm,
@@ -49,17 +53,20 @@ pub struct MlmHead {
 
 impl MlmHead {
     fn load(p: &mut ParamLoader, c: &BertConfig) -> Result<MlmHead> {
-        Ok(MlmHead {
-            dense: Linear::load(
-                p,
+        let (dense, norm, bias, act) = match c.family() {
+            Family::Bert => (
                 "cls.predictions.transform.dense",
-                c.hidden_size,
-                c.hidden_size,
-                c.initializer_range,
-            )?,
-            layer_norm: LayerNorm::load(p, "cls.predictions.transform.LayerNorm", c.hidden_size, c.layer_norm_eps)?,
-            bias: p.get("cls.predictions.bias", &[c.vocab_size], Init::Zeros)?,
-            act: c.hidden_act,
+                "cls.predictions.transform.LayerNorm",
+                "cls.predictions.bias",
+                c.hidden_act,
+            ),
+            Family::Roberta => ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias", config::Activation::Gelu),
+        };
+        Ok(MlmHead {
+            dense: Linear::load(p, dense, c.hidden_size, c.hidden_size, c.initializer_range)?,
+            layer_norm: LayerNorm::load(p, norm, c.hidden_size, c.layer_norm_eps)?,
+            bias: p.get(bias, &[c.vocab_size], Init::Zeros)?,
+            act,
         })
     }
 
@@ -76,8 +83,21 @@ impl MlmHead {
 }
 
 pub enum Head {
-    Classifier { classifier: Linear, dropout: f64 },
-    Pretraining { mlm: MlmHead, nsp: Option<Linear> },
+    Classifier {
+        classifier: Linear,
+        dropout: f64,
+    },
+    /// HF's `RobertaClassificationHead`: dropout → `dense` → tanh → dropout → `out_proj` on the
+    /// first token's hidden state (RoBERTa has no pooler).
+    RobertaClassifier {
+        dense: Linear,
+        out_proj: Linear,
+        dropout: f64,
+    },
+    Pretraining {
+        mlm: MlmHead,
+        nsp: Option<Linear>,
+    },
 }
 
 /// A BERT with its head (classifier, MLM, MLM + NSP) and the parameters behind both.
@@ -105,9 +125,19 @@ impl BertWithHead {
     /// Builds the model from `config`, taking tensors from `loader` where it has them.
     pub fn build(kind: ModelKind, config: &BertConfig, mut loader: ParamLoader) -> Result<BertWithHead> {
         config.check()?;
-        let with_pooler = kind != ModelKind::MaskedLm;
+        let family = config.family();
+        if family == Family::Roberta && kind == ModelKind::PreTraining {
+            bail!("RoBERTa has no next-sentence head: pretrain it on MLM-only rows (`pretrain_sequences` with `nsp: false`)");
+        }
+        let with_pooler = kind != ModelKind::MaskedLm && family == Family::Bert;
         let bert = BertModel::load(&mut loader, config, with_pooler)?;
+        let (h, r) = (config.hidden_size, config.initializer_range);
         let head = match kind {
+            ModelKind::SequenceClassification if family == Family::Roberta => Head::RobertaClassifier {
+                dense: Linear::load(&mut loader, "classifier.dense", h, h, r)?,
+                out_proj: Linear::load(&mut loader, "classifier.out_proj", h, config.num_labels(), r)?,
+                dropout: config.classifier_dropout.unwrap_or(config.hidden_dropout_prob),
+            },
             ModelKind::SequenceClassification => Head::Classifier {
                 classifier: Linear::load(
                     &mut loader,
@@ -135,7 +165,7 @@ impl BertWithHead {
         };
         let unexpected = loader.unexpected();
         let mut config = config.clone();
-        config.architectures = Some(vec![kind.architecture().to_string()]);
+        config.architectures = Some(vec![kind.architecture(family)]);
         Ok(BertWithHead {
             kind,
             config,
@@ -210,6 +240,13 @@ impl BertWithHead {
                 let pooled = mode.dropout(&pooled, *dropout)?;
                 Outputs { logits: Some(classifier.forward(&pooled, mode)?), mlm_logits: None }
             }
+            Head::RobertaClassifier { dense, out_proj, dropout } => {
+                let first = hidden.narrow(1, 0, 1)?.squeeze(1)?;
+                let x = mode.dropout(&first, *dropout)?;
+                let x = dense.forward(&x, mode)?.tanh()?;
+                let x = mode.dropout(&x, *dropout)?;
+                Outputs { logits: Some(out_proj.forward(&x, mode)?), mlm_logits: None }
+            }
             Head::Pretraining { mlm, nsp } => {
                 let mlm_logits = match mlm_positions {
                     Some(pos) => {
@@ -282,7 +319,13 @@ impl BertWithHead {
                 Some(g) => g.to_dtype(candle_core::DType::F32)?,
                 None => var.as_tensor().zeros_like()?,
             };
-            if name == "bert.embeddings.word_embeddings.weight" {
+            // RoBERTa's position embeddings have a padding row too.
+            let prefix = self.config.family().prefix();
+            let padded = name.strip_prefix(prefix).is_some_and(|n| {
+                n == ".embeddings.word_embeddings.weight"
+                    || (self.bert.embeddings.padding_idx.is_some() && n == ".embeddings.position_embeddings.weight")
+            });
+            if padded {
                 let pad = self.config.pad_token_id.unwrap_or(0);
                 let (v, h) = g.dims2()?;
                 if pad < v {

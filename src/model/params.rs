@@ -178,7 +178,15 @@ impl ParamLoader {
             .keys()
             .filter(|k| !self.used.contains(k))
             .filter(|k| !k.ends_with("position_ids") && !k.ends_with("token_type_ids"))
-            .filter(|k| *k != "cls.predictions.decoder.weight" && *k != "cls.predictions.decoder.bias")
+            .filter(|k| {
+                !matches!(
+                    k.as_str(),
+                    "cls.predictions.decoder.weight"
+                        | "cls.predictions.decoder.bias"
+                        | "lm_head.decoder.weight"
+                        | "lm_head.decoder.bias"
+                )
+            })
             .cloned()
             .collect();
         out.sort();

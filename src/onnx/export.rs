@@ -36,7 +36,7 @@ use prost::Message;
 use super::graph::{externalize, Attr, Graph};
 use super::proto::{data_type, ModelProto, OperatorSetIdProto, StringStringEntryProto, ValueInfoProto, IR_VERSION};
 use crate::model::bert::{BertLayer, LayerNorm, Linear};
-use crate::model::config::Activation;
+use crate::model::config::{Activation, Family};
 use crate::model::{BertWithHead, Head, ModelKind};
 
 pub const OPSET: i64 = 17;
@@ -200,6 +200,7 @@ pub fn load_classifier(dir: &Path) -> Result<BertWithHead> {
     let model = BertWithHead::from_checkpoint(ModelKind::SequenceClassification, dir, None, &Device::Cpu, 0)?;
     let missing: Vec<&String> =
         model.initialised.iter().filter(|n| n.starts_with("classifier") || n.starts_with("bert.pooler")).collect();
+    // (RoBERTa has no pooler; its head is `classifier.dense` and `classifier.out_proj`.)
     if !missing.is_empty() {
         bail!(
             "'{}' is not a sequence-classification checkpoint: it has no {} (a bare encoder such as a BertModel or BertForMaskedLM); fine-tune it first with `bertpipe train` (task: classify, model.init_from: {})",
@@ -235,8 +236,11 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
         Some(n) => n,
         None => tokenizer_config.model_max_length.unwrap_or(model.config.max_position_embeddings),
     };
-    if max_len > model.config.max_position_embeddings {
-        bail!("max_len {max_len} exceeds the model's {} position embeddings", model.config.max_position_embeddings);
+    if max_len > model.config.max_sequence() {
+        bail!(
+            "max_len {max_len} exceeds the {} tokens the model's position embeddings cover",
+            model.config.max_sequence()
+        );
     }
     let id2label: serde_json::Map<String, serde_json::Value> = model
         .config
@@ -299,19 +303,31 @@ pub fn build(
     fp16_clamp: bool,
     metadata: &[(String, String)],
 ) -> Result<(ModelProto, usize)> {
-    let Head::Classifier { classifier, .. } = &model.head else {
+    if !matches!(model.head, Head::Classifier { .. } | Head::RobertaClassifier { .. }) {
         bail!("only sequence-classification models are exported");
-    };
+    }
     let c = &model.config;
+    let roberta = c.family() == Family::Roberta;
     let p = precision;
     let mut g = Graph::default();
     g.fp16_clamp = fp16_clamp;
     let dims = [Err("batch"), Err("sequence")];
-    for name in ["input_ids", "attention_mask", "token_type_ids"] {
+    // RoBERTa has one token type: its export takes no `token_type_ids`, as HF's does not.
+    let inputs: &[&str] =
+        if roberta { &["input_ids", "attention_mask"] } else { &["input_ids", "attention_mask", "token_type_ids"] };
+    for name in inputs {
         g.inputs.push(ValueInfoProto::tensor(name, data_type::INT64, &dims));
     }
 
-    let mut x = if optimize { embeddings_fused(&mut g, model, p)? } else { embeddings(&mut g, model, p)? };
+    // RoBERTa's position ids come from the input ids, which `EmbedLayerNormalization` does not
+    // compute: its embeddings are plain ops under --optimize too (the layers are fused).
+    let mut x = if roberta {
+        embeddings_roberta(&mut g, model, p)?
+    } else if optimize {
+        embeddings_fused(&mut g, model, p)?
+    } else {
+        embeddings(&mut g, model, p)?
+    };
     // Attention mask → additive bias `[batch, 1, 1, seq]`: 0 for tokens, −1e9 for padding,
     // float32 in every precision (fp16 scores are cast up before it is added); the fused
     // Attention ops take the raw int32 mask instead.
@@ -326,7 +342,13 @@ pub fn build(
         let axes = g.i64_init("/mask/axes", &[2], &[1, 2]);
         g.op("Unsqueeze", "/mask/unsqueeze", &[&bias, &axes], vec![])
     };
-    let shape = LayerShape { heads: c.num_attention_heads, eps: c.layer_norm_eps, act: c.hidden_act, p };
+    let shape = LayerShape {
+        prefix: c.family().prefix(),
+        heads: c.num_attention_heads,
+        eps: c.layer_norm_eps,
+        act: c.hidden_act,
+        p,
+    };
     for (i, layer) in model.bert.layers.iter().enumerate() {
         x = if optimize {
             layer_fused(&mut g, i, layer, &x, &mask, &shape)?
@@ -342,11 +364,22 @@ pub fn build(
     if p == Precision::Fp16 {
         first = cast(&mut g, "/pooler/to_float32", &first, data_type::FLOAT);
     }
-    let pooler = model.bert.pooler.as_ref().context("the model has no pooler")?;
-    let pooled = linear(&mut g, "bert.pooler.dense", pooler, &first)?;
-    let pooled = g.op("Tanh", "/pooler/tanh", &[&pooled], vec![]);
     // Classifier (dropout is the identity at inference).
-    let logits = linear(&mut g, "classifier", classifier, &pooled)?;
+    let logits = match &model.head {
+        Head::Classifier { classifier, .. } => {
+            let pooler = model.bert.pooler.as_ref().context("the model has no pooler")?;
+            let pooled = linear(&mut g, "bert.pooler.dense", pooler, &first)?;
+            let pooled = g.op("Tanh", "/pooler/tanh", &[&pooled], vec![]);
+            linear(&mut g, "classifier", classifier, &pooled)?
+        }
+        Head::RobertaClassifier { dense, out_proj, .. } => {
+            // `RobertaClassificationHead`: dense → tanh → out_proj on `<s>`.
+            let h = linear(&mut g, "classifier.dense", dense, &first)?;
+            let h = g.op("Tanh", "/classifier/tanh", &[&h], vec![]);
+            linear(&mut g, "classifier.out_proj", out_proj, &h)?
+        }
+        Head::Pretraining { .. } => unreachable!("refused above"),
+    };
     g.rename_output(&logits, "logits");
     g.outputs.push(ValueInfoProto::tensor("logits", data_type::FLOAT, &[Err("batch"), Ok(c.num_labels() as i64)]));
 
@@ -392,6 +425,8 @@ pub fn build(
 
 /// What every layer builder needs besides the layer.
 struct LayerShape {
+    /// The encoder's tensor-name prefix (`bert`, `roberta`).
+    prefix: &'static str,
     heads: usize,
     eps: f64,
     act: Activation,
@@ -578,6 +613,33 @@ fn embeddings(g: &mut Graph, model: &BertWithHead, p: Precision) -> Result<Strin
     layer_norm(g, "bert.embeddings.LayerNorm", &e.layer_norm, &sum, model.config.layer_norm_eps, p)
 }
 
+/// RoBERTa's embeddings: word + position + the one token type, then LayerNorm; the position
+/// ids count the non-padding tokens from `pad + 1` (padding gets `pad`), as HF's
+/// `create_position_ids_from_input_ids`: `cumsum(ids ≠ pad) · (ids ≠ pad) + pad`.
+fn embeddings_roberta(g: &mut Graph, model: &BertWithHead, p: Precision) -> Result<String> {
+    let e = &model.bert.embeddings;
+    let pad = e.padding_idx.context("a RoBERTa model has a padding index")? as i64;
+    let word = param(g, "roberta.embeddings.word_embeddings.weight", &e.word_embeddings, p)?;
+    let pos = param(g, "roberta.embeddings.position_embeddings.weight", &e.position_embeddings, p)?;
+    let types = param(g, "roberta.embeddings.token_type_embeddings.weight", &e.token_type_embeddings, p)?;
+    let words = g.op("Gather", "/embeddings/word_embeddings", &[&word, "input_ids"], vec![]);
+    let pad_id = g.i64_init("/embeddings/padding_idx", &[], &[pad]);
+    let is_pad = g.op("Equal", "/embeddings/is_padding", &["input_ids", &pad_id], vec![]);
+    let real = g.op("Not", "/embeddings/is_token", &[&is_pad], vec![]);
+    let real = g.op("Cast", "/embeddings/is_token_int64", &[&real], vec![("to", Attr::Int(data_type::INT64 as i64))]);
+    let axis = g.i64_init("/embeddings/sequence_axis", &[], &[1]);
+    let count = g.op("CumSum", "/embeddings/count_tokens", &[&real, &axis], vec![]);
+    let count = g.op("Mul", "/embeddings/count_tokens_only", &[&count, &real], vec![]);
+    let position_ids = g.op("Add", "/embeddings/position_ids", &[&count, &pad_id], vec![]);
+    let positions = g.op("Gather", "/embeddings/position_embeddings", &[&pos, &position_ids], vec![]);
+    // Token type 0 for every token: the table's first row, broadcast.
+    let zero = g.i64_init("/embeddings/token_type_zero", &[], &[0]);
+    let type_row = g.op("Gather", "/embeddings/token_type_embeddings", &[&types, &zero], vec![]);
+    let sum = g.op("Add", "/embeddings/add_positions", &[&words, &positions], vec![]);
+    let sum = g.op("Add", "/embeddings/add_token_type", &[&sum, &type_row], vec![]);
+    layer_norm(g, "roberta.embeddings.LayerNorm", &e.layer_norm, &sum, model.config.layer_norm_eps, p)
+}
+
 /// Embeddings as one `EmbedLayerNormalization` (int32 ids).
 fn embeddings_fused(g: &mut Graph, model: &BertWithHead, p: Precision) -> Result<String> {
     let e = &model.bert.embeddings;
@@ -634,7 +696,7 @@ fn activation(g: &mut Graph, name: &str, act: Activation, x: &str, p: Precision)
 /// One encoder layer in plain ONNX ops (int8: the six linear layers as
 /// `DynamicQuantizeMatMul`; everything else float32).
 fn layer_plain(g: &mut Graph, i: usize, layer: &BertLayer, x: &str, mask_bias: &str, s: &LayerShape) -> Result<String> {
-    let pre = format!("bert.encoder.layer.{i}");
+    let pre = format!("{}.encoder.layer.{i}", s.prefix);
     let ctx = attention_plain(g, &pre, layer, x, mask_bias, s.heads, s.p)?;
     let act = |g: &mut Graph, x: &str| activation(g, &format!("{pre}/intermediate/act"), s.act, x, s.p);
     layer_tail(g, &pre, layer, &ctx, x, s, "Add", act)
@@ -729,7 +791,7 @@ fn attention_plain(
 /// of the layer is [`int8_layer_tail`].
 fn layer_fused(g: &mut Graph, i: usize, layer: &BertLayer, x: &str, mask_i32: &str, s: &LayerShape) -> Result<String> {
     let (p, eps) = (s.p, s.eps);
-    let pre = format!("bert.encoder.layer.{i}");
+    let pre = format!("{}.encoder.layer.{i}", s.prefix);
     let att = &layer.attention;
     // Packed `[3·hidden, hidden]` (HF layout): rows are Wq, then Wk, then Wv; transposed, row r
     // of the initializer is (Wqᵀ[r], Wkᵀ[r], Wvᵀ[r]).

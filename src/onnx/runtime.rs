@@ -275,12 +275,15 @@ fn ort_err<R>(e: ort::Error<R>) -> anyhow::Error {
     anyhow!("{e}")
 }
 
-/// A BERT classifier session: `input_ids`, `attention_mask`, `token_type_ids` → `logits`.
+/// A classifier session: `input_ids`, `attention_mask` and, where the model has token types,
+/// `token_type_ids` → `logits`.
 pub struct Model {
     session: Session,
     pub provider: Provider,
     /// The model's metadata props.
     pub metadata: std::collections::BTreeMap<String, String>,
+    /// Whether the model takes `token_type_ids` (BERT) or not (RoBERTa).
+    token_types: bool,
 }
 
 impl Runtime {
@@ -308,7 +311,9 @@ impl Runtime {
             .commit_from_file(model)
             .map_err(|e| anyhow!("ONNX Runtime could not load '{}': {e}", model.display()))?;
         let names: Vec<&str> = session.inputs().iter().map(|i| i.name()).collect();
-        for want in ["input_ids", "attention_mask", "token_type_ids"] {
+        // `token_type_ids` only where the model has token types (not RoBERTa's).
+        let token_types = names.contains(&"token_type_ids");
+        for want in ["input_ids", "attention_mask"] {
             if !names.contains(&want) {
                 bail!(
                     "'{}' has no `{want}` input (it has: {}); is it a bertpipe / HF BERT export?",
@@ -329,7 +334,7 @@ impl Runtime {
                 }
             }
         }
-        Ok(Model { session, provider, metadata })
+        Ok(Model { session, provider, metadata, token_types })
     }
 }
 
@@ -364,11 +369,13 @@ impl Model {
         let shape = [batch, seq];
         let ids = TensorRef::from_array_view((shape, input_ids)).map_err(ort_err)?;
         let mask = TensorRef::from_array_view((shape, attention_mask)).map_err(ort_err)?;
-        let types = TensorRef::from_array_view((shape, token_type_ids)).map_err(ort_err)?;
-        let outputs = self
-            .session
-            .run(ort::inputs!["input_ids" => ids, "attention_mask" => mask, "token_type_ids" => types])
-            .map_err(|e| anyhow!("ONNX Runtime failed on a batch of {batch} × {seq}: {e}"))?;
+        let outputs = if self.token_types {
+            let types = TensorRef::from_array_view((shape, token_type_ids)).map_err(ort_err)?;
+            self.session.run(ort::inputs!["input_ids" => ids, "attention_mask" => mask, "token_type_ids" => types])
+        } else {
+            self.session.run(ort::inputs!["input_ids" => ids, "attention_mask" => mask])
+        }
+        .map_err(|e| anyhow!("ONNX Runtime failed on a batch of {batch} × {seq}: {e}"))?;
         let (out_shape, values) = outputs["logits"].try_extract_tensor::<f32>().map_err(ort_err)?;
         let labels = out_shape.get(1).copied().unwrap_or(0) as usize;
         if out_shape.len() != 2 || out_shape[0] as usize != batch {

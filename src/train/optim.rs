@@ -11,7 +11,11 @@ use crate::model::params::Params;
 
 /// Biases and LayerNorm parameters get no weight decay (the HF/BERT convention).
 pub fn decays(name: &str) -> bool {
-    !(name.ends_with(".bias") || name.contains("LayerNorm") || name == "cls.predictions.bias")
+    !(name.ends_with(".bias")
+        || name.contains("LayerNorm")
+        || name.contains("layer_norm")
+        || name == "cls.predictions.bias"
+        || name == "lm_head.bias")
 }
 
 pub struct AdamW {
@@ -278,5 +282,7 @@ mod tests {
         assert!(!decays("bert.encoder.layer.0.attention.self.query.bias"));
         assert!(!decays("bert.embeddings.LayerNorm.weight"));
         assert!(!decays("cls.predictions.bias"));
+        assert!(!decays("lm_head.layer_norm.weight") && !decays("lm_head.bias"));
+        assert!(decays("roberta.encoder.layer.0.output.dense.weight"));
     }
 }

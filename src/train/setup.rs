@@ -16,7 +16,7 @@ use super::{device, optim, TrainOptions, Trainer};
 use crate::config::Pipeline;
 use crate::config::PipelineStep;
 use crate::contract::manifest::Manifest;
-use crate::model::config::BertConfig;
+use crate::model::config::{BertConfig, Family};
 use crate::model::{BertWithHead, ModelKind};
 use crate::sequence::pretrain::Masking;
 use crate::shards::ShardSet;
@@ -488,11 +488,16 @@ fn model_and_state(
         bail!("the model's vocab_size {} is smaller than the shards' vocabulary ({vocab_size} tokens)", c.vocab_size);
     }
     let max_len = shards.manifest.longest_row();
-    if c.max_position_embeddings < max_len {
+    if c.max_sequence() < max_len {
         bail!(
-            "the model has {} positions but the shards' rows are up to {max_len} tokens; rebuild the shards with max_len ≤ {}",
-            c.max_position_embeddings,
-            c.max_position_embeddings
+            "the model's positions cover {} tokens but the shards' rows are up to {max_len}; rebuild the shards with max_len ≤ {}",
+            c.max_sequence(),
+            c.max_sequence()
+        );
+    }
+    if c.family() == Family::Roberta && shards.tokenizer()?.special_ids.pair_type_ids {
+        bail!(
+            "the shards give a pair's second segment token type 1, but RoBERTa has one token type: tokenize with the model's own tokenizer.json"
         );
     }
     if cfg.task == Objective::Classify {

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Golden fixtures for bertpipe's RoBERTa family, from `transformers` + `torch` on CPU.
+
+Writes tests/fixtures/tiny-roberta-{mlm,cls}/ (HF checkpoints: config.json, model.safetensors)
+and tests/fixtures/golden_roberta.json: for a padded batch (RoBERTa's padding id 1, so the
+position ids count from 2 over the real tokens), the last hidden states, MLM logits at chosen
+positions and the MLM loss, classification logits (RobertaClassificationHead on `<s>`) and
+loss, gradients of several tensors after one backward of the classification loss (the padding
+rows of the word and position embeddings get none), those tensors after one clipped AdamW
+step (weight decay 0.01 except biases and LayerNorms), and five AdamW steps under a linear
+warmup/decay schedule. Dropout is 0; weights are drawn N(0, 0.2) with random biases and norms,
+as for the BERT fixture (scripts/make_golden_model.py), so the rows' logits differ by far more
+than the tolerance.
+
+    python3 -m venv .venv && .venv/bin/pip install torch transformers safetensors
+    .venv/bin/python scripts/make_golden_roberta.py
+"""
+import json
+import os
+
+import torch
+import transformers
+from transformers import (RobertaConfig, RobertaForMaskedLM, RobertaForSequenceClassification,
+                          get_linear_schedule_with_warmup)
+
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
+VOCAB, PAD, BOS, EOS = 120, 1, 0, 2
+
+
+def build():
+    torch.manual_seed(4321)
+    cfg = RobertaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=66, type_vocab_size=1, pad_token_id=PAD,
+                        bos_token_id=BOS, eos_token_id=EOS, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0, initializer_range=0.2, layer_norm_eps=1e-5,
+                        attn_implementation="eager")
+    cfg.id2label = {0: "neg", 1: "pos"}
+    cfg.label2id = {"neg": 0, "pos": 1}
+    mlm = RobertaForMaskedLM(cfg).eval()
+    with torch.no_grad():
+        for n, p in mlm.named_parameters():
+            if n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n:
+                p.add_(torch.randn_like(p) * 0.1)
+    cls = RobertaForSequenceClassification(cfg).eval()
+    cls.roberta.load_state_dict(mlm.roberta.state_dict(), strict=False)
+    with torch.no_grad():
+        for n, p in cls.classifier.named_parameters():
+            if n.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+        # A wider output layer, so the rows' logits differ by far more than the tolerance.
+        cls.classifier.out_proj.weight.mul_(4.0)
+    return mlm, cls
+
+
+mlm, cls = build()
+for name, model in [("tiny-roberta-mlm", mlm), ("tiny-roberta-cls", cls)]:
+    model.save_pretrained(os.path.join(root, name), safe_serialization=True)
+
+B, S = 3, 11
+lens = [11, 7, 4]
+g = torch.Generator().manual_seed(11)
+ids = torch.randint(5, VOCAB, (B, S), generator=g)
+mask = torch.zeros(B, S, dtype=torch.long)
+for b, n in enumerate(lens):
+    ids[b, 0] = BOS
+    ids[b, n - 1] = EOS
+    ids[b, n:] = PAD
+    mask[b, :n] = 1
+ids[0, 5] = EOS  # `<s> A </s></s> B </s>` in row 0
+ids[0, 6] = EOS
+labels = torch.tensor([1, 0, 1])
+mlm_pos = [[0, 2], [0, 8], [1, 3], [2, 1]]
+mlm_labels = torch.tensor([110, 57, 105, 119])
+
+out = {"input_ids": ids.tolist(), "attention_mask": mask.tolist(), "token_type_ids": torch.zeros_like(ids).tolist(),
+       "labels": labels.tolist(), "mlm_positions": mlm_pos, "mlm_labels": mlm_labels.tolist(),
+       "torch": torch.__version__, "transformers": transformers.__version__}
+with torch.no_grad():
+    h = mlm.roberta(input_ids=ids, attention_mask=mask).last_hidden_state
+    out["hidden"] = h.tolist()
+    logits = mlm(input_ids=ids, attention_mask=mask).logits
+    out["mlm_logits"] = [logits[b, s].tolist() for b, s in mlm_pos]
+    lab = torch.full((B, S), -100)
+    for (b, s), l in zip(mlm_pos, mlm_labels):
+        lab[b, s] = l
+    out["mlm_loss"] = mlm(input_ids=ids, attention_mask=mask, labels=lab).loss.item()
+    cls_logits = cls(input_ids=ids, attention_mask=mask).logits
+    out["cls_logits"] = cls_logits.tolist()
+    spread = min((cls_logits[a] - cls_logits[b]).abs().max().item() for a in range(B) for b in range(a + 1, B))
+    assert spread > 0.05, f"the rows' logits differ by only {spread:.2e}"
+initial = {k: v.detach().clone() for k, v in cls.state_dict().items()}
+
+
+def groups(model):
+    named = dict(model.named_parameters())
+    no = lambda n: n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n  # noqa: E731
+    return named, [p for n, p in named.items() if not no(n)], [p for n, p in named.items() if no(n)]
+
+
+LR, WD, CLIP = 1e-2, 0.01, 0.1
+watch = ["classifier.dense.weight", "classifier.out_proj.bias", "roberta.embeddings.LayerNorm.weight",
+         "roberta.embeddings.word_embeddings.weight", "roberta.embeddings.position_embeddings.weight",
+         "roberta.encoder.layer.0.attention.self.query.weight", "roberta.encoder.layer.1.output.dense.weight",
+         "roberta.encoder.layer.1.attention.output.LayerNorm.bias"]
+cls.train()
+named, decay, no_decay = groups(cls)
+opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
+                        lr=LR, betas=(0.9, 0.999), eps=1e-8)
+loss = cls(input_ids=ids, attention_mask=mask, labels=labels).loss
+loss.backward()
+out["cls_loss"] = loss.item()
+out["grads"] = {n: named[n].grad.flatten().tolist() for n in watch}
+assert named["roberta.embeddings.position_embeddings.weight"].grad[PAD].abs().sum() == 0
+out["grad_norm"] = torch.nn.utils.clip_grad_norm_(cls.parameters(), CLIP).item()
+opt.step()
+out["step"] = {"lr": LR, "weight_decay": WD, "max_grad_norm": CLIP}
+out["after_step"] = {n: named[n].detach().flatten().tolist() for n in watch}
+
+cls.load_state_dict(initial)
+named, decay, no_decay = groups(cls)
+opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
+                        lr=LR, betas=(0.9, 0.999), eps=1e-8)
+WARMUP, TOTAL, STEPS = 2, 6, 5
+sched = get_linear_schedule_with_warmup(opt, WARMUP, TOTAL)
+steps = []
+for i in range(STEPS):
+    opt.zero_grad()
+    loss = cls(input_ids=ids, attention_mask=mask, labels=labels).loss
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(cls.parameters(), CLIP).item()
+    lr = opt.param_groups[0]["lr"]
+    opt.step()
+    sched.step()
+    steps.append({"lr": lr, "loss": loss.item(), "grad_norm": norm,
+                  "after": {n: named[n].detach().flatten().tolist() for n in watch}})
+out["schedule"] = {"lr": LR, "weight_decay": WD, "max_grad_norm": CLIP, "warmup": WARMUP, "total": TOTAL,
+                   "steps": steps}
+with open(os.path.join(root, "golden_roberta.json"), "w") as f:
+    json.dump(out, f)
+print(f"wrote golden_roberta.json (torch {torch.__version__}, transformers {transformers.__version__}); "
+      f"rows' logits differ by >= {spread:.3f}; scheduled losses {[round(s['loss'], 4) for s in steps]}")
