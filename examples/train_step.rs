@@ -5,7 +5,9 @@
 //! `cargo run --release --example train_step -- LAYERS HIDDEN HEADS BATCH SEQ [STEPS]`
 //! (`BERTPIPE_REAL_LENGTHS=1`: IMDb-shaped lengths up to SEQ, length-grouped, padded per batch;
 //! prints tokens/s without padding; `BERTPIPE_DTYPE=bf16`: bf16 matrix products, f32 master
-//! weights, as `dtype: bf16` in a training config).
+//! weights, as `dtype: bf16` in a training config; `BERTPIPE_FAMILY=roberta`: a RoBERTa of the
+//! same size — 50,265 tokens, 514 positions, one token type, its classification head — for
+//! `benches/families.sh`).
 
 use anyhow::Result;
 use bertpipe::model::bert::{ForwardPass, Inputs};
@@ -24,7 +26,20 @@ fn main() -> Result<()> {
         bertpipe::train::keep_freed_memory();
     }
     let dev = bertpipe::train::device::open(&std::env::var("BERTPIPE_DEVICE").unwrap_or("cpu".into()))?;
-    let config = BertConfig::new(30522, l, h, heads, 4 * h);
+    let family = std::env::var("BERTPIPE_FAMILY").unwrap_or("bert".into());
+    let config = match family.as_str() {
+        "bert" => BertConfig::new(30522, l, h, heads, 4 * h),
+        "roberta" => {
+            let mut c = BertConfig::new(50265, l, h, heads, 4 * h);
+            c.model_type = "roberta".into();
+            c.max_position_embeddings = 514;
+            c.type_vocab_size = 1;
+            c.pad_token_id = Some(1);
+            c.layer_norm_eps = 1e-5;
+            c
+        }
+        other => anyhow::bail!("BERTPIPE_FAMILY={other}: expected bert or roberta"),
+    };
     let model = BertWithHead::fresh(ModelKind::SequenceClassification, &config, &dev, 0)?;
     let mut opt = AdamW::new(&model.params, 0.9, 0.999, 1e-8, 0.01)?;
     let compute = match std::env::var("BERTPIPE_DTYPE").as_deref() {
@@ -133,7 +148,7 @@ fn main() -> Result<()> {
     times.sort_by(f64::total_cmp);
     let med = times[times.len() / 2];
     println!(
-        "candle L{l} H{h} A{heads} {compute:?} batch {b}x{s}: {med:.3} s/step, {:.1} samples/s, {:.0} tokens/s",
+        "candle {family} L{l} H{h} A{heads} {compute:?} batch {b}x{s}: {med:.3} s/step, {:.1} samples/s, {:.0} tokens/s",
         b as f64 / med,
         (b * s) as f64 / med
     );
