@@ -71,6 +71,36 @@ impl ForwardPass {
     }
 }
 
+/// A tensor's dotted name, built the way HF's modules nest (`bert` → `encoder` → `layer` → `0`
+/// → `attention` → `self` → `query` → `weight`): each module is handed its own name and names
+/// its children from it, so the code's nesting is the checkpoint's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Name(String);
+
+impl Name {
+    pub fn new(name: &str) -> Name {
+        Name(name.to_string())
+    }
+
+    /// `self.part`.
+    pub fn join(&self, part: impl std::fmt::Display) -> Name {
+        Name(format!("{}.{part}", self.0))
+    }
+}
+
+impl std::ops::Deref for Name {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// `y = x Wᵀ + b`, with HF's `[out, in]` weight layout.
 pub struct Linear {
     pub weight: Tensor,
@@ -79,9 +109,10 @@ pub struct Linear {
 
 impl Linear {
     pub fn load(p: &mut ParamLoader, name: &str, inp: usize, out: usize, std: f64) -> anyhow::Result<Linear> {
+        let name = Name::new(name);
         Ok(Linear {
-            weight: p.get(&format!("{name}.weight"), &[out, inp], Init::Normal(std))?,
-            bias: p.get(&format!("{name}.bias"), &[out], Init::Zeros)?,
+            weight: p.get(&name.join("weight"), &[out, inp], Init::Normal(std))?,
+            bias: p.get(&name.join("bias"), &[out], Init::Zeros)?,
         })
     }
 }
@@ -113,9 +144,10 @@ pub struct LayerNorm {
 
 impl LayerNorm {
     pub fn load(p: &mut ParamLoader, name: &str, size: usize, eps: f64) -> anyhow::Result<LayerNorm> {
+        let name = Name::new(name);
         Ok(LayerNorm {
-            weight: p.get(&format!("{name}.weight"), &[size], Init::Ones)?,
-            bias: p.get(&format!("{name}.bias"), &[size], Init::Zeros)?,
+            weight: p.get(&name.join("weight"), &[size], Init::Ones)?,
+            bias: p.get(&name.join("bias"), &[size], Init::Zeros)?,
             eps,
         })
     }
@@ -154,13 +186,13 @@ pub struct BertEmbeddings {
 }
 
 impl BertEmbeddings {
-    fn load(p: &mut ParamLoader, prefix: &str, c: &BertConfig) -> anyhow::Result<Self> {
+    fn load(p: &mut ParamLoader, name: &Name, c: &BertConfig) -> anyhow::Result<Self> {
         let std = Init::Normal(c.initializer_range);
         let pad = c.pad_token_id.unwrap_or(0);
-        let word = format!("{prefix}.embeddings.word_embeddings.weight");
+        let word = name.join("word_embeddings").join("weight");
         let word_embeddings = p.get(&word, &[c.vocab_size, c.hidden_size], std)?;
         p.zero_row_if_initialised(&word, pad)?;
-        let position = format!("{prefix}.embeddings.position_embeddings.weight");
+        let position = name.join("position_embeddings").join("weight");
         let position_embeddings = p.get(&position, &[c.max_position_embeddings, c.hidden_size], std)?;
         let padding_idx = (c.family() == Family::Roberta).then_some(pad as u32);
         if padding_idx.is_some() {
@@ -171,11 +203,11 @@ impl BertEmbeddings {
             word_embeddings,
             position_embeddings,
             token_type_embeddings: p.get(
-                &format!("{prefix}.embeddings.token_type_embeddings.weight"),
+                &name.join("token_type_embeddings").join("weight"),
                 &[c.type_vocab_size, c.hidden_size],
                 std,
             )?,
-            layer_norm: LayerNorm::load(p, &format!("{prefix}.embeddings.LayerNorm"), c.hidden_size, c.layer_norm_eps)?,
+            layer_norm: LayerNorm::load(p, &name.join("LayerNorm"), c.hidden_size, c.layer_norm_eps)?,
             padding_idx,
             dropout: c.hidden_dropout_prob,
         })
@@ -219,6 +251,8 @@ pub fn roberta_position_ids(rows: &[Vec<u32>], pad: u32) -> Vec<u32> {
     out
 }
 
+/// HF's `BertSelfAttention` (`attention.self`): the query, key and value projections and the
+/// scaled dot-product attention over them.
 pub struct BertSelfAttention {
     pub query: Linear,
     pub key: Linear,
@@ -228,6 +262,17 @@ pub struct BertSelfAttention {
 }
 
 impl BertSelfAttention {
+    fn load(p: &mut ParamLoader, name: &Name, c: &BertConfig) -> anyhow::Result<Self> {
+        let (h, r) = (c.hidden_size, c.initializer_range);
+        Ok(BertSelfAttention {
+            query: Linear::load(p, &name.join("query"), h, h, r)?,
+            key: Linear::load(p, &name.join("key"), h, h, r)?,
+            value: Linear::load(p, &name.join("value"), h, h, r)?,
+            heads: c.num_attention_heads,
+            dropout: c.attention_probs_dropout_prob,
+        })
+    }
+
     /// `mask_bias`: additive, broadcastable to `[batch, heads, seq, seq]` (0 keep, −1e9 drop).
     fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut ForwardPass) -> Result<Tensor> {
         let d = x.dim(2)? / self.heads;
@@ -241,61 +286,120 @@ impl BertSelfAttention {
     }
 }
 
-/// `dense → dropout → LayerNorm(x + residual)`: HF's `BertSelfOutput` and `BertOutput`.
-pub struct BertResidualOutput {
+/// `dense → dropout → LayerNorm(x + residual)`, in one fused epilogue: what HF's
+/// `BertSelfOutput` and `BertOutput` both do, with different input widths.
+fn dense_dropout_residual_norm(
+    dense: &Linear,
+    layer_norm: &LayerNorm,
+    dropout: f64,
+    x: &Tensor,
+    residual: &Tensor,
+    mode: &mut ForwardPass,
+) -> Result<Tensor> {
+    let drop = mode.site(dropout);
+    let y = ops::bias_dropout_residual(&dense.matmul(x, mode)?, &dense.bias, residual, drop)?;
+    layer_norm.forward(&y)
+}
+
+/// HF's `BertSelfOutput` (`attention.output`): the attention's output projection, dropout, and
+/// LayerNorm with the layer's input.
+pub struct BertSelfOutput {
     pub dense: Linear,
     pub layer_norm: LayerNorm,
     dropout: f64,
 }
 
-impl BertResidualOutput {
-    fn load(p: &mut ParamLoader, name: &str, inp: usize, c: &BertConfig) -> anyhow::Result<Self> {
-        Ok(BertResidualOutput {
-            dense: Linear::load(p, &format!("{name}.dense"), inp, c.hidden_size, c.initializer_range)?,
-            layer_norm: LayerNorm::load(p, &format!("{name}.LayerNorm"), c.hidden_size, c.layer_norm_eps)?,
+impl BertSelfOutput {
+    fn load(p: &mut ParamLoader, name: &Name, c: &BertConfig) -> anyhow::Result<Self> {
+        Ok(BertSelfOutput {
+            dense: Linear::load(p, &name.join("dense"), c.hidden_size, c.hidden_size, c.initializer_range)?,
+            layer_norm: LayerNorm::load(p, &name.join("LayerNorm"), c.hidden_size, c.layer_norm_eps)?,
             dropout: c.hidden_dropout_prob,
         })
     }
 
     fn forward(&self, x: &Tensor, residual: &Tensor, mode: &mut ForwardPass) -> Result<Tensor> {
-        let drop = mode.site(self.dropout);
-        let y = ops::bias_dropout_residual(&self.dense.matmul(x, mode)?, &self.dense.bias, residual, drop)?;
-        self.layer_norm.forward(&y)
+        dense_dropout_residual_norm(&self.dense, &self.layer_norm, self.dropout, x, residual, mode)
     }
 }
 
-pub struct BertLayer {
-    pub attention: BertSelfAttention,
-    pub attention_output: BertResidualOutput,
-    pub intermediate: Linear,
-    pub output: BertResidualOutput,
+/// HF's `BertAttention` (`attention`): self-attention and its output.
+pub struct BertAttention {
+    /// `attention.self` (`self` is a keyword here).
+    pub self_attention: BertSelfAttention,
+    pub output: BertSelfOutput,
+}
+
+impl BertAttention {
+    fn load(p: &mut ParamLoader, name: &Name, c: &BertConfig) -> anyhow::Result<Self> {
+        Ok(BertAttention {
+            self_attention: BertSelfAttention::load(p, &name.join("self"), c)?,
+            output: BertSelfOutput::load(p, &name.join("output"), c)?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut ForwardPass) -> Result<Tensor> {
+        let a = self.self_attention.forward(x, mask_bias, mode)?;
+        self.output.forward(&a, x, mode)
+    }
+}
+
+/// HF's `BertIntermediate` (`intermediate`): `act(dense(x))`, to the intermediate width.
+pub struct BertIntermediate {
+    pub dense: Linear,
     act: Activation,
 }
 
-impl BertLayer {
-    fn load(p: &mut ParamLoader, prefix: &str, i: usize, c: &BertConfig) -> anyhow::Result<Self> {
-        let name = format!("{prefix}.encoder.layer.{i}");
-        let (h, r) = (c.hidden_size, c.initializer_range);
-        let attention = BertSelfAttention {
-            query: Linear::load(p, &format!("{name}.attention.self.query"), h, h, r)?,
-            key: Linear::load(p, &format!("{name}.attention.self.key"), h, h, r)?,
-            value: Linear::load(p, &format!("{name}.attention.self.value"), h, h, r)?,
-            heads: c.num_attention_heads,
-            dropout: c.attention_probs_dropout_prob,
-        };
-        Ok(BertLayer {
-            attention,
-            attention_output: BertResidualOutput::load(p, &format!("{name}.attention.output"), h, c)?,
-            intermediate: Linear::load(p, &format!("{name}.intermediate.dense"), h, c.intermediate_size, r)?,
-            output: BertResidualOutput::load(p, &format!("{name}.output"), c.intermediate_size, c)?,
+impl BertIntermediate {
+    fn load(p: &mut ParamLoader, name: &Name, c: &BertConfig) -> anyhow::Result<Self> {
+        Ok(BertIntermediate {
+            dense: Linear::load(p, &name.join("dense"), c.hidden_size, c.intermediate_size, c.initializer_range)?,
             act: c.hidden_act,
+        })
+    }
+}
+
+/// HF's `BertOutput` (`output`): back to the hidden width, dropout, LayerNorm with the
+/// attention's output.
+pub struct BertOutput {
+    pub dense: Linear,
+    pub layer_norm: LayerNorm,
+    dropout: f64,
+}
+
+impl BertOutput {
+    fn load(p: &mut ParamLoader, name: &Name, c: &BertConfig) -> anyhow::Result<Self> {
+        Ok(BertOutput {
+            dense: Linear::load(p, &name.join("dense"), c.intermediate_size, c.hidden_size, c.initializer_range)?,
+            layer_norm: LayerNorm::load(p, &name.join("LayerNorm"), c.hidden_size, c.layer_norm_eps)?,
+            dropout: c.hidden_dropout_prob,
+        })
+    }
+
+    fn forward(&self, x: &Tensor, residual: &Tensor, mode: &mut ForwardPass) -> Result<Tensor> {
+        dense_dropout_residual_norm(&self.dense, &self.layer_norm, self.dropout, x, residual, mode)
+    }
+}
+
+/// HF's `BertLayer` (`encoder.layer.N`).
+pub struct BertLayer {
+    pub attention: BertAttention,
+    pub intermediate: BertIntermediate,
+    pub output: BertOutput,
+}
+
+impl BertLayer {
+    fn load(p: &mut ParamLoader, name: &Name, c: &BertConfig) -> anyhow::Result<Self> {
+        Ok(BertLayer {
+            attention: BertAttention::load(p, &name.join("attention"), c)?,
+            intermediate: BertIntermediate::load(p, &name.join("intermediate"), c)?,
+            output: BertOutput::load(p, &name.join("output"), c)?,
         })
     }
 
     pub fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut ForwardPass) -> Result<Tensor> {
         let a = self.attention.forward(x, mask_bias, mode)?;
-        let a = self.attention_output.forward(&a, x, mode)?;
-        let i = linear_activation(&self.intermediate, self.act, &a, mode)?;
+        let i = linear_activation(&self.intermediate.dense, self.intermediate.act, &a, mode)?;
         self.output.forward(&i, &a, mode)
     }
 }
@@ -311,12 +415,19 @@ pub struct BertModel {
 
 impl BertModel {
     pub fn load(p: &mut ParamLoader, c: &BertConfig, with_pooler: bool) -> anyhow::Result<BertModel> {
-        let prefix = c.family().prefix();
-        let embeddings = BertEmbeddings::load(p, prefix, c)?;
+        let name = Name::new(c.family().prefix());
+        let embeddings = BertEmbeddings::load(p, &name.join("embeddings"), c)?;
+        let layer = name.join("encoder").join("layer");
         let layers =
-            (0..c.num_hidden_layers).map(|i| BertLayer::load(p, prefix, i, c)).collect::<anyhow::Result<_>>()?;
+            (0..c.num_hidden_layers).map(|i| BertLayer::load(p, &layer.join(i), c)).collect::<anyhow::Result<_>>()?;
         let pooler = if with_pooler {
-            Some(Linear::load(p, &format!("{prefix}.pooler.dense"), c.hidden_size, c.hidden_size, c.initializer_range)?)
+            Some(Linear::load(
+                p,
+                &name.join("pooler").join("dense"),
+                c.hidden_size,
+                c.hidden_size,
+                c.initializer_range,
+            )?)
         } else {
             None
         };

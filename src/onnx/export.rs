@@ -718,11 +718,11 @@ fn layer_tail(
     act: impl Fn(&mut Graph, &str) -> String,
 ) -> Result<String> {
     let (p, eps) = (s.p, s.eps);
-    let out = &layer.attention_output;
+    let out = &layer.attention.output;
     let a = dense(g, &format!("{pre}.attention.output.dense"), &out.dense, ctx, p)?;
     let a = g.op(residual, &format!("/{pre}/attention/output/residual"), &[&a, x], vec![]);
     let a = layer_norm(g, &format!("{pre}.attention.output.LayerNorm"), &out.layer_norm, &a, eps, p)?;
-    let inter = dense(g, &format!("{pre}.intermediate.dense"), &layer.intermediate, &a, p)?;
+    let inter = dense(g, &format!("{pre}.intermediate.dense"), &layer.intermediate.dense, &a, p)?;
     let inter = act(g, &inter);
     let o = dense(g, &format!("{pre}.output.dense"), &layer.output.dense, &inter, p)?;
     let o = g.op(residual, &format!("/{pre}/output/residual"), &[&o, &a], vec![]);
@@ -742,7 +742,7 @@ fn attention_plain(
     heads: usize,
     p: Precision,
 ) -> Result<String> {
-    let hidden = layer.attention.query.weight.dim(0)?;
+    let hidden = layer.attention.self_attention.query.weight.dim(0)?;
     let head_dim = hidden / heads;
     // Self-attention: project, split heads `[b, s, h] → [b, heads, s, d]`.
     let split = g.i64_init(&format!("/{pre}/attention/heads_shape"), &[4], &[0, 0, heads as i64, head_dim as i64]);
@@ -756,10 +756,10 @@ fn attention_plain(
             vec![("perm", Attr::Ints(perm.to_vec()))],
         ))
     };
-    let q = project(g, "query", &layer.attention.query, [0, 2, 1, 3])?;
+    let q = project(g, "query", &layer.attention.self_attention.query, [0, 2, 1, 3])?;
     // Keys come transposed, `[b, heads, d, s]`, ready for the product.
-    let k = project(g, "key", &layer.attention.key, [0, 2, 3, 1])?;
-    let v = project(g, "value", &layer.attention.value, [0, 2, 1, 3])?;
+    let k = project(g, "key", &layer.attention.self_attention.key, [0, 2, 3, 1])?;
+    let v = project(g, "value", &layer.attention.self_attention.value, [0, 2, 1, 3])?;
     // Scores q·kᵀ/√d + mask bias, softmax over keys, then the weighted values.
     let mut scores = g.op("MatMul", &format!("/{pre}/attention/scores"), &[&q, &k], vec![]);
     if p == Precision::Fp16 {
@@ -792,7 +792,7 @@ fn attention_plain(
 fn layer_fused(g: &mut Graph, i: usize, layer: &BertLayer, x: &str, mask_i32: &str, s: &LayerShape) -> Result<String> {
     let (p, eps) = (s.p, s.eps);
     let pre = format!("{}.encoder.layer.{i}", s.prefix);
-    let att = &layer.attention;
+    let att = &layer.attention.self_attention;
     // Packed `[3·hidden, hidden]` (HF layout): rows are Wq, then Wk, then Wv; transposed, row r
     // of the initializer is (Wqᵀ[r], Wkᵀ[r], Wvᵀ[r]).
     let qkv = Tensor::cat(&[&att.query.weight, &att.key.weight, &att.value.weight], 0)?;
@@ -825,15 +825,15 @@ fn layer_fused(g: &mut Graph, i: usize, layer: &BertLayer, x: &str, mask_i32: &s
     let a = skip_layer_norm(
         g,
         &format!("{pre}.attention.output"),
-        &layer.attention_output.dense,
-        &layer.attention_output.layer_norm,
+        &layer.attention.output.dense,
+        &layer.attention.output.layer_norm,
         &ctx,
         x,
         eps,
         p,
     )?;
-    let inter = product(g, &format!("{pre}.intermediate.dense"), &layer.intermediate.weight, None, &a, p)?;
-    let bi = param(g, &format!("{pre}.intermediate.dense.bias"), &layer.intermediate.bias, p)?;
+    let inter = product(g, &format!("{pre}.intermediate.dense"), &layer.intermediate.dense.weight, None, &a, p)?;
+    let bi = param(g, &format!("{pre}.intermediate.dense.bias"), &layer.intermediate.dense.bias, p)?;
     let inter = match s.act {
         Activation::Gelu => {
             g.ms_op("BiasGelu", &format!("/{pre}/intermediate/BiasGelu"), &[&inter, &bi], vec![], 1)[0].clone()
