@@ -411,3 +411,35 @@ fn bf16_matrix_products_match_pytorch_run_the_same_way() {
     check("MLM logits", &tensor_f64(&out.mlm_logits.unwrap()), &floats(&b["mlm_logits"]), &floats(&f32["mlm_logits"]));
     check("NSP logits", &tensor_f64(&out.logits.unwrap()), &floats(&b["nsp_logits"]), &floats(&f32["nsp_logits"]));
 }
+
+/// `xlm-roberta` and `camembert` are RoBERTa's network under other class names (HF's modules
+/// are copies of RoBERTa's; `transformers` gives the fixture's logits for both configs within
+/// 1.5e-6): the same weights under those `model_type`s give RoBERTa's logits, and save as their
+/// own classes.
+#[test]
+fn xlm_roberta_and_camembert_checkpoints_are_roberta_under_their_own_names() {
+    let g = golden_of("golden_roberta.json");
+    let (inputs, _, _) = inputs(&g);
+    for (model_type, class) in
+        [("xlm-roberta", "XLMRobertaForSequenceClassification"), ("camembert", "CamembertForSequenceClassification")]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let src = fixtures().join("tiny-roberta-cls");
+        std::fs::copy(src.join("model.safetensors"), dir.path().join("model.safetensors")).unwrap();
+        let mut config: Value =
+            serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+        config["model_type"] = Value::from(model_type);
+        config["architectures"] = Value::Null;
+        std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+        let m = BertWithHead::from_checkpoint(ModelKind::SequenceClassification, dir.path(), None, &Device::Cpu, 0)
+            .unwrap();
+        assert!(m.initialised.is_empty() && m.unexpected.is_empty(), "{model_type}");
+        let logits = m.forward(&inputs, None, &mut ForwardPass::eval()).unwrap().logits.unwrap();
+        close(&format!("{model_type} logits"), &tensor_f64(&logits), &floats(&g["cls_logits"]), TOL);
+        let out = tempfile::tempdir().unwrap();
+        m.save(out.path()).unwrap();
+        let saved: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.path().join("config.json")).unwrap()).unwrap();
+        assert_eq!((saved["model_type"].as_str(), saved["architectures"][0].as_str()), (Some(model_type), Some(class)));
+    }
+}

@@ -51,9 +51,10 @@ pub struct BertConfig {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
-/// The model families bertpipe builds, by `config.json`'s `model_type`. RoBERTa is BERT's
-/// module tree under `roberta.` with its own heads (no pooler, no NSP), position ids counted
-/// from `pad_token_id + 1` over the non-padding tokens, and one token type.
+/// The model families bertpipe builds, by `config.json`'s `model_type`. RoBERTa (`roberta`, and
+/// the same network as `xlm-roberta` and `camembert`) is BERT's module tree under `roberta.`
+/// with its own heads (no pooler, no NSP), position ids counted from `pad_token_id + 1` over the
+/// non-padding tokens, and one token type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
     Bert,
@@ -66,14 +67,6 @@ impl Family {
         match self {
             Family::Bert => "bert",
             Family::Roberta => "roberta",
-        }
-    }
-
-    /// The start of HF's class names (`BertForMaskedLM`, `RobertaForMaskedLM`).
-    pub fn class_prefix(self) -> &'static str {
-        match self {
-            Family::Bert => "Bert",
-            Family::Roberta => "Roberta",
         }
     }
 }
@@ -185,18 +178,31 @@ impl BertConfig {
     /// The family `model_type` names (checked by [`Self::check`]; BERT for anything else).
     pub fn family(&self) -> Family {
         match self.model_type.as_str() {
-            "roberta" => Family::Roberta,
+            "roberta" | "xlm-roberta" | "camembert" => Family::Roberta,
             _ => Family::Bert,
+        }
+    }
+
+    /// The start of HF's class names for this `model_type` (`BertForMaskedLM`,
+    /// `XLMRobertaForSequenceClassification`).
+    pub fn class_prefix(&self) -> &'static str {
+        match self.model_type.as_str() {
+            "roberta" => "Roberta",
+            "xlm-roberta" => "XLMRoberta",
+            "camembert" => "Camembert",
+            _ => "Bert",
         }
     }
 
     pub fn check(&self) -> Result<()> {
         match self.model_type.as_str() {
-            "bert" | "roberta" => {}
-            "modernbert" => {
-                bail!("model_type `modernbert` is not supported yet (bertpipe builds `bert` and `roberta`)")
-            }
-            other => bail!("model_type `{other}` is not supported; bertpipe builds `bert` and `roberta` models"),
+            "bert" | "roberta" | "xlm-roberta" | "camembert" => {}
+            "modernbert" => bail!(
+                "model_type `modernbert` is not supported yet (bertpipe builds `bert`, and `roberta`, `xlm-roberta`, `camembert`)"
+            ),
+            other => bail!(
+                "model_type `{other}` is not supported; bertpipe builds `bert`, and `roberta`, `xlm-roberta`, `camembert` models"
+            ),
         }
         if self.family() == Family::Roberta {
             let pad = self.pad_token_id.unwrap_or(1);

@@ -32,13 +32,14 @@ pub enum ModelKind {
 }
 
 impl ModelKind {
-    pub fn architecture(self, family: Family) -> String {
+    /// HF's class name, for a `model_type`'s class prefix ([`BertConfig::class_prefix`]).
+    pub fn architecture(self, class_prefix: &str) -> String {
         let class = match self {
             ModelKind::SequenceClassification => "ForSequenceClassification",
             ModelKind::PreTraining => "ForPreTraining",
             ModelKind::MaskedLm => "ForMaskedLM",
         };
-        format!("{}{class}", family.class_prefix())
+        format!("{class_prefix}{class}")
     }
 }
 
@@ -165,7 +166,7 @@ impl BertWithHead {
         };
         let unexpected = loader.unexpected();
         let mut config = config.clone();
-        config.architectures = Some(vec![kind.architecture(family)]);
+        config.architectures = Some(vec![kind.architecture(config.class_prefix())]);
         Ok(BertWithHead {
             kind,
             config,

@@ -64,7 +64,7 @@ impl Trainer {
             "model",
             format!(
                 "{}, {} layers, hidden {}, {} heads, {:.1}M parameters ({origin})",
-                self.model.kind.architecture(self.model.config.family()),
+                self.model.kind.architecture(self.model.config.class_prefix()),
                 c.num_hidden_layers,
                 c.hidden_size,
                 c.num_attention_heads,
