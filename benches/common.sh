@@ -21,6 +21,16 @@ print(f"{wall:.4f} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}")
 PY
 }
 
+# Runs a command; its stdout's last line, then "peak RSS N MB" of the process tree.
+peak() {
+  python3 - "$@" <<'PY'
+import resource, subprocess, sys
+out = subprocess.run(sys.argv[1:], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+print(out)
+print(f"peak RSS {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MB")
+PY
+}
+
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 # Finds or makes the Python environment a benchmark needs: $PYTHON if set, else .venv, made

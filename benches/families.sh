@@ -17,14 +17,6 @@ steps=${STEPS:-4}
 shape=${SHAPE:-12 768 12 8 128}
 cargo build --release --example train_step -q
 exe="$CARGO_TARGET_DIR/release/examples/train_step"
-peak() {
-  python3 - "$@" <<'PY'
-import resource, subprocess, sys
-out = subprocess.run(sys.argv[1:], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-print(out)
-print(f"peak RSS {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MB")
-PY
-}
 for family in ${FAMILIES:-bert roberta}; do
   # shellcheck disable=SC2086
   c=$(BERTPIPE_FAMILY=$family peak "$exe" $shape "$steps")

@@ -16,15 +16,6 @@ steps=${STEPS:-8}
 cargo build --release --example train_step -q
 exe="$CARGO_TARGET_DIR/release/examples/train_step"
 ratio() { python3 -c "import sys; print(f'{float(sys.argv[1])/float(sys.argv[2]):.2f}')" "$1" "$2"; }
-# Runs a command; its stdout's last line, then "peak RSS N MB" of the process tree.
-peak() {
-  python3 - "$@" <<'PY'
-import resource, subprocess, sys
-out = subprocess.run(sys.argv[1:], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-print(out)
-print(f"peak RSS {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MB")
-PY
-}
 for shape in "4 256 4 32 128" "2 128 2 32 128"; do
   c=$(peak "$exe" $shape "$steps")
   t=$(peak "$py" ../shared/bench/torch_step.py $shape "$steps")

@@ -23,6 +23,9 @@ import json, os, sys
 import torch
 from transformers import BertConfig, BertForPreTraining, BertForSequenceClassification
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from golden_steps import adamw, scheduled_steps  # noqa: E402
+
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
 VOCAB = 120
 vocab = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -104,12 +107,8 @@ initial = {k: v.detach().clone() for k, v in cls.state_dict().items()}
 
 # One training step of the classifier: loss, backward, clip, AdamW.
 cls.train()
-named = dict(cls.named_parameters())
-decay = [p for n, p in named.items() if not (n.endswith("bias") or "LayerNorm" in n)]
-no_decay = [p for n, p in named.items() if n.endswith("bias") or "LayerNorm" in n]
 LR, WD, CLIP = 1e-2, 0.01, 0.1
-opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
-                        lr=LR, betas=(0.9, 0.999), eps=1e-8)
+named, opt = adamw(cls, LR, WD)
 loss = cls(input_ids=ids, attention_mask=mask, token_type_ids=tt, labels=labels).loss
 loss.backward()
 watch = ["classifier.weight", "classifier.bias", "bert.pooler.dense.bias", "bert.embeddings.LayerNorm.weight",
@@ -125,26 +124,10 @@ out["after_step"] = {n: named[n].detach().flatten().tolist() for n in watch}
 
 # Several steps under a schedule, from the same starting weights: warmup 2, total 6 (HF's
 # get_linear_schedule_with_warmup: lr 0, .5, 1, .75, .5 of the base at steps 0..4).
-from transformers import get_linear_schedule_with_warmup
 cls.load_state_dict(initial)
-named = dict(cls.named_parameters())
-decay = [p for n, p in named.items() if not (n.endswith("bias") or "LayerNorm" in n)]
-no_decay = [p for n, p in named.items() if n.endswith("bias") or "LayerNorm" in n]
-opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
-                        lr=LR, betas=(0.9, 0.999), eps=1e-8)
 WARMUP, TOTAL, STEPS = 2, 6, 5
-sched = get_linear_schedule_with_warmup(opt, WARMUP, TOTAL)
-steps = []
-for i in range(STEPS):
-    opt.zero_grad()
-    loss = cls(input_ids=ids, attention_mask=mask, token_type_ids=tt, labels=labels).loss
-    loss.backward()
-    norm = torch.nn.utils.clip_grad_norm_(cls.parameters(), CLIP).item()
-    lr = opt.param_groups[0]["lr"]
-    opt.step()
-    sched.step()
-    steps.append({"lr": lr, "loss": loss.item(), "grad_norm": norm,
-                  "after": {n: named[n].detach().flatten().tolist() for n in watch}})
+steps = scheduled_steps(cls, lambda: cls(input_ids=ids, attention_mask=mask, token_type_ids=tt, labels=labels).loss,
+                        watch, LR, WD, CLIP, WARMUP, TOTAL, STEPS)
 out["schedule"] = {"lr": LR, "weight_decay": WD, "max_grad_norm": CLIP, "warmup": WARMUP, "total": TOTAL,
                    "steps": steps}
 

@@ -17,11 +17,14 @@ than the tolerance.
 """
 import json
 import os
+import sys
 
 import torch
 import transformers
-from transformers import (RobertaConfig, RobertaForMaskedLM, RobertaForSequenceClassification,
-                          get_linear_schedule_with_warmup)
+from transformers import RobertaConfig, RobertaForMaskedLM, RobertaForSequenceClassification
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from golden_steps import adamw, scheduled_steps  # noqa: E402
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
 VOCAB, PAD, BOS, EOS = 120, 1, 0, 2
@@ -91,21 +94,13 @@ with torch.no_grad():
 initial = {k: v.detach().clone() for k, v in cls.state_dict().items()}
 
 
-def groups(model):
-    named = dict(model.named_parameters())
-    no = lambda n: n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n  # noqa: E731
-    return named, [p for n, p in named.items() if not no(n)], [p for n, p in named.items() if no(n)]
-
-
 LR, WD, CLIP = 1e-2, 0.01, 0.1
 watch = ["classifier.dense.weight", "classifier.out_proj.bias", "roberta.embeddings.LayerNorm.weight",
          "roberta.embeddings.word_embeddings.weight", "roberta.embeddings.position_embeddings.weight",
          "roberta.encoder.layer.0.attention.self.query.weight", "roberta.encoder.layer.1.output.dense.weight",
          "roberta.encoder.layer.1.attention.output.LayerNorm.bias"]
 cls.train()
-named, decay, no_decay = groups(cls)
-opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
-                        lr=LR, betas=(0.9, 0.999), eps=1e-8)
+named, opt = adamw(cls, LR, WD)
 loss = cls(input_ids=ids, attention_mask=mask, labels=labels).loss
 loss.backward()
 out["cls_loss"] = loss.item()
@@ -117,22 +112,9 @@ out["step"] = {"lr": LR, "weight_decay": WD, "max_grad_norm": CLIP}
 out["after_step"] = {n: named[n].detach().flatten().tolist() for n in watch}
 
 cls.load_state_dict(initial)
-named, decay, no_decay = groups(cls)
-opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
-                        lr=LR, betas=(0.9, 0.999), eps=1e-8)
 WARMUP, TOTAL, STEPS = 2, 6, 5
-sched = get_linear_schedule_with_warmup(opt, WARMUP, TOTAL)
-steps = []
-for i in range(STEPS):
-    opt.zero_grad()
-    loss = cls(input_ids=ids, attention_mask=mask, labels=labels).loss
-    loss.backward()
-    norm = torch.nn.utils.clip_grad_norm_(cls.parameters(), CLIP).item()
-    lr = opt.param_groups[0]["lr"]
-    opt.step()
-    sched.step()
-    steps.append({"lr": lr, "loss": loss.item(), "grad_norm": norm,
-                  "after": {n: named[n].detach().flatten().tolist() for n in watch}})
+steps = scheduled_steps(cls, lambda: cls(input_ids=ids, attention_mask=mask, labels=labels).loss,
+                        watch, LR, WD, CLIP, WARMUP, TOTAL, STEPS)
 out["schedule"] = {"lr": LR, "weight_decay": WD, "max_grad_norm": CLIP, "warmup": WARMUP, "total": TOTAL,
                    "steps": steps}
 with open(os.path.join(root, "golden_roberta.json"), "w") as f:
