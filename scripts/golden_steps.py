@@ -17,6 +17,21 @@ def adamw(model, lr, weight_decay):
     return named, torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8)
 
 
+def one_step(model, loss_fn, watch, lr, weight_decay, clip):
+    """One training step — loss, backward, clip to `clip`, AdamW — as the fixture records it: the
+    loss, the `watch` tensors' gradients, the gradient norm before clipping, those tensors after
+    the step, and the step's settings."""
+    named, opt = adamw(model, lr, weight_decay)
+    loss = loss_fn()
+    loss.backward()
+    out = {"cls_loss": loss.item(), "grads": {n: named[n].grad.flatten().tolist() for n in watch}}
+    out["grad_norm"] = torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item()
+    opt.step()
+    out["step"] = {"lr": lr, "weight_decay": weight_decay, "max_grad_norm": clip}
+    out["after_step"] = {n: named[n].detach().flatten().tolist() for n in watch}
+    return out
+
+
 def scheduled_steps(model, loss_fn, watch, lr, weight_decay, clip, warmup, total, steps):
     """`steps` AdamW steps under `get_linear_schedule_with_warmup(warmup, total)`, the gradient
     clipped to `clip`: per step the learning rate, loss, gradient norm and the `watch` tensors

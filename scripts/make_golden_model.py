@@ -24,7 +24,7 @@ import torch
 from transformers import BertConfig, BertForPreTraining, BertForSequenceClassification
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_steps import adamw, scheduled_steps  # noqa: E402
+from golden_steps import one_step, scheduled_steps  # noqa: E402
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
 VOCAB = 120
@@ -108,19 +108,12 @@ initial = {k: v.detach().clone() for k, v in cls.state_dict().items()}
 # One training step of the classifier: loss, backward, clip, AdamW.
 cls.train()
 LR, WD, CLIP = 1e-2, 0.01, 0.1
-named, opt = adamw(cls, LR, WD)
-loss = cls(input_ids=ids, attention_mask=mask, token_type_ids=tt, labels=labels).loss
-loss.backward()
 watch = ["classifier.weight", "classifier.bias", "bert.pooler.dense.bias", "bert.embeddings.LayerNorm.weight",
          "bert.embeddings.word_embeddings.weight", "bert.embeddings.position_embeddings.weight",
          "bert.encoder.layer.0.attention.self.query.weight", "bert.encoder.layer.1.output.dense.weight",
          "bert.encoder.layer.1.attention.output.LayerNorm.bias"]
-out["cls_loss"] = loss.item()
-out["grads"] = {n: named[n].grad.flatten().tolist() for n in watch}
-out["grad_norm"] = torch.nn.utils.clip_grad_norm_(cls.parameters(), CLIP).item()
-opt.step()
-out["step"] = {"lr": LR, "weight_decay": WD, "max_grad_norm": CLIP}
-out["after_step"] = {n: named[n].detach().flatten().tolist() for n in watch}
+out.update(one_step(cls, lambda: cls(input_ids=ids, attention_mask=mask, token_type_ids=tt, labels=labels).loss,
+                    watch, LR, WD, CLIP))
 
 # Several steps under a schedule, from the same starting weights: warmup 2, total 6 (HF's
 # get_linear_schedule_with_warmup: lr 0, .5, 1, .75, .5 of the base at steps 0..4).
