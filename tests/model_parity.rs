@@ -142,7 +142,9 @@ fn roberta_hidden_states_mlm_logits_and_loss_match_transformers() {
     close("MLM loss", &[loss], &[g["mlm_loss"].as_f64().unwrap()], TOL);
     // Without padding the ids of the positions are 2, 3, …: a row's hidden states do not
     // depend on how much padding follows it.
-    let positions = bertpipe::model::bert::roberta_position_ids(&[vec![0, 7, 1, 1], vec![1, 5, 6, 2]], 1);
+    let ids = Tensor::from_slice(&[0u32, 7, 1, 1, 1, 5, 6, 2], (2, 4), &Device::Cpu).unwrap();
+    let positions = bertpipe::model::bert::roberta_position_ids(&ids, 1).unwrap();
+    let positions: Vec<u32> = positions.flatten_all().unwrap().to_vec1().unwrap();
     assert_eq!(positions, vec![2, 3, 1, 1, 1, 2, 3, 4]);
 }
 

@@ -222,8 +222,7 @@ impl BertEmbeddings {
         let x = match self.padding_idx {
             None => (words + types)?.broadcast_add(&self.position_embeddings.narrow(0, 0, s)?)?,
             Some(pad) => {
-                let ids = roberta_position_ids(&input_ids.to_vec2::<u32>()?, pad);
-                let ids = Tensor::from_vec(ids, b * s, input_ids.device())?;
+                let ids = roberta_position_ids(input_ids, pad)?.flatten_all()?;
                 let positions = self.position_embeddings.embedding(&ids)?.reshape((b, s, hidden))?;
                 ((words + types)? + positions)?
             }
@@ -233,22 +232,14 @@ impl BertEmbeddings {
     }
 }
 
-/// RoBERTa's position ids, row-major: `padding_idx + 1, + 2, …` over the tokens that are not
-/// padding, `padding_idx` on padding.
-pub fn roberta_position_ids(rows: &[Vec<u32>], pad: u32) -> Vec<u32> {
-    let mut out = Vec::with_capacity(rows.iter().map(Vec::len).sum());
-    for row in rows {
-        let mut n = 0;
-        for &id in row {
-            if id == pad {
-                out.push(pad);
-            } else {
-                n += 1;
-                out.push(pad + n);
-            }
-        }
-    }
-    out
+/// RoBERTa's position ids `[batch, seq]` (u32) on the ids' own device, with no trip to the
+/// host: `padding_idx + 1, + 2, …` over the tokens that are not padding, `padding_idx` on
+/// padding — `cumsum(id ≠ pad) · (id ≠ pad) + pad`, HF's `create_position_ids_from_input_ids`.
+/// (The cumulative sum runs in f32, exact for any row shorter than 2^24 tokens.)
+pub fn roberta_position_ids(input_ids: &Tensor, pad: u32) -> Result<Tensor> {
+    let real = input_ids.ne(pad)?.to_dtype(DType::F32)?;
+    let count = (real.cumsum(1)? * &real)?;
+    (count + pad as f64)?.to_dtype(DType::U32)
 }
 
 /// HF's `BertSelfAttention` (`attention.self`): the query, key and value projections and the
