@@ -168,6 +168,53 @@ fn export_matches_pytorch_and_candle_on_dynamic_shapes_plain_and_optimized() {
     }
 }
 
+/// RoBERTa's export (plain and `--optimize`) against `transformers`' own logits for the RoBERTa
+/// fixture's padded batch (scripts/make_golden_roberta.py: padding id 1, `</s></s>`), not
+/// against candle: the in-graph position ids and the classification head are checked at the
+/// reference. Its signature has no `token_type_ids`.
+#[test]
+fn roberta_export_matches_transformers_plain_and_optimized() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime::init(Some(ort_lib())).unwrap();
+    let g: Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("tests/fixtures/golden_roberta.json")).unwrap())
+            .unwrap();
+    let (ids, mask) = (ints(&g["input_ids"]), ints(&g["attention_mask"]));
+    let batch = g["input_ids"].as_array().unwrap().len();
+    let seq = ids.len() / batch;
+    let torch: Vec<f32> = g["cls_logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+        .collect();
+    for optimize in [false, true] {
+        let out = dir.path().join(if optimize { "opt.onnx" } else { "plain.onnx" });
+        let opts = export::ExportOptions {
+            checkpoint: root().join("tests/fixtures/tiny-roberta-cls"),
+            out: out.clone(),
+            optimize,
+            precision: export::Precision::Fp32,
+            // The fixture has no tokenizer; any file stands for its vocabulary in the metadata.
+            vocab: Some(root().join("tests/fixtures/tokenizers/roberta/tokenizer.json")),
+            max_len: None,
+            external_data: false,
+            fp16_clamp: false,
+            metadata: Vec::new(),
+        };
+        let done = export::export(&opts).unwrap();
+        let mut session = rt.open(&done.path, runtime::Provider::Cpu, 1).unwrap();
+        // Token types are not fed to a model without the input (zeros passed, unused).
+        let (logits, k) = session.logits(&ids, &mask, &vec![0; ids.len()], batch, seq).unwrap();
+        assert_eq!(k, 2);
+        let diff = bertpipe::metrics::max_abs_diff(&logits, &torch) as f32;
+        assert!(diff < 1e-4, "optimize={optimize}: max |Δ| vs transformers {diff}");
+        let proto = ModelProto::decode(std::fs::read(&out).unwrap().as_slice()).unwrap();
+        let inputs: Vec<&str> = proto.graph.as_ref().unwrap().input.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(inputs, ["input_ids", "attention_mask"]);
+    }
+}
+
 #[test]
 fn metadata_records_vocabulary_length_labels_and_producer() {
     let dir = tempfile::tempdir().unwrap();

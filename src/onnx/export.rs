@@ -234,7 +234,7 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
     let vocab = crate::tokenize::file_vocab(&vocab_file, &tokenizer_config)?;
     let max_len = match opts.max_len {
         Some(n) => n,
-        None => tokenizer_config.model_max_length.unwrap_or(model.config.max_position_embeddings),
+        None => tokenizer_config.model_max_length.unwrap_or(model.config.max_sequence()),
     };
     if max_len > model.config.max_sequence() {
         bail!(

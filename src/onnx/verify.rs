@@ -228,7 +228,7 @@ pub fn standard_cases(model: &BertWithHead, vocab_file: &Path, lowercase: bool, 
     let pad = c.pad_token_id.unwrap_or(0) as u32;
     let mut rng = Rng::for_key(0x5eed_0bb7, &[]);
     let (v, t) = (c.vocab_size, c.type_vocab_size);
-    let long = max_len.min(c.max_position_embeddings);
+    let long = max_len.min(c.max_sequence());
     let mut cases = Vec::new();
     for lengths in [vec![1], vec![37, 20, 5, 31], vec![128, 64, 100], vec![long, long / 3 + 1]] {
         let lengths: Vec<usize> = lengths.into_iter().map(|n| n.min(long)).collect();
