@@ -198,9 +198,9 @@ pub fn checkpoint_vocab(dir: &Path) -> Option<PathBuf> {
 /// classifier (a bare encoder would export random logits).
 pub fn load_classifier(dir: &Path) -> Result<BertWithHead> {
     let model = BertWithHead::from_checkpoint(ModelKind::SequenceClassification, dir, None, &Device::Cpu, 0)?;
+    // The head: BERT's pooler and `classifier`, or RoBERTa's `classifier.dense` and `.out_proj`.
     let missing: Vec<&String> =
         model.initialised.iter().filter(|n| n.starts_with("classifier") || n.starts_with("bert.pooler")).collect();
-    // (RoBERTa has no pooler; its head is `classifier.dense` and `classifier.out_proj`.)
     if !missing.is_empty() {
         bail!(
             "'{}' is not a sequence-classification checkpoint: it has no {} (a bare encoder such as a BertModel or BertForMaskedLM); fine-tune it first with `bertpipe train` (task: classify, model.init_from: {})",

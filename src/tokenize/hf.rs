@@ -154,7 +154,7 @@ fn specials(t: &Tokenizer, spec: &Value) -> Result<SpecialIds> {
     let (cls, sep) = match single.get_ids() {
         &[cls, x, sep] if x == ida => (cls, sep),
         ids => bail!(
-            "its post-processor makes `{}` of one segment A; bertpipe builds sequences as a start token, the segment and an end token (`[CLS] A [SEP]`, `<s> A </s>`), so it needs a post-processor of that shape",
+            "its post-processor makes `{}` of one segment A; bertpipe builds sequences as a start token, the segment and an end token (`[CLS] A [SEP]`, `<s> A </s>`), so it needs a post-processor of that shape: set one in the tokenizer.json (HF `TemplateProcessing`, e.g. single `[CLS] $A [SEP]`, pair `[CLS] $A [SEP] $B [SEP]`)",
             show(ids)
         ),
     };
@@ -170,7 +170,7 @@ fn specials(t: &Tokenizer, spec: &Value) -> Result<SpecialIds> {
         && (1..=2).contains(&seps);
     if !shaped {
         bail!(
-            "its post-processor makes `{}` of a pair A, B; bertpipe needs `{cls} A {sep} B {sep}` with one or two separators between the segments",
+            "its post-processor makes `{}` of a pair A, B; bertpipe needs `{cls} A {sep} B {sep}` with one or two separators between the segments: give the post-processor such a pair template",
             show(ids),
             cls = show(&[cls]),
             sep = show(&[sep])
@@ -178,9 +178,12 @@ fn specials(t: &Tokenizer, spec: &Value) -> Result<SpecialIds> {
     }
     let pair_type_ids = pair.get_type_ids()[ids.len() - 2] == 1;
     let find = |role: &str, names: &[&str], first: Option<u32>| -> Result<u32> {
-        first
-            .or_else(|| names.iter().find_map(|n| t.token_to_id(n)))
-            .with_context(|| format!("has no {role} token (looked for {}): bertpipe needs one", names.join(", ")))
+        first.or_else(|| names.iter().find_map(|n| t.token_to_id(n))).with_context(|| {
+            format!(
+                "has no {role} token (looked for {}): add one to the tokenizer.json as a special token",
+                names.join(", ")
+            )
+        })
     };
     let pad = find("padding", &["[PAD]", "<pad>", "<|padding|>"], t.get_padding().map(|p| p.pad_id))?;
     let model = &spec["model"];
