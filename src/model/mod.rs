@@ -242,8 +242,8 @@ impl BertWithHead {
                 Outputs { logits: Some(classifier.forward(&pooled, mode)?), mlm_logits: None }
             }
             Head::RobertaClassifier { dense, out_proj, dropout } => {
-                let first = hidden.narrow(1, 0, 1)?.squeeze(1)?;
-                let x = mode.dropout(&first, *dropout)?;
+                // Without a pooler, `pool` is the first token's hidden state.
+                let x = mode.dropout(&self.bert.pool(hidden, mode)?, *dropout)?;
                 let x = dense.forward(&x, mode)?.tanh()?;
                 let x = mode.dropout(&x, *dropout)?;
                 Outputs { logits: Some(out_proj.forward(&x, mode)?), mlm_logits: None }
