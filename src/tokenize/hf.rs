@@ -111,10 +111,6 @@ impl HfTokenizer {
         self.words.clone()
     }
 
-    pub fn vocab(&self) -> Vec<(String, u32)> {
-        self.tokenizer.get_vocab(true).into_iter().collect()
-    }
-
     /// The crate's tokenizer (tests compare with it).
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
