@@ -23,7 +23,7 @@ use crate::contract::manifest::{
 use crate::contract::partition::Partition;
 use crate::contract::progress::{self, Progress, Total};
 use crate::sequence::pretrain::{Masking, PretrainBuilder, PretrainSequences};
-use crate::sequence::words::{WordRule, Words};
+use crate::sequence::words::Words;
 use crate::sequence::{ClassifySequences, Truncation};
 use crate::sink::journal::{self, Journal};
 use crate::sink::remote::RemoteOut;
@@ -505,12 +505,7 @@ pub fn prepare_steps(steps: &mut [PipelineStep]) -> Result<Option<TokenizerInfo>
             }
             PipelineStep::PretrainSequences(p) => {
                 let t = info.as_ref().context("pretrain_sequences needs a tokenize step before it")?;
-                if p.whole_word_mask && words.rule() == WordRule::None {
-                    bail!(
-                        "pretrain_sequences: whole_word_mask needs word boundaries, and the tokenizer marks none bertpipe reads (a continuation prefix such as `##`, an end-of-word suffix, a `▁` word marker or byte-level `Ġ`)"
-                    );
-                }
-                p.mask_spec = Some(p.mask_spec(t, std::mem::take(&mut words)));
+                p.mask_spec = Some(p.mask_spec(t, std::mem::take(&mut words))?);
             }
             _ => {}
         }

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::mask::{MaskSpec, Masked};
-use super::words::Words;
+use super::words::{WordRule, Words};
 use crate::contract::document::{Document, PretrainSequence};
 use crate::contract::manifest::{PretrainStats, SpecialIds, TokenizerInfo};
 use crate::contract::{Step, Verdict};
@@ -89,10 +89,16 @@ fn default_partner_buffer() -> usize {
 
 impl PretrainSequences {
     /// The masking this step does, for a tokenizer and its word boundaries. The pipeline's
-    /// static masking and the trainer's dynamic masking both build it here.
-    pub fn mask_spec(&self, tokenizer: &TokenizerInfo, words: Words) -> MaskSpec {
+    /// static masking and the trainer's dynamic masking both build it here. Whole-word masking
+    /// needs a tokenizer that marks words.
+    pub fn mask_spec(&self, tokenizer: &TokenizerInfo, words: Words) -> anyhow::Result<MaskSpec> {
+        if self.whole_word_mask && words.rule() == WordRule::None {
+            anyhow::bail!(
+                "pretrain_sequences: whole_word_mask needs word boundaries, and the tokenizer marks none bertpipe reads (a continuation prefix such as `##`, an end-of-word suffix, a `▁` word marker or byte-level `Ġ`); set whole_word_mask: false"
+            );
+        }
         let s = tokenizer.special_ids;
-        MaskSpec {
+        Ok(MaskSpec {
             masked_lm_prob: self.masked_lm_prob,
             max_predictions_per_seq: self.max_predictions(),
             whole_word_mask: self.whole_word_mask,
@@ -100,7 +106,7 @@ impl PretrainSequences {
             special_ids: vec![s.pad, s.unk, s.cls, s.sep, s.mask],
             vocab_size: tokenizer.vocab_size as u32,
             words,
-        }
+        })
     }
 
     pub fn max_predictions(&self) -> usize {
@@ -586,5 +592,26 @@ mod tests {
     fn same_documents_same_rows() {
         let input = docs(100);
         assert_eq!(build(&step(true, Masking::Static), &input).0, build(&step(true, Masking::Static), &input).0);
+    }
+
+    /// Whole-word masking with a tokenizer that marks no words is refused, by the pipeline and
+    /// the trainer alike (both build the masking here), instead of masking single tokens.
+    #[test]
+    fn whole_word_masking_needs_a_tokenizer_that_marks_words() {
+        let mut st = step(false, Masking::Static);
+        st.whole_word_mask = true;
+        let info = TokenizerInfo {
+            vocab_sha256: String::new(),
+            vocab_id: None,
+            vocab_size: 30522,
+            lowercase: true,
+            strip_accents: None,
+            special_ids: SpecialIds::bert(0, 100, CLS, SEP, 103),
+            encoder: "tokenizers".into(),
+        };
+        let err = st.mask_spec(&info, Words::default()).unwrap_err().to_string();
+        assert!(err.contains("whole_word_mask: false"), "{err}");
+        let words = Words::continuation_prefix([("play", 0), ("##ing", 1)], "##");
+        assert!(st.mask_spec(&info, words).unwrap().whole_word_mask);
     }
 }

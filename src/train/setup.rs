@@ -313,7 +313,7 @@ impl Loaders {
                 let mask = if step.masking == Masking::Dynamic {
                     let t = steps.iter().find_map(PipelineStep::as_tokenize);
                     let encoder = t.context("the shards' pipeline has no tokenize step")?.load()?;
-                    Some(Arc::new(step.mask_spec(&encoder.info(), encoder.words())))
+                    Some(Arc::new(step.mask_spec(&encoder.info(), encoder.words())?))
                 } else {
                     None
                 };
