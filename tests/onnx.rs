@@ -87,6 +87,19 @@ fn golden() -> Value {
     serde_json::from_str(&std::fs::read_to_string(root().join("tests/fixtures/golden_model.json")).unwrap()).unwrap()
 }
 
+/// A golden fixture's batch shape and PyTorch's classifier logits for it, row-major.
+fn batch_and_logits(g: &Value) -> (usize, usize, Vec<f32>) {
+    let batch = g["input_ids"].as_array().unwrap().len();
+    let seq = ints(&g["input_ids"]).len() / batch;
+    let logits = g["cls_logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+        .collect();
+    (batch, seq, logits)
+}
+
 fn ints(v: &Value) -> Vec<i64> {
     v.as_array().unwrap().iter().flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_i64().unwrap())).collect()
 }
@@ -98,14 +111,7 @@ fn export_matches_pytorch_and_candle_on_dynamic_shapes_plain_and_optimized() {
     let model = export::load_classifier(&tiny_cls()).unwrap();
     let g = golden();
     let (ids, mask, types) = (ints(&g["input_ids"]), ints(&g["attention_mask"]), ints(&g["token_type_ids"]));
-    let batch = g["input_ids"].as_array().unwrap().len();
-    let seq = ids.len() / batch;
-    let torch: Vec<f32> = g["cls_logits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
-        .collect();
+    let (batch, seq, torch) = batch_and_logits(&g);
     let mut plain_logits = Vec::new();
     for optimize in [false, true] {
         let out = dir.path().join(if optimize { "opt.onnx" } else { "plain.onnx" });
@@ -180,14 +186,7 @@ fn roberta_export_matches_transformers_plain_and_optimized() {
         serde_json::from_str(&std::fs::read_to_string(root().join("tests/fixtures/golden_roberta.json")).unwrap())
             .unwrap();
     let (ids, mask) = (ints(&g["input_ids"]), ints(&g["attention_mask"]));
-    let batch = g["input_ids"].as_array().unwrap().len();
-    let seq = ids.len() / batch;
-    let torch: Vec<f32> = g["cls_logits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
-        .collect();
+    let (batch, seq, torch) = batch_and_logits(&g);
     for optimize in [false, true] {
         let out = dir.path().join(if optimize { "opt.onnx" } else { "plain.onnx" });
         let opts = export::ExportOptions {
