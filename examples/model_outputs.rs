@@ -37,7 +37,7 @@ fn main() -> Result<()> {
     };
     let model = BertWithHead::from_checkpoint(kind, dir.as_ref(), None, &device, 0)?;
     let out = if kind == ModelKind::MaskedLm {
-        let h = model.bert.forward(&inputs, &mut ForwardPass::eval())?;
+        let h = model.encoder.forward(&inputs, &mut ForwardPass::eval())?;
         json!({"hidden": h.to_dtype(DType::F32)?.to_vec3::<f32>()?, "initialised": model.initialised})
     } else {
         let l = model.forward(&inputs, None, &mut ForwardPass::eval())?.logits.context("logits")?;

@@ -1,12 +1,15 @@
-"""The optimiser half of the golden model fixtures, shared by make_golden_model.py (BERT) and
-make_golden_roberta.py: HF Trainer's AdamW parameter groups (no weight decay for biases and
-LayerNorms), and several clipped steps under the linear warmup/decay schedule."""
+"""The optimiser half of the golden model fixtures, shared by make_golden_model.py (BERT),
+make_golden_roberta.py and make_golden_modernbert.py: HF Trainer's AdamW parameter groups (no
+weight decay for biases and LayerNorms), and several clipped steps under the linear
+warmup/decay schedule."""
 import torch
 from transformers import get_linear_schedule_with_warmup
 
 
 def no_decay(name):
-    return name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name
+    # HF Trainer leaves out biases and every nn.LayerNorm (ModernBERT's `norm`, `attn_norm`, …).
+    module = name.rsplit(".", 2)[-2] if name.count(".") else ""
+    return name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name or module.endswith("norm")
 
 
 def adamw(model, lr, weight_decay):

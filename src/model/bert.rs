@@ -121,19 +121,24 @@ impl Linear {
     /// `x Wᵀ` without the bias, in `x`'s shape with the last axis `out`: the bias goes into
     /// a fused epilogue ([`ops::bias_gelu`], [`ops::bias_dropout_residual`]).
     pub fn matmul(&self, x: &Tensor, mode: &ForwardPass) -> Result<Tensor> {
-        let dims = x.dims();
-        let inp = dims[dims.len() - 1];
-        let rows = x.elem_count() / inp;
-        let y = mode.mm(&x.reshape((rows, inp))?, &self.weight.t()?)?;
-        let mut out = dims.to_vec();
-        *out.last_mut().unwrap() = self.weight.dim(0)?;
-        y.reshape(out)
+        project(&self.weight, x, mode)
     }
 
     /// `x Wᵀ + b`.
     pub fn forward(&self, x: &Tensor, mode: &ForwardPass) -> Result<Tensor> {
         ops::bias_add(&self.matmul(x, mode)?, &self.bias)
     }
+}
+
+/// `x Wᵀ` for a weight `W` in HF's `[out, in]` layout, in `x`'s shape with the last axis `out`.
+pub fn project(weight: &Tensor, x: &Tensor, mode: &ForwardPass) -> Result<Tensor> {
+    let dims = x.dims();
+    let inp = dims[dims.len() - 1];
+    let rows = x.elem_count() / inp;
+    let y = mode.mm(&x.reshape((rows, inp))?, &weight.t()?)?;
+    let mut out = dims.to_vec();
+    *out.last_mut().unwrap() = weight.dim(0)?;
+    y.reshape(out)
 }
 
 pub struct LayerNorm {
@@ -143,6 +148,10 @@ pub struct LayerNorm {
 }
 
 impl LayerNorm {
+    pub fn new(weight: Tensor, bias: Tensor, eps: f64) -> LayerNorm {
+        LayerNorm { weight, bias, eps }
+    }
+
     pub fn load(p: &mut ParamLoader, name: &str, size: usize, eps: f64) -> anyhow::Result<LayerNorm> {
         let name = Name::new(name);
         Ok(LayerNorm {
@@ -449,6 +458,8 @@ impl BertModel {
 pub struct Inputs {
     pub input_ids: Tensor,
     pub token_type_ids: Tensor,
+    /// 1.0 for a token, 0.0 for padding, f32 `[batch, seq]` (ModernBERT's mean pooling).
+    pub attention_mask: Tensor,
     /// Additive attention bias, `[batch, 1, 1, seq]` or `[batch, 1, seq, seq]`.
     pub mask_bias: Tensor,
 }
@@ -468,9 +479,11 @@ impl Inputs {
         device: &Device,
     ) -> Result<Inputs> {
         let bias: Vec<f32> = attention_mask.iter().map(|&m| if m == 0 { MASKED } else { 0.0 }).collect();
+        let keep: Vec<f32> = attention_mask.iter().map(|&m| if m == 0 { 0.0 } else { 1.0 }).collect();
         Ok(Inputs {
             input_ids: Tensor::from_slice(input_ids, (batch, seq), device)?,
             token_type_ids: Tensor::from_slice(token_type_ids, (batch, seq), device)?,
+            attention_mask: Tensor::from_vec(keep, (batch, seq), device)?,
             mask_bias: Tensor::from_vec(bias, (batch, 1, 1, seq), device)?,
         })
     }

@@ -54,11 +54,14 @@ pub struct BertConfig {
 /// The model families bertpipe builds, by `config.json`'s `model_type`. RoBERTa (`roberta`, and
 /// the same network as `xlm-roberta` and `camembert`) is BERT's module tree under `roberta.`
 /// with its own heads (no pooler, no NSP), position ids counted from `pad_token_id + 1` over the
-/// non-padding tokens, and one token type.
+/// non-padding tokens, and one token type. ModernBERT (`modernbert`) is its own tree under
+/// `model.` ([`super::modernbert`]): rotary positions, GeGLU, pre-norm without biases, local
+/// and global attention; no token types, no pooler, no NSP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
     Bert,
     Roberta,
+    ModernBert,
 }
 
 impl Family {
@@ -67,7 +70,152 @@ impl Family {
         match self {
             Family::Bert => "bert",
             Family::Roberta => "roberta",
+            Family::ModernBert => "model",
         }
+    }
+
+    /// Whether the model takes `token_type_ids` (segment B of a pair as type 1): BERT only.
+    pub fn has_token_types(self) -> bool {
+        self == Family::Bert
+    }
+}
+
+/// ModernBERT's own `config.json` fields (HF's `ModernBertConfig`), read from the fields
+/// [`BertConfig`] does not name; defaults are HF's. Older configs name the rotary bases
+/// `global_rope_theta` / `local_rope_theta` and the pattern `global_attn_every_n_layers`; newer
+/// ones `rope_parameters` and `layer_types`: both are read.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct ModernBertSettings {
+    pub hidden_activation: Activation,
+    pub norm_eps: f64,
+    pub norm_bias: bool,
+    pub attention_bias: bool,
+    pub mlp_bias: bool,
+    pub classifier_bias: bool,
+    pub decoder_bias: bool,
+    pub classifier_activation: Activation,
+    pub classifier_pooling: String,
+    /// The whole window of a local layer: a token sees keys at most `local_attention / 2` away.
+    pub local_attention: usize,
+    pub global_attn_every_n_layers: usize,
+    pub layer_types: Option<Vec<String>>,
+    pub rope_parameters: Option<serde_json::Value>,
+    pub global_rope_theta: Option<f64>,
+    pub local_rope_theta: Option<f64>,
+    pub embedding_dropout: f64,
+    pub attention_dropout: f64,
+    pub mlp_dropout: f64,
+    pub initializer_cutoff_factor: f64,
+}
+
+impl Default for ModernBertSettings {
+    fn default() -> Self {
+        ModernBertSettings {
+            hidden_activation: Activation::Gelu,
+            norm_eps: 1e-5,
+            norm_bias: false,
+            attention_bias: false,
+            mlp_bias: false,
+            classifier_bias: false,
+            decoder_bias: true,
+            classifier_activation: Activation::Gelu,
+            classifier_pooling: "cls".into(),
+            local_attention: 128,
+            global_attn_every_n_layers: 3,
+            layer_types: None,
+            rope_parameters: None,
+            global_rope_theta: None,
+            local_rope_theta: None,
+            embedding_dropout: 0.0,
+            attention_dropout: 0.0,
+            mlp_dropout: 0.0,
+            initializer_cutoff_factor: 2.0,
+        }
+    }
+}
+
+/// How ModernBERT's classifier reduces a row to one vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pooling {
+    /// The first token's hidden state.
+    Cls,
+    /// The mean over the row's tokens (padding excluded).
+    Mean,
+}
+
+impl ModernBertSettings {
+    /// Whether layer `i` attends globally (else within the local window).
+    pub fn is_global(&self, layer: usize) -> bool {
+        match &self.layer_types {
+            Some(t) => t.get(layer).is_some_and(|t| t == "full_attention"),
+            None => layer % self.global_attn_every_n_layers.max(1) == 0,
+        }
+    }
+
+    /// The farthest key a local layer's token sees, either side (HF's `sliding_window`).
+    pub fn half_window(&self) -> usize {
+        self.local_attention / 2
+    }
+
+    /// The rotary base of global (`full_attention`) or local (`sliding_attention`) layers.
+    pub fn rope_theta(&self, global: bool) -> f64 {
+        let key = if global { "full_attention" } else { "sliding_attention" };
+        let from_parameters = self.rope_parameters.as_ref().and_then(|p| p[key]["rope_theta"].as_f64());
+        let old = if global { self.global_rope_theta } else { self.local_rope_theta };
+        from_parameters.or(old).unwrap_or(if global { 160_000.0 } else { 10_000.0 })
+    }
+
+    pub fn pooling(&self) -> Pooling {
+        if self.classifier_pooling == "mean" {
+            Pooling::Mean
+        } else {
+            Pooling::Cls
+        }
+    }
+
+    fn check(&self, layers: usize) -> Result<()> {
+        if !matches!(self.classifier_pooling.as_str(), "cls" | "mean") {
+            bail!("`classifier_pooling` is `{}`; ModernBERT pools by `cls` or `mean`", self.classifier_pooling);
+        }
+        if self.local_attention < 2 {
+            bail!("`local_attention` is {}; the local window must be at least 2 tokens", self.local_attention);
+        }
+        if let Some(t) = &self.layer_types {
+            if t.len() != layers {
+                bail!("`layer_types` names {} layers, but num_hidden_layers is {layers}", t.len());
+            }
+            if let Some(bad) = t.iter().find(|t| !matches!(t.as_str(), "full_attention" | "sliding_attention")) {
+                bail!("`layer_types` holds `{bad}`; ModernBERT layers are `full_attention` or `sliding_attention`");
+            }
+        }
+        if let Some(p) = &self.rope_parameters {
+            for key in ["full_attention", "sliding_attention"] {
+                let kind = p[key]["rope_type"].as_str().unwrap_or("default");
+                if kind != "default" {
+                    bail!("`rope_parameters.{key}.rope_type` is `{kind}`; bertpipe builds the default rotary embedding only");
+                }
+            }
+        }
+        for (field, theta) in [("full_attention", self.rope_theta(true)), ("sliding_attention", self.rope_theta(false))]
+        {
+            if !(theta.is_finite() && theta > 1.0) {
+                bail!("the rotary base of {field} layers is {theta}; it must be a number above 1");
+            }
+        }
+        if !(self.norm_eps.is_finite() && self.norm_eps > 0.0) {
+            bail!("`norm_eps` is {}; it must be a positive number", self.norm_eps);
+        }
+        for (field, value) in [
+            ("embedding_dropout", self.embedding_dropout),
+            ("attention_dropout", self.attention_dropout),
+            ("mlp_dropout", self.mlp_dropout),
+        ] {
+            if !(0.0..1.0).contains(&value) {
+                bail!("`{field}` is {value}; it must be in [0, 1)");
+            }
+        }
+        Ok(())
     }
 }
 
@@ -106,6 +254,16 @@ fn default_position_type() -> String {
 fn default_model_type() -> String {
     "bert".into()
 }
+
+/// [`BertConfig`] fields a ModernBERT config.json does not have.
+const BERT_ONLY: &[&str] = &[
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "type_vocab_size",
+    "layer_norm_eps",
+    "position_embedding_type",
+];
 
 /// Named sizes: layers, hidden size.
 pub const PRESETS: &[(&str, usize, usize)] = &[
@@ -172,6 +330,7 @@ impl BertConfig {
         match self.family() {
             Family::Bert => self.max_position_embeddings,
             Family::Roberta => self.max_position_embeddings.saturating_sub(self.pad_token_id.unwrap_or(1) + 1),
+            Family::ModernBert => self.max_position_embeddings,
         }
     }
 
@@ -179,6 +338,7 @@ impl BertConfig {
     pub fn family(&self) -> Family {
         match self.model_type.as_str() {
             "roberta" | "xlm-roberta" | "camembert" => Family::Roberta,
+            "modernbert" => Family::ModernBert,
             _ => Family::Bert,
         }
     }
@@ -190,19 +350,27 @@ impl BertConfig {
             "roberta" => "Roberta",
             "xlm-roberta" => "XLMRoberta",
             "camembert" => "Camembert",
+            "modernbert" => "ModernBert",
             _ => "Bert",
         }
     }
 
     pub fn check(&self) -> Result<()> {
         match self.model_type.as_str() {
-            "bert" | "roberta" | "xlm-roberta" | "camembert" => {}
-            "modernbert" => bail!(
-                "model_type `modernbert` is not supported yet (bertpipe builds `bert`, and `roberta`, `xlm-roberta`, `camembert`)"
-            ),
+            "bert" | "roberta" | "xlm-roberta" | "camembert" | "modernbert" => {}
             other => bail!(
-                "model_type `{other}` is not supported; bertpipe builds `bert`, and `roberta`, `xlm-roberta`, `camembert` models"
+                "model_type `{other}` is not supported; bertpipe builds `bert`, `roberta` (and `xlm-roberta`, `camembert`) and `modernbert` models"
             ),
+        }
+        if self.family() == Family::ModernBert {
+            self.modern()?.check(self.num_hidden_layers)?;
+            if self.num_attention_heads > 0 && (self.hidden_size / self.num_attention_heads) % 2 != 0 {
+                bail!(
+                    "ModernBERT's rotary embedding needs an even head size; hidden_size {} / num_attention_heads {} is odd",
+                    self.hidden_size,
+                    self.num_attention_heads
+                );
+            }
         }
         if self.family() == Family::Roberta {
             let pad = self.pad_token_id.unwrap_or(1);
@@ -266,6 +434,17 @@ impl BertConfig {
         Ok(())
     }
 
+    /// ModernBERT's own fields ([`ModernBertSettings`]), HF's defaults where absent.
+    pub fn modern(&self) -> Result<ModernBertSettings> {
+        serde_path_to_error::deserialize(serde_json::Value::Object(self.extra.clone()))
+            .map_err(|e| anyhow::anyhow!("`{}`: {}", e.path(), e.inner()))
+    }
+
+    /// Sets ModernBERT fields kept in `extra` (`mlp_dropout`, …), as config.json has them.
+    pub fn set_extra(&mut self, field: &str, value: serde_json::Value) {
+        self.extra.insert(field.to_string(), value);
+    }
+
     pub fn head_dim(&self) -> usize {
         self.hidden_size / self.num_attention_heads
     }
@@ -291,7 +470,20 @@ impl BertConfig {
     }
 
     pub fn to_json(&self) -> String {
-        let mut s = serde_json::to_string_pretty(self).expect("a config serialises");
+        let mut value = serde_json::to_value(self).expect("a config serialises");
+        if self.family() == Family::ModernBert {
+            // BERT's fields that ModernBERT names otherwise (`hidden_activation`, `norm_eps`, its
+            // three dropouts) or lacks are not written: HF's `ModernBertConfig` checks types, and
+            // would refuse `classifier_dropout: null`.
+            let object = value.as_object_mut().expect("a config is an object");
+            for field in BERT_ONLY {
+                object.remove(*field);
+            }
+            if object.get("classifier_dropout").is_some_and(|v| v.is_null()) {
+                object.remove("classifier_dropout");
+            }
+        }
+        let mut s = serde_json::to_string_pretty(&value).expect("a config serialises");
         s.push('\n');
         s
     }

@@ -4,6 +4,7 @@
 
 pub mod bert;
 pub mod config;
+pub mod modernbert;
 pub mod ops;
 pub mod params;
 
@@ -14,7 +15,8 @@ use candle_core::backprop::GradStore;
 use candle_core::{Device, Module, Tensor, Var};
 
 use bert::{linear_activation, BertModel, ForwardPass, Inputs, LayerNorm, Linear};
-use config::{BertConfig, Family};
+use config::{BertConfig, Family, Pooling};
+use modernbert::{LayerInputs, ModernBertModel, ModernBertPredictionHead};
 use params::{Init, ParamLoader, Params};
 
 /// Which HF class the model is; with the family, decides the heads and `architectures` in
@@ -43,13 +45,19 @@ impl ModelKind {
     }
 }
 
-/// `cls.predictions` (BERT) or `lm_head` (RoBERTa, GELU always): transform (dense,
-/// activation, LayerNorm), then the decoder tied to the word embeddings plus its own bias.
+/// The MLM head: a transform of the hidden states, then the decoder tied to the word
+/// embeddings plus its own bias.
 pub struct MlmHead {
-    pub dense: Linear,
-    pub layer_norm: LayerNorm,
-    pub bias: Tensor,
-    act: config::Activation,
+    pub transform: MlmTransform,
+    /// `cls.predictions.bias`, `lm_head.bias`, `decoder.bias` (ModernBERT's `decoder_bias`).
+    pub bias: Option<Tensor>,
+}
+
+/// `cls.predictions.transform` (BERT) or `lm_head` (RoBERTa, GELU always): dense, activation,
+/// LayerNorm; ModernBERT's `head` ([`ModernBertPredictionHead`]).
+pub enum MlmTransform {
+    Bert { dense: Linear, layer_norm: LayerNorm, act: config::Activation },
+    ModernBert(ModernBertPredictionHead),
 }
 
 impl MlmHead {
@@ -62,12 +70,23 @@ impl MlmHead {
                 c.hidden_act,
             ),
             Family::Roberta => ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias", config::Activation::Gelu),
+            Family::ModernBert => {
+                let transform = MlmTransform::ModernBert(ModernBertPredictionHead::load(p, c)?);
+                let bias = if c.modern()?.decoder_bias {
+                    Some(p.get("decoder.bias", &[c.vocab_size], Init::Zeros)?)
+                } else {
+                    None
+                };
+                return Ok(MlmHead { transform, bias });
+            }
         };
         Ok(MlmHead {
-            dense: Linear::load(p, dense, c.hidden_size, c.hidden_size, c.initializer_range)?,
-            layer_norm: LayerNorm::load(p, norm, c.hidden_size, c.layer_norm_eps)?,
-            bias: p.get(bias, &[c.vocab_size], Init::Zeros)?,
-            act,
+            transform: MlmTransform::Bert {
+                dense: Linear::load(p, dense, c.hidden_size, c.hidden_size, c.initializer_range)?,
+                layer_norm: LayerNorm::load(p, norm, c.hidden_size, c.layer_norm_eps)?,
+                act,
+            },
+            bias: Some(p.get(bias, &[c.vocab_size], Init::Zeros)?),
         })
     }
 
@@ -78,8 +97,115 @@ impl MlmHead {
         word_embeddings: &Tensor,
         mode: &ForwardPass,
     ) -> candle_core::Result<Tensor> {
-        let t = self.layer_norm.forward(&linear_activation(&self.dense, self.act, hidden, mode)?)?;
-        mode.mm(&t, &word_embeddings.t()?)?.broadcast_add(&self.bias)
+        let t = match &self.transform {
+            MlmTransform::Bert { dense, layer_norm, act } => {
+                layer_norm.forward(&linear_activation(dense, *act, hidden, mode)?)?
+            }
+            MlmTransform::ModernBert(head) => head.forward(hidden, mode)?,
+        };
+        let logits = mode.mm(&t, &word_embeddings.t()?)?;
+        match &self.bias {
+            Some(b) => logits.broadcast_add(b),
+            None => Ok(logits),
+        }
+    }
+}
+
+/// A family's encoder: BERT's module tree (BERT, RoBERTa) or ModernBERT's.
+pub enum Encoder {
+    Bert(BertModel),
+    ModernBert(ModernBertModel),
+}
+
+/// What every layer of a batch shares: BERT's mask; ModernBERT's masks and rotary tables.
+enum LayerContext {
+    Bert(Tensor),
+    ModernBert(LayerInputs),
+}
+
+impl Encoder {
+    /// BERT's tree, for code that only knows it (the fused ONNX export); `None` for ModernBERT.
+    pub fn bert(&self) -> Option<&BertModel> {
+        match self {
+            Encoder::Bert(b) => Some(b),
+            Encoder::ModernBert(_) => None,
+        }
+    }
+
+    /// The word embedding table (the MLM decoder's tied weight).
+    pub fn word_embeddings(&self) -> &Tensor {
+        match self {
+            Encoder::Bert(b) => &b.embeddings.word_embeddings,
+            Encoder::ModernBert(m) => &m.embeddings.tok_embeddings,
+        }
+    }
+
+    /// Last hidden states `[batch, seq, hidden]`.
+    pub fn forward(&self, inputs: &Inputs, mode: &mut ForwardPass) -> Result<Tensor> {
+        Ok(match self {
+            Encoder::Bert(b) => b.forward(inputs, mode)?,
+            Encoder::ModernBert(m) => m.forward(inputs, mode)?,
+        })
+    }
+
+    fn layer_count(&self) -> usize {
+        match self {
+            Encoder::Bert(b) => b.layers.len(),
+            Encoder::ModernBert(m) => m.layers.len(),
+        }
+    }
+
+    fn context(&self, inputs: &Inputs) -> Result<LayerContext> {
+        Ok(match self {
+            Encoder::Bert(_) => LayerContext::Bert(inputs.mask_bias.clone()),
+            Encoder::ModernBert(m) => LayerContext::ModernBert(m.layer_inputs(inputs)?),
+        })
+    }
+
+    fn embed(&self, inputs: &Inputs, mode: &mut ForwardPass) -> Result<Tensor> {
+        Ok(match self {
+            Encoder::Bert(b) => b.embeddings.forward(&inputs.input_ids, &inputs.token_type_ids, mode)?,
+            Encoder::ModernBert(m) => m.embeddings.forward(&inputs.input_ids, mode)?,
+        })
+    }
+
+    fn layer(&self, i: usize, x: &Tensor, context: &LayerContext, mode: &mut ForwardPass) -> Result<Tensor> {
+        Ok(match (self, context) {
+            (Encoder::Bert(b), LayerContext::Bert(mask)) => b.layers[i].forward(x, mask, mode)?,
+            (Encoder::ModernBert(m), LayerContext::ModernBert(at)) => m.layers[i].forward(x, at, mode)?,
+            _ => unreachable!("a context is made by its own encoder"),
+        })
+    }
+
+    /// What follows the last layer: ModernBERT's `final_norm`; nothing for BERT.
+    fn finish(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(match self {
+            Encoder::Bert(_) => x.clone(),
+            Encoder::ModernBert(m) => m.final_norm.forward(x)?,
+        })
+    }
+
+    /// The embedding tables whose padding row gets no gradient, as with HF's
+    /// `nn.Embedding(padding_idx=…)`: the word table, and RoBERTa's position table.
+    fn padded_tables(&self, prefix: &str) -> Vec<String> {
+        match self {
+            Encoder::Bert(b) => {
+                let mut names = vec![format!("{prefix}.embeddings.word_embeddings.weight")];
+                if b.embeddings.padding_idx.is_some() {
+                    names.push(format!("{prefix}.embeddings.position_embeddings.weight"));
+                }
+                names
+            }
+            Encoder::ModernBert(_) => vec![format!("{prefix}.embeddings.tok_embeddings.weight")],
+        }
+    }
+
+    /// `tanh(pooler(hidden[:, 0]))` where there is a pooler, else `hidden[:, 0]`.
+    fn pool(&self, hidden: &Tensor, mode: &ForwardPass) -> Result<Tensor> {
+        Ok(match self {
+            Encoder::Bert(b) => b.pool(hidden, mode)?,
+            Encoder::ModernBert(_) => hidden.narrow(1, 0, 1)?.squeeze(1)?,
+        })
     }
 }
 
@@ -95,17 +221,32 @@ pub enum Head {
         out_proj: Linear,
         dropout: f64,
     },
+    /// HF's `ModernBertForSequenceClassification`: pool (`cls` or masked `mean`) → `head`
+    /// (dense, activation, norm) → dropout → `classifier`.
+    ModernBertClassifier {
+        head: ModernBertPredictionHead,
+        classifier: Linear,
+        dropout: f64,
+        pooling: Pooling,
+    },
     Pretraining {
         mlm: MlmHead,
         nsp: Option<Linear>,
     },
 }
 
+impl Head {
+    /// Whether this is a sequence classifier's head (what `export` and `eval` take).
+    pub fn is_classifier(&self) -> bool {
+        !matches!(self, Head::Pretraining { .. })
+    }
+}
+
 /// A BERT with its head (classifier, MLM, MLM + NSP) and the parameters behind both.
 pub struct BertWithHead {
     pub kind: ModelKind,
     pub config: BertConfig,
-    pub bert: BertModel,
+    pub encoder: Encoder,
     pub head: Head,
     pub params: Params,
     /// Parameters that were not in the checkpoint (initialised), and checkpoint tensors the
@@ -127,13 +268,37 @@ impl BertWithHead {
     pub fn build(kind: ModelKind, config: &BertConfig, mut loader: ParamLoader) -> Result<BertWithHead> {
         config.check()?;
         let family = config.family();
-        if family == Family::Roberta && kind == ModelKind::PreTraining {
-            bail!("RoBERTa has no next-sentence head: pretrain it on MLM-only rows (`pretrain_sequences` with `nsp: false`)");
+        if family != Family::Bert && kind == ModelKind::PreTraining {
+            bail!(
+                "{} has no next-sentence head: pretrain it on MLM-only rows (`pretrain_sequences` with `nsp: false`)",
+                config.class_prefix()
+            );
         }
-        let with_pooler = kind != ModelKind::MaskedLm && family == Family::Bert;
-        let bert = BertModel::load(&mut loader, config, with_pooler)?;
+        let encoder = match family {
+            Family::ModernBert => Encoder::ModernBert(ModernBertModel::load(&mut loader, config)?),
+            _ => {
+                let with_pooler = kind != ModelKind::MaskedLm && family == Family::Bert;
+                Encoder::Bert(BertModel::load(&mut loader, config, with_pooler)?)
+            }
+        };
         let (h, r) = (config.hidden_size, config.initializer_range);
         let head = match kind {
+            ModelKind::SequenceClassification if family == Family::ModernBert => {
+                let m = config.modern()?;
+                let head = ModernBertPredictionHead::load(&mut loader, config)?;
+                // HF draws it from a normal of std hidden^-½ cut at ±2 std; the bias is zero.
+                let init = Init::TruncatedNormal { std: (h as f64).powf(-0.5), cutoff: m.initializer_cutoff_factor };
+                let classifier = Linear {
+                    weight: loader.get("classifier.weight", &[config.num_labels(), h], init)?,
+                    bias: loader.get("classifier.bias", &[config.num_labels()], Init::Zeros)?,
+                };
+                Head::ModernBertClassifier {
+                    head,
+                    classifier,
+                    dropout: config.classifier_dropout.unwrap_or(0.0),
+                    pooling: m.pooling(),
+                }
+            }
             ModelKind::SequenceClassification if family == Family::Roberta => Head::RobertaClassifier {
                 dense: Linear::load(&mut loader, "classifier.dense", h, h, r)?,
                 out_proj: Linear::load(&mut loader, "classifier.out_proj", h, config.num_labels(), r)?,
@@ -170,7 +335,7 @@ impl BertWithHead {
         Ok(BertWithHead {
             kind,
             config,
-            bert,
+            encoder,
             head,
             initialised: loader.initialised.clone(),
             unexpected,
@@ -222,43 +387,61 @@ impl BertWithHead {
             Some(c) => c.clone(),
             None => BertConfig::read(&dir.join("config.json"))?,
         };
-        let loader = ParamLoader::from_safetensors(&weights, device, seed)?;
+        let loader = ParamLoader::from_safetensors(&weights, device, seed, config.family().prefix())?;
         BertWithHead::build(kind, &config, loader).with_context(|| format!("loading '{}'", dir.display()))
     }
 
     /// Forward pass. `mlm_positions`: flat indices into `batch × seq` whose MLM logits are
     /// wanted (pretraining heads only).
     pub fn forward(&self, inputs: &Inputs, mlm_positions: Option<&Tensor>, mode: &mut ForwardPass) -> Result<Outputs> {
-        let hidden = self.bert.forward(inputs, mode)?;
-        self.head_forward(&hidden, mlm_positions, mode)
+        let hidden = self.encoder.forward(inputs, mode)?;
+        self.head_forward(&hidden, inputs, mlm_positions, mode)
     }
 
     /// The head on the encoder's last hidden states `[batch, seq, hidden]`.
-    fn head_forward(&self, hidden: &Tensor, mlm_positions: Option<&Tensor>, mode: &mut ForwardPass) -> Result<Outputs> {
+    fn head_forward(
+        &self,
+        hidden: &Tensor,
+        inputs: &Inputs,
+        mlm_positions: Option<&Tensor>,
+        mode: &mut ForwardPass,
+    ) -> Result<Outputs> {
         Ok(match &self.head {
             Head::Classifier { classifier, dropout } => {
-                let pooled = self.bert.pool(hidden, mode)?;
+                let pooled = self.encoder.pool(hidden, mode)?;
                 let pooled = mode.dropout(&pooled, *dropout)?;
                 Outputs { logits: Some(classifier.forward(&pooled, mode)?), mlm_logits: None }
             }
             Head::RobertaClassifier { dense, out_proj, dropout } => {
                 // Without a pooler, `pool` is the first token's hidden state.
-                let x = mode.dropout(&self.bert.pool(hidden, mode)?, *dropout)?;
+                let x = mode.dropout(&self.encoder.pool(hidden, mode)?, *dropout)?;
                 let x = dense.forward(&x, mode)?.tanh()?;
                 let x = mode.dropout(&x, *dropout)?;
                 Outputs { logits: Some(out_proj.forward(&x, mode)?), mlm_logits: None }
+            }
+            Head::ModernBertClassifier { head, classifier, dropout, pooling } => {
+                let pooled = match pooling {
+                    Pooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?,
+                    Pooling::Mean => {
+                        let keep = inputs.attention_mask.unsqueeze(2)?;
+                        let sum = hidden.broadcast_mul(&keep)?.sum(1)?;
+                        sum.broadcast_div(&keep.sum(1)?)?
+                    }
+                };
+                let x = mode.dropout(&head.forward(&pooled, mode)?, *dropout)?;
+                Outputs { logits: Some(classifier.forward(&x, mode)?), mlm_logits: None }
             }
             Head::Pretraining { mlm, nsp } => {
                 let mlm_logits = match mlm_positions {
                     Some(pos) => {
                         let (b, s, h) = hidden.dims3()?;
                         let picked = hidden.reshape((b * s, h))?.index_select(pos, 0)?;
-                        Some(mlm.forward(&picked, &self.bert.embeddings.word_embeddings, mode)?)
+                        Some(mlm.forward(&picked, self.encoder.word_embeddings(), mode)?)
                     }
                     None => None,
                 };
                 let logits = match nsp {
-                    Some(nsp) => Some(nsp.forward(&self.bert.pool(hidden, mode)?, mode)?),
+                    Some(nsp) => Some(nsp.forward(&self.encoder.pool(hidden, mode)?, mode)?),
                     None => None,
                 };
                 Outputs { logits, mlm_logits }
@@ -284,29 +467,33 @@ impl BertWithHead {
         loss_of: impl FnOnce(&Outputs) -> Result<Tensor>,
     ) -> Result<GradStore> {
         let frozen = self.frozen()?;
+        // Masks and rotary tables are constants of the batch: made once, used by both passes.
+        let context = self.encoder.context(inputs)?;
         let embeddings_mode = mode.clone();
-        let mut x = frozen.bert.embeddings.forward(&inputs.input_ids, &inputs.token_type_ids, mode)?;
-        let mut saved = Vec::with_capacity(frozen.bert.layers.len());
-        for layer in &frozen.bert.layers {
+        let mut x = frozen.encoder.embed(inputs, mode)?;
+        let layers = frozen.encoder.layer_count();
+        let mut saved = Vec::with_capacity(layers);
+        for i in 0..layers {
             saved.push((x.clone(), mode.clone()));
-            x = layer.forward(&x, &inputs.mask_bias, mode)?;
+            x = frozen.encoder.layer(i, &x, &context, mode)?;
         }
         drop(frozen);
         let top = Var::from_tensor(&x)?;
         drop(x);
-        let loss = loss_of(&self.head_forward(top.as_tensor(), mlm_positions, mode)?)?;
+        let hidden = self.encoder.finish(top.as_tensor())?;
+        let loss = loss_of(&self.head_forward(&hidden, inputs, mlm_positions, mode)?)?;
+        drop(hidden);
         let mut grads = backward(&loss)?;
         drop(loss);
         let mut upstream = grads.remove(top.as_tensor()).context("no gradient reached the encoder's output")?;
-        for (layer, (input, mut layer_mode)) in self.bert.layers.iter().zip(saved).rev() {
+        for (i, (input, mut layer_mode)) in saved.into_iter().enumerate().rev() {
             let input = Var::from_tensor(&input)?;
-            let y = layer.forward(input.as_tensor(), &inputs.mask_bias, &mut layer_mode)?;
+            let y = self.encoder.layer(i, input.as_tensor(), &context, &mut layer_mode)?;
             let mut g = backward(&(y * &upstream)?.sum_all()?)?;
             upstream = g.remove(input.as_tensor()).context("no gradient reached a layer's input")?;
             grads.extend(g)?;
         }
-        let x0 =
-            self.bert.embeddings.forward(&inputs.input_ids, &inputs.token_type_ids, &mut embeddings_mode.clone())?;
+        let x0 = self.encoder.embed(inputs, &mut embeddings_mode.clone())?;
         grads.extend(backward(&(x0 * upstream)?.sum_all()?)?)?;
         Ok(grads)
     }
@@ -315,17 +502,13 @@ impl BertWithHead {
     /// row of the word embeddings gets none, as with HF's `nn.Embedding(padding_idx=…)`.
     pub fn gradients(&self, grads: &GradStore) -> Result<Vec<Tensor>> {
         let mut out = Vec::with_capacity(self.params.vars.len());
+        let padded_tables = self.encoder.padded_tables(self.config.family().prefix());
         for (name, var) in &self.params.vars {
             let mut g = match grads.get(var.as_tensor()) {
                 Some(g) => g.to_dtype(candle_core::DType::F32)?,
                 None => var.as_tensor().zeros_like()?,
             };
-            // RoBERTa's position embeddings have a padding row too.
-            let prefix = self.config.family().prefix();
-            let padded = name.strip_prefix(prefix).is_some_and(|n| {
-                n == ".embeddings.word_embeddings.weight"
-                    || (self.bert.embeddings.padding_idx.is_some() && n == ".embeddings.position_embeddings.weight")
-            });
+            let padded = padded_tables.contains(name);
             if padded {
                 let pad = self.config.pad_token_id.unwrap_or(0);
                 let (v, h) = g.dims2()?;
@@ -445,22 +628,40 @@ mod tests {
 
     #[test]
     fn checkpointed_gradients_are_a_plain_backwards() {
-        for kind in [ModelKind::SequenceClassification, ModelKind::PreTraining] {
-            let mut c = BertConfig::new(48, 3, 32, 4, 64);
-            c.hidden_dropout_prob = 0.2;
-            c.attention_probs_dropout_prob = 0.2;
+        let mut modern = BertConfig::new(48, 3, 32, 4, 64);
+        modern.model_type = "modernbert".into();
+        for (field, value) in [("embedding_dropout", 0.2), ("attention_dropout", 0.2), ("mlp_dropout", 0.2)] {
+            modern.set_extra(field, value.into());
+        }
+        modern.set_extra("local_attention", 4.into());
+        modern.set_extra("classifier_pooling", "mean".into());
+        let cases = [
+            (ModelKind::SequenceClassification, None),
+            (ModelKind::PreTraining, None),
+            (ModelKind::SequenceClassification, Some(modern.clone())),
+            (ModelKind::MaskedLm, Some(modern)),
+        ];
+        for (kind, config) in cases {
+            let c = config.unwrap_or_else(|| {
+                let mut c = BertConfig::new(48, 3, 32, 4, 64);
+                c.hidden_dropout_prob = 0.2;
+                c.attention_probs_dropout_prob = 0.2;
+                c
+            });
+            let kind_name = format!("{kind:?} {}", c.model_type);
+            let kind_name = kind_name.as_str();
             let model = BertWithHead::fresh(kind, &c, &Device::Cpu, 11).unwrap();
             let (plain_loss, plain) = step(&model, false);
             let (loss, grads) = step(&model, true);
-            assert_eq!(loss, plain_loss, "{kind:?}: the same forward pass, the same dropout");
+            assert_eq!(loss, plain_loss, "{kind_name}: the same forward pass, the same dropout");
             for ((name, _), (a, b)) in model.params.vars.iter().zip(plain.iter().zip(&grads)) {
                 let scale = a.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap().max(1e-6);
                 let diff = (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
-                assert!(diff <= 1e-5 * scale, "{kind:?} {name}: gradients differ by {diff} (scale {scale})");
+                assert!(diff <= 1e-5 * scale, "{kind_name} {name}: gradients differ by {diff} (scale {scale})");
                 assert_eq!(a.dtype(), DType::F32);
             }
             // Not vacuous: the step reaches every layer and, for pretraining, the tied decoder.
-            let word = model.params.vars.iter().position(|(n, _)| n.ends_with("word_embeddings.weight")).unwrap();
+            let word = model.params.vars.iter().position(|(n, _)| n.ends_with("embeddings.weight")).unwrap();
             assert!(grads[word].abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap() > 0.0);
         }
     }

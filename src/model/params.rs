@@ -14,6 +14,11 @@ use crate::rng::Rng;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Init {
     Normal(f64),
+    /// Normal(0, std) redrawn outside ±`cutoff`·std (ModernBERT's `trunc_normal_`).
+    TruncatedNormal {
+        std: f64,
+        cutoff: f64,
+    },
     Zeros,
     Ones,
 }
@@ -74,9 +79,10 @@ impl ParamLoader {
     }
 
     /// Tensors from a `model.safetensors`, renamed to the names our model uses: a bare
-    /// `BertModel` (sentence-transformers saves `embeddings.…` without `bert.`) gets the prefix,
-    /// and TF-era `LayerNorm.gamma/beta` become `weight/bias`. Any float dtype becomes f32.
-    pub fn from_safetensors(path: &Path, device: &Device, seed: u64) -> Result<ParamLoader> {
+    /// encoder (sentence-transformers saves a `BertModel`'s `embeddings.…` without `bert.`) gets
+    /// the family's `prefix`, and TF-era `LayerNorm.gamma/beta` become `weight/bias`. Any float
+    /// dtype becomes f32.
+    pub fn from_safetensors(path: &Path, device: &Device, seed: u64, prefix: &str) -> Result<ParamLoader> {
         if path.extension().is_some_and(|e| e == "bin" || e == "pt" || e == "pth") {
             bail!(
                 "'{}' is a pickled PyTorch file; bertpipe reads safetensors only (convert it with `safetensors`)",
@@ -85,15 +91,15 @@ impl ParamLoader {
         }
         let raw = candle_core::safetensors::load(path, &Device::Cpu)
             .with_context(|| format!("could not read safetensors '{}'", path.display()))?;
-        let bare = !raw.keys().any(|k| k.starts_with("bert."))
-            && raw.keys().any(|k| k.starts_with("embeddings.") || k.starts_with("encoder."));
+        let owned = format!("{prefix}.");
+        let bare = !raw.keys().any(|k| k.starts_with(&owned))
+            && raw.keys().any(|k| ["embeddings.", "encoder.", "layers."].iter().any(|p| k.starts_with(p)));
+        // A head's tensors keep their names (BERT's `cls.`, RoBERTa's `lm_head.`, ModernBERT's
+        // `head.` and `decoder.`, everyone's `classifier.`).
+        let head = |n: &str| ["cls.", "classifier.", "lm_head.", "head.", "decoder."].iter().any(|p| n.starts_with(p));
         let mut checkpoint = HashMap::new();
         for (name, t) in raw {
-            let mut name = if bare && !name.starts_with("cls.") && !name.starts_with("classifier.") {
-                format!("bert.{name}")
-            } else {
-                name
-            };
+            let mut name = if bare && !head(&name) { format!("{owned}{name}") } else { name };
             for (old, new) in [("LayerNorm.gamma", "LayerNorm.weight"), ("LayerNorm.beta", "LayerNorm.bias")] {
                 if name.ends_with(old) {
                     name = format!("{}{new}", &name[..name.len() - old.len()]);
@@ -151,8 +157,21 @@ impl ParamLoader {
             Init::Zeros => vec![0.0; n],
             Init::Ones => vec![1.0; n],
             Init::Normal(std) => (0..n).map(|_| (self.rng.normal() * std) as f32).collect(),
+            Init::TruncatedNormal { std, cutoff } => (0..n)
+                .map(|_| loop {
+                    let z = self.rng.normal();
+                    if z.abs() <= cutoff {
+                        break (z * std) as f32;
+                    }
+                })
+                .collect(),
         };
         Ok(Tensor::from_vec(data, shape, &self.device)?)
+    }
+
+    /// The device parameters are made on.
+    pub fn device(&self) -> &Device {
+        &self.device
     }
 
     /// Zeroes one row of a freshly initialised embedding (HF zeroes `padding_idx`).
@@ -185,6 +204,7 @@ impl ParamLoader {
                         | "cls.predictions.decoder.bias"
                         | "lm_head.decoder.weight"
                         | "lm_head.decoder.bias"
+                        | "decoder.weight"
                 )
             })
             .cloned()

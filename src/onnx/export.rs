@@ -35,9 +35,9 @@ use prost::Message;
 
 use super::graph::{externalize, Attr, Graph};
 use super::proto::{data_type, ModelProto, OperatorSetIdProto, StringStringEntryProto, ValueInfoProto, IR_VERSION};
-use crate::model::bert::{BertLayer, LayerNorm, Linear};
+use crate::model::bert::{BertLayer, BertModel, LayerNorm, Linear};
 use crate::model::config::{Activation, Family};
-use crate::model::{BertWithHead, Head, ModelKind};
+use crate::model::{BertWithHead, Encoder, Head, ModelKind};
 
 pub const OPSET: i64 = 17;
 /// Protobuf refuses messages past 2 GiB; weights move to an external file well before.
@@ -198,9 +198,10 @@ pub fn checkpoint_vocab(dir: &Path) -> Option<PathBuf> {
 /// classifier (a bare encoder would export random logits).
 pub fn load_classifier(dir: &Path) -> Result<BertWithHead> {
     let model = BertWithHead::from_checkpoint(ModelKind::SequenceClassification, dir, None, &Device::Cpu, 0)?;
-    // The head: BERT's pooler and `classifier`, or RoBERTa's `classifier.dense` and `.out_proj`.
-    let missing: Vec<&String> =
-        model.initialised.iter().filter(|n| n.starts_with("classifier") || n.starts_with("bert.pooler")).collect();
+    // The head: BERT's pooler and `classifier`, RoBERTa's `classifier.dense` and `.out_proj`,
+    // ModernBERT's `head` and `classifier`.
+    let head = |n: &str| n.starts_with("classifier") || n.starts_with("bert.pooler") || n.starts_with("head.");
+    let missing: Vec<&String> = model.initialised.iter().filter(|n| head(n)).collect();
     if !missing.is_empty() {
         bail!(
             "'{}' is not a sequence-classification checkpoint: it has no {} (a bare encoder such as a BertModel or BertForMaskedLM); fine-tune it first with `bertpipe train` (task: classify, model.init_from: {})",
@@ -303,10 +304,14 @@ pub fn build(
     fp16_clamp: bool,
     metadata: &[(String, String)],
 ) -> Result<(ModelProto, usize)> {
-    if !matches!(model.head, Head::Classifier { .. } | Head::RobertaClassifier { .. }) {
+    if !model.head.is_classifier() {
         bail!("only sequence-classification models are exported");
     }
     let c = &model.config;
+    let bert = match &model.encoder {
+        Encoder::Bert(b) => b,
+        Encoder::ModernBert(m) => return super::modernbert::proto(model, m, optimize, precision, metadata),
+    };
     let roberta = c.family() == Family::Roberta;
     let p = precision;
     let mut g = Graph::default();
@@ -322,11 +327,11 @@ pub fn build(
     // RoBERTa's position ids come from the input ids, which `EmbedLayerNormalization` does not
     // compute: its embeddings are plain ops under --optimize too (the layers are fused).
     let mut x = if roberta {
-        embeddings_roberta(&mut g, model, p)?
+        embeddings_roberta(&mut g, model, bert, p)?
     } else if optimize {
-        embeddings_fused(&mut g, model, p)?
+        embeddings_fused(&mut g, model, bert, p)?
     } else {
-        embeddings(&mut g, model, p)?
+        embeddings(&mut g, model, bert, p)?
     };
     // Attention mask → additive bias `[batch, 1, 1, seq]`: 0 for tokens, −1e9 for padding,
     // float32 in every precision (fp16 scores are cast up before it is added); the fused
@@ -334,13 +339,7 @@ pub fn build(
     let mask = if optimize {
         g.op("Cast", "/mask/to_int32", &["attention_mask"], vec![("to", Attr::Int(data_type::INT32 as i64))])
     } else {
-        let m = g.op("Cast", "/mask/to_float", &["attention_mask"], vec![("to", Attr::Int(data_type::FLOAT as i64))]);
-        let one = g.scalar("/mask/one", 1.0);
-        let inv = g.op("Sub", "/mask/invert", &[&one, &m], vec![]);
-        let big = g.scalar("/mask/masked_value", crate::model::bert::MASKED);
-        let bias = g.op("Mul", "/mask/bias", &[&inv, &big], vec![]);
-        let axes = g.i64_init("/mask/axes", &[2], &[1, 2]);
-        g.op("Unsqueeze", "/mask/unsqueeze", &[&bias, &axes], vec![])
+        padding_bias(&mut g)
     };
     let shape = LayerShape {
         prefix: c.family().prefix(),
@@ -349,7 +348,7 @@ pub fn build(
         act: c.hidden_act,
         p,
     };
-    for (i, layer) in model.bert.layers.iter().enumerate() {
+    for (i, layer) in bert.layers.iter().enumerate() {
         x = if optimize {
             layer_fused(&mut g, i, layer, &x, &mask, &shape)?
         } else {
@@ -367,7 +366,7 @@ pub fn build(
     // Classifier (dropout is the identity at inference).
     let logits = match &model.head {
         Head::Classifier { classifier, .. } => {
-            let pooler = model.bert.pooler.as_ref().context("the model has no pooler")?;
+            let pooler = bert.pooler.as_ref().context("the model has no pooler")?;
             let pooled = linear(&mut g, "bert.pooler.dense", pooler, &first)?;
             let pooled = g.op("Tanh", "/pooler/tanh", &[&pooled], vec![]);
             linear(&mut g, "classifier", classifier, &pooled)?
@@ -378,11 +377,22 @@ pub fn build(
             let h = g.op("Tanh", "/classifier/tanh", &[&h], vec![]);
             linear(&mut g, "classifier.out_proj", out_proj, &h)?
         }
-        Head::Pretraining { .. } => unreachable!("refused above"),
+        Head::ModernBertClassifier { .. } | Head::Pretraining { .. } => unreachable!("refused above"),
     };
     g.rename_output(&logits, "logits");
     g.outputs.push(ValueInfoProto::tensor("logits", data_type::FLOAT, &[Err("batch"), Ok(c.num_labels() as i64)]));
 
+    Ok(model_proto(g, c, c.class_prefix(), p, metadata))
+}
+
+/// The ONNX model around a finished graph `g`, and its node count.
+pub(super) fn model_proto(
+    g: Graph,
+    c: &crate::model::config::BertConfig,
+    family: &str,
+    p: Precision,
+    metadata: &[(String, String)],
+) -> (ModelProto, usize) {
     let nodes = g.node_count();
     if !g.clamped.is_empty() {
         eprintln!(
@@ -398,7 +408,7 @@ pub fn build(
     let graph = g.finish(
         "bert_sequence_classification",
         &format!(
-            "BERT {}L/{}H/{}A, {} labels, {}, exported by bertpipe",
+            "{family} {}L/{}H/{}A, {} labels, {}, exported by bertpipe",
             c.num_hidden_layers,
             c.hidden_size,
             c.num_attention_heads,
@@ -406,7 +416,7 @@ pub fn build(
             p.name()
         ),
     );
-    Ok((
+    (
         ModelProto {
             ir_version: IR_VERSION,
             opset_import,
@@ -420,7 +430,18 @@ pub fn build(
             ..Default::default()
         },
         nodes,
-    ))
+    )
+}
+
+/// `attention_mask` → additive bias `[batch, 1, 1, seq]`: 0 for tokens, −1e9 for padding.
+pub(super) fn padding_bias(g: &mut Graph) -> String {
+    let m = g.op("Cast", "/mask/to_float", &["attention_mask"], vec![("to", Attr::Int(data_type::FLOAT as i64))]);
+    let one = g.scalar("/mask/one", 1.0);
+    let inv = g.op("Sub", "/mask/invert", &[&one, &m], vec![]);
+    let big = g.scalar("/mask/masked_value", crate::model::bert::MASKED);
+    let bias = g.op("Mul", "/mask/bias", &[&inv, &big], vec![]);
+    let axes = g.i64_init("/mask/axes", &[2], &[1, 2]);
+    g.op("Unsqueeze", "/mask/unsqueeze", &[&bias, &axes], vec![])
 }
 
 /// What every layer builder needs besides the layer.
@@ -444,7 +465,7 @@ fn weight(g: &mut Graph, name: &str, t: &Tensor) -> Result<String> {
 /// A float parameter in the precision's float type (fp16 for `--fp16`, else float32). An fp16
 /// parameter beyond fp16's range (±65504) would become infinite: refused, naming it, unless
 /// `--fp16-clamp` (then clamped and listed in `g.clamped`).
-fn param(g: &mut Graph, name: &str, t: &Tensor, p: Precision) -> Result<String> {
+pub(super) fn param(g: &mut Graph, name: &str, t: &Tensor, p: Precision) -> Result<String> {
     let mut v = values(t)?;
     Ok(match p {
         Precision::Fp16 => {
@@ -499,7 +520,14 @@ fn linear(g: &mut Graph, name: &str, l: &Linear, x: &str) -> Result<String> {
 /// precision: a `MatMul` of float32 or fp16 weights, or for int8 one `DynamicQuantizeMatMul`
 /// (x quantised to uint8 per tensor at run time, W int8 per output channel, the bias added in
 /// float32 by the same kernel).
-fn product(g: &mut Graph, name: &str, w: &Tensor, bias: Option<&Tensor>, x: &str, p: Precision) -> Result<String> {
+pub(super) fn product(
+    g: &mut Graph,
+    name: &str,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    x: &str,
+    p: Precision,
+) -> Result<String> {
     match p {
         Precision::Int8 => {
             let (q, scale, zero) = quantized(g, name, w)?;
@@ -579,7 +607,7 @@ pub fn quantize_per_channel(w: &[f32], out: usize, inp: usize) -> (Vec<i8>, Vec<
 
 /// LayerNormalization of `x` in the activations' type. In fp16 the mean and variance are still
 /// computed in float32 (the op's `stash_type` 1, ONNX's default); scale and bias are fp16.
-fn layer_norm(g: &mut Graph, name: &str, ln: &LayerNorm, x: &str, eps: f64, p: Precision) -> Result<String> {
+pub(super) fn layer_norm(g: &mut Graph, name: &str, ln: &LayerNorm, x: &str, eps: f64, p: Precision) -> Result<String> {
     let w = param(g, &format!("{name}.weight"), &ln.weight, p)?;
     let b = param(g, &format!("{name}.bias"), &ln.bias, p)?;
     Ok(g.op(
@@ -592,8 +620,8 @@ fn layer_norm(g: &mut Graph, name: &str, ln: &LayerNorm, x: &str, eps: f64, p: P
 
 /// Embeddings: word + position + token type, then LayerNorm. The tables stay float32 for int8:
 /// a gather does no arithmetic to speed up, and quantised rows would only lose precision.
-fn embeddings(g: &mut Graph, model: &BertWithHead, p: Precision) -> Result<String> {
-    let e = &model.bert.embeddings;
+fn embeddings(g: &mut Graph, model: &BertWithHead, bert: &BertModel, p: Precision) -> Result<String> {
+    let e = &bert.embeddings;
     let word = param(g, "bert.embeddings.word_embeddings.weight", &e.word_embeddings, p)?;
     let pos = param(g, "bert.embeddings.position_embeddings.weight", &e.position_embeddings, p)?;
     let types = param(g, "bert.embeddings.token_type_embeddings.weight", &e.token_type_embeddings, p)?;
@@ -616,8 +644,8 @@ fn embeddings(g: &mut Graph, model: &BertWithHead, p: Precision) -> Result<Strin
 /// RoBERTa's embeddings: word + position + the one token type, then LayerNorm; the position
 /// ids count the non-padding tokens from `pad + 1` (padding gets `pad`), as HF's
 /// `create_position_ids_from_input_ids`: `cumsum(ids ≠ pad) · (ids ≠ pad) + pad`.
-fn embeddings_roberta(g: &mut Graph, model: &BertWithHead, p: Precision) -> Result<String> {
-    let e = &model.bert.embeddings;
+fn embeddings_roberta(g: &mut Graph, model: &BertWithHead, bert: &BertModel, p: Precision) -> Result<String> {
+    let e = &bert.embeddings;
     let pad = e.padding_idx.context("a RoBERTa model has a padding index")? as i64;
     let word = param(g, "roberta.embeddings.word_embeddings.weight", &e.word_embeddings, p)?;
     let pos = param(g, "roberta.embeddings.position_embeddings.weight", &e.position_embeddings, p)?;
@@ -641,8 +669,8 @@ fn embeddings_roberta(g: &mut Graph, model: &BertWithHead, p: Precision) -> Resu
 }
 
 /// Embeddings as one `EmbedLayerNormalization` (int32 ids).
-fn embeddings_fused(g: &mut Graph, model: &BertWithHead, p: Precision) -> Result<String> {
-    let e = &model.bert.embeddings;
+fn embeddings_fused(g: &mut Graph, model: &BertWithHead, bert: &BertModel, p: Precision) -> Result<String> {
+    let e = &bert.embeddings;
     let ids = cast(g, "/embeddings/input_ids_int32", "input_ids", data_type::INT32);
     let types = cast(g, "/embeddings/token_type_ids_int32", "token_type_ids", data_type::INT32);
     let word = param(g, "bert.embeddings.word_embeddings.weight", &e.word_embeddings, p)?;
@@ -660,7 +688,7 @@ fn embeddings_fused(g: &mut Graph, model: &BertWithHead, p: Precision) -> Result
     Ok(outs[0].clone())
 }
 
-fn activation(g: &mut Graph, name: &str, act: Activation, x: &str, p: Precision) -> String {
+pub(super) fn activation(g: &mut Graph, name: &str, act: Activation, x: &str, p: Precision) -> String {
     match act {
         // 0.5·x·(1 + erf(x/√2)).
         Activation::Gelu => {

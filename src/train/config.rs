@@ -162,13 +162,16 @@ pub struct ModelSpec {
     /// BERT from the Hub, with or without heads.
     #[serde(default)]
     pub init_from: Option<PathBuf>,
-    /// Overrides the config's dropout after embeddings and sublayers.
+    /// Overrides the config's dropout after embeddings and sublayers (ModernBERT's
+    /// `embedding_dropout` and `mlp_dropout`).
     #[serde(default)]
     pub hidden_dropout_prob: Option<f64>,
-    /// Overrides the config's dropout on attention probabilities.
+    /// Overrides the config's dropout on attention probabilities (ModernBERT's
+    /// `attention_dropout`).
     #[serde(default)]
     pub attention_probs_dropout_prob: Option<f64>,
-    /// Overrides the dropout before the classifier (default: `hidden_dropout_prob`).
+    /// Overrides the dropout before the classifier (default: `hidden_dropout_prob`; ModernBERT's
+    /// `classifier_dropout`, 0 unless its config says otherwise).
     #[serde(default)]
     pub classifier_dropout: Option<f64>,
 }

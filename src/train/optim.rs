@@ -9,11 +9,15 @@ use candle_core::{DType, Tensor};
 use super::config::Schedule;
 use crate::model::params::Params;
 
-/// Biases and LayerNorm parameters get no weight decay (the HF/BERT convention).
+/// Biases and LayerNorm parameters get no weight decay (the HF/BERT convention; HF's Trainer
+/// leaves out every `nn.LayerNorm`, which ModernBERT names `norm`, `attn_norm`, `mlp_norm`,
+/// `final_norm`).
 pub fn decays(name: &str) -> bool {
+    let module = name.rsplit('.').nth(1).unwrap_or("");
     !(name.ends_with(".bias")
         || name.contains("LayerNorm")
         || name.contains("layer_norm")
+        || module.ends_with("norm")
         || name == "cls.predictions.bias"
         || name == "lm_head.bias")
 }
@@ -283,6 +287,16 @@ mod tests {
         assert!(!decays("bert.embeddings.LayerNorm.weight"));
         assert!(!decays("cls.predictions.bias"));
         assert!(!decays("lm_head.layer_norm.weight") && !decays("lm_head.bias"));
+        for norm in [
+            "model.embeddings.norm",
+            "model.layers.1.attn_norm",
+            "model.layers.0.mlp_norm",
+            "model.final_norm",
+            "head.norm",
+        ] {
+            assert!(!decays(&format!("{norm}.weight")), "{norm}");
+        }
+        assert!(decays("model.layers.0.attn.Wqkv.weight") && decays("model.embeddings.tok_embeddings.weight"));
         assert!(decays("roberta.encoder.layer.0.output.dense.weight"));
     }
 }

@@ -495,9 +495,10 @@ fn model_and_state(
             c.max_sequence()
         );
     }
-    if c.family() == Family::Roberta && shards.tokenizer()?.special_ids.pair_type_ids {
+    if !c.family().has_token_types() && shards.tokenizer()?.special_ids.pair_type_ids {
         bail!(
-            "the shards give a pair's second segment token type 1, but RoBERTa has one token type: tokenize with the model's own tokenizer.json"
+            "the shards give a pair's second segment token type 1, but {} has no token types: tokenize with the model's own tokenizer.json",
+            c.class_prefix()
         );
     }
     if cfg.task == Objective::Classify {
@@ -548,11 +549,23 @@ fn model_config(cfg: &TrainConfig, vocab_size: usize) -> Result<BertConfig> {
     } else {
         bail!("model: give `preset`, `config` or `init_from`");
     };
-    if let Some(p) = m.hidden_dropout_prob {
-        c.hidden_dropout_prob = p;
-    }
-    if let Some(p) = m.attention_probs_dropout_prob {
-        c.attention_probs_dropout_prob = p;
+    if c.family() == Family::ModernBert {
+        // ModernBERT's dropouts have their own names: the hidden one is its embedding and MLP
+        // dropout, the attention one its `attention_dropout`.
+        if let Some(p) = m.hidden_dropout_prob {
+            c.set_extra("embedding_dropout", p.into());
+            c.set_extra("mlp_dropout", p.into());
+        }
+        if let Some(p) = m.attention_probs_dropout_prob {
+            c.set_extra("attention_dropout", p.into());
+        }
+    } else {
+        if let Some(p) = m.hidden_dropout_prob {
+            c.hidden_dropout_prob = p;
+        }
+        if let Some(p) = m.attention_probs_dropout_prob {
+            c.attention_probs_dropout_prob = p;
+        }
     }
     if let Some(p) = m.classifier_dropout {
         c.classifier_dropout = Some(p);
