@@ -214,6 +214,83 @@ fn roberta_export_matches_transformers_plain_and_optimized() {
     }
 }
 
+/// ModernBERT's export against `transformers`' logits of the ModernBERT fixture
+/// (scripts/make_golden_modernbert.py: 11 tokens through ±2-token local layers, so the
+/// in-graph window, rotary tables and padding all count), `cls` and `mean` pooling; int8 close
+/// to it; inputs `input_ids`, `attention_mask`. The fused graph and fp16 are refused by name.
+#[test]
+fn modernbert_export_matches_transformers_fp32_and_int8() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime::init(Some(ort_lib())).unwrap();
+    let g: Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("tests/fixtures/golden_modernbert.json")).unwrap())
+            .unwrap();
+    let (ids, mask) = (ints(&g["input_ids"]), ints(&g["attention_mask"]));
+    let (batch, seq, torch) = batch_and_logits(&g);
+    let source = root().join("tests/fixtures/tiny-modernbert-cls");
+    // The same weights pooled by the mean of each row's tokens.
+    let mean = dir.path().join("mean-pooled");
+    std::fs::create_dir(&mean).unwrap();
+    std::fs::copy(source.join("model.safetensors"), mean.join("model.safetensors")).unwrap();
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(source.join("config.json")).unwrap()).unwrap();
+    config["classifier_pooling"] = "mean".into();
+    std::fs::write(mean.join("config.json"), config.to_string()).unwrap();
+    let torch_mean: Vec<f32> = g["cls_logits_mean"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+        .collect();
+    let options = |checkpoint: &Path, name: &str, optimize: bool, precision: export::Precision| export::ExportOptions {
+        checkpoint: checkpoint.to_path_buf(),
+        out: dir.path().join(name),
+        optimize,
+        precision,
+        // The fixture has no tokenizer; any file stands for its vocabulary in the metadata.
+        vocab: Some(root().join("tests/fixtures/tokenizers/modernbert/tokenizer.json")),
+        max_len: None,
+        external_data: false,
+        fp16_clamp: false,
+        metadata: Vec::new(),
+    };
+    for (checkpoint, want, label) in [(&source, &torch, "cls"), (&mean, &torch_mean, "mean")] {
+        let mut fp32_logits = Vec::new();
+        for precision in [export::Precision::Fp32, export::Precision::Int8] {
+            let name = format!("{label}-{}.onnx", precision.name());
+            let done = export::export(&options(checkpoint, &name, false, precision)).unwrap();
+            let mut session = rt.open(&done.path, runtime::Provider::Cpu, 1).unwrap();
+            let (logits, k) = session.logits(&ids, &mask, &vec![0; ids.len()], batch, seq).unwrap();
+            assert_eq!(k, 2);
+            let diff = bertpipe::metrics::max_abs_diff(&logits, want) as f32;
+            eprintln!("ModernBERT {label} pooling, {}: max |Δ logits| vs transformers {diff:e}", precision.name());
+            if precision == export::Precision::Fp32 {
+                assert!(diff < 1e-4, "{label} pooling, fp32: max |Δ| vs transformers {diff}");
+                fp32_logits = logits;
+            } else {
+                // 7-bit weights and uint8 activations on a random model whose logits span ±10:
+                // close, and not the float model itself.
+                let scale = bertpipe::metrics::max_abs(want) as f32;
+                assert!(diff < 0.1 * scale, "{label} pooling, int8: max |Δ| {diff} (logits up to {scale})");
+                assert!(bertpipe::metrics::max_abs_diff(&logits, &fp32_logits) > 0.0, "int8 is not quantised");
+            }
+            let proto = ModelProto::decode(std::fs::read(&done.path).unwrap().as_slice()).unwrap();
+            let graph = proto.graph.as_ref().unwrap();
+            let inputs: Vec<&str> = graph.input.iter().map(|i| i.name.as_str()).collect();
+            assert_eq!(inputs, ["input_ids", "attention_mask"]);
+            let quantized = graph.node.iter().filter(|n| n.op_type == "DynamicQuantizeMatMul").count();
+            let want_quantized = if precision == export::Precision::Int8 { 4 * 4 } else { 0 };
+            assert_eq!(quantized, want_quantized, "Wqkv, Wo, Wi, Wo of each of the 4 layers");
+        }
+    }
+    for (optimize, precision, says) in
+        [(true, export::Precision::Fp32, "without --optimize"), (false, export::Precision::Fp16, "fp32 or int8")]
+    {
+        let err = export::export(&options(&source, "refused.onnx", optimize, precision)).err().unwrap();
+        assert!(format!("{err:#}").contains(says), "{err:#}");
+    }
+}
+
 #[test]
 fn metadata_records_vocabulary_length_labels_and_producer() {
     let dir = tempfile::tempdir().unwrap();
