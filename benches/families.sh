@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A fine-tuning step (forward, backward, clip, AdamW) of each model family at BERT-base size
-# (12 layers, hidden 768, 12 heads; RoBERTa with its 50,265-token vocabulary and 514 positions)
+# (12 layers, hidden 768, 12 heads; RoBERTa with its 50,265-token vocabulary and 514 positions;
+# ModernBERT with base's 1,152-wide gated MLP, 50,368 tokens, local window 128 on 2 layers of 3)
 # in bertpipe (candle, CPU) and in PyTorch on the same machine, side by side, in the form of
 # benches/train.sh: each median s/step, the ratio candle / torch (lower is better) and each
 # process's peak RSS.
@@ -17,7 +18,7 @@ steps=${STEPS:-4}
 shape=${SHAPE:-12 768 12 8 128}
 cargo build --release --example train_step -q
 exe="$CARGO_TARGET_DIR/release/examples/train_step"
-for family in ${FAMILIES:-bert roberta}; do
+for family in ${FAMILIES:-bert roberta modernbert}; do
   # shellcheck disable=SC2086
   c=$(BERTPIPE_FAMILY=$family peak "$exe" $shape "$steps")
   # shellcheck disable=SC2086

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch CPU reference for benches/families.sh: median seconds per sequence-classification
-training step (forward, backward, clip, AdamW) of a BERT or RoBERTa of the given size — the
+training step (forward, backward, clip, AdamW) of a BERT, RoBERTa or ModernBERT of the given size — the
 work of `examples/train_step.rs` with BERTPIPE_FAMILY set. Two threads, as on this machine.
 
     family_step.py FAMILY LAYERS HIDDEN HEADS BATCH SEQ [STEPS]
@@ -10,8 +10,8 @@ import sys
 import time
 
 import torch
-from transformers import (BertConfig, BertForSequenceClassification, RobertaConfig,
-                          RobertaForSequenceClassification)
+from transformers import (BertConfig, BertForSequenceClassification, ModernBertConfig,
+                          ModernBertForSequenceClassification, RobertaConfig, RobertaForSequenceClassification)
 
 family = sys.argv[1]
 L, H, A, B, S = map(int, sys.argv[2:7])
@@ -26,6 +26,13 @@ elif family == "roberta":
                                                        num_attention_heads=A, intermediate_size=4 * H,
                                                        max_position_embeddings=514, type_vocab_size=1,
                                                        pad_token_id=1, layer_norm_eps=1e-5, num_labels=2))
+elif family == "modernbert":
+    # ModernBERT-base's shape at this depth (examples/train_step.rs, BERTPIPE_FAMILY=modernbert);
+    # transformers' default attention on the CPU (SDPA over padded rows: flash attention's
+    # unpadding needs a GPU).
+    m = ModernBertForSequenceClassification(ModernBertConfig(vocab_size=50368, hidden_size=H, num_hidden_layers=L,
+                                                             num_attention_heads=A, intermediate_size=3 * H // 2,
+                                                             pad_token_id=50283, num_labels=2))
 else:
     sys.exit(f"unknown family {family}")
 m.train()

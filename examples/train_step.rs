@@ -6,8 +6,8 @@
 //! (`BERTPIPE_REAL_LENGTHS=1`: IMDb-shaped lengths up to SEQ, length-grouped, padded per batch;
 //! prints tokens/s without padding; `BERTPIPE_DTYPE=bf16`: bf16 matrix products, f32 master
 //! weights, as `dtype: bf16` in a training config; `BERTPIPE_FAMILY=roberta`: a RoBERTa of the
-//! same size — 50,265 tokens, 514 positions, one token type, its classification head — for
-//! `benches/families.sh`).
+//! same size — 50,265 tokens, 514 positions, one token type, its classification head — and
+//! `modernbert` one of ModernBERT-base's shape at this depth, for `benches/families.sh`).
 
 use anyhow::Result;
 use bertpipe::model::bert::{ForwardPass, Inputs};
@@ -38,7 +38,16 @@ fn main() -> Result<()> {
             c.layer_norm_eps = 1e-5;
             c
         }
-        other => anyhow::bail!("BERTPIPE_FAMILY={other}: expected bert or roberta"),
+        "modernbert" => {
+            // ModernBERT-base's shape at this depth: a 1.5·hidden gated MLP, its vocabulary and
+            // padding id, a 128-token local window on two layers of three.
+            let mut c = BertConfig::new(50368, l, h, heads, 3 * h / 2);
+            c.model_type = "modernbert".into();
+            c.max_position_embeddings = 8192;
+            c.pad_token_id = Some(50283);
+            c
+        }
+        other => anyhow::bail!("BERTPIPE_FAMILY={other}: expected bert, roberta or modernbert"),
     };
     let model = BertWithHead::fresh(ModelKind::SequenceClassification, &config, &dev, 0)?;
     let mut opt = AdamW::new(&model.params, 0.9, 0.999, 1e-8, 0.01)?;

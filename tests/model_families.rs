@@ -57,7 +57,6 @@ fn modernbert() -> Family {
     }
 }
 
-
 /// A small RoBERTa of the fixture tokenizer's vocabulary (ids 0–3 `<s> <pad> </s> <unk>`).
 fn roberta_json() -> Value {
     serde_json::json!({

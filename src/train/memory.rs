@@ -45,7 +45,10 @@ impl Shape {
             layers: config.num_hidden_layers as u64,
             hidden: config.hidden_size as u64,
             heads: config.num_attention_heads as u64,
-            intermediate: config.intermediate_size as u64,
+            // ModernBERT's gated MLP keeps `Wi`'s doubled output, its activation and the
+            // gated product: an intermediate twice as wide in this count.
+            intermediate: config.intermediate_size as u64
+                * if config.family() == crate::model::config::Family::ModernBert { 2 } else { 1 },
             vocab: config.vocab_size as u64,
             params,
             batch,
