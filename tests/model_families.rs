@@ -221,3 +221,59 @@ fn refuses_nsp_rows_and_bert_token_types(family: &Family) {
     let err = stderr(&o);
     assert!(err.contains("token type 1") || err.contains("vocab"), "{err}");
 }
+
+/// The masking rate: a pipeline that sets none leaves it to the trainer, which masks at the
+/// model family's rate (ModernBERT's 30%, RoBERTa's 15%) when it masks (`masking: dynamic`); shards
+/// masked by the pipeline at its default 15% get a note for a ModernBERT.
+#[test]
+fn the_masking_rate_is_the_model_familys_unless_the_pipeline_sets_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let p = with_family_tokenizer(d, "imdb-pretrain.yaml", &modernbert().tokenizer());
+    let shards = |name: &str, extra: &[&str]| {
+        let out = d.join(name);
+        let sink = format!("sink.path={}", out.display());
+        let mut args = vec!["pipeline", "run", p.to_str().unwrap(), "--quiet", "--set", &sink];
+        for s in ["steps[7].nsp=false", "steps[7].masked_lm_prob=null"].iter().chain(extra) {
+            args.extend(["--set", s]);
+        }
+        assert_ok(&bertpipe(&args, &[]));
+        out
+    };
+    let plan = |data: &Path, family: &Family| {
+        let config = family.config(d);
+        let o = bertpipe(
+            &[
+                "train",
+                root().join("pipelines/imdb-mlm.yaml").to_str().unwrap(),
+                "--dry-run",
+                "--set",
+                &format!("data={}", data.display()),
+                "--set",
+                &format!("output_dir={}", d.join("run").display()),
+                "--set",
+                "model.preset=null",
+                "--set",
+                &format!("model.config={}", config.display()),
+            ],
+            &[],
+        );
+        assert_ok(&o);
+        String::from_utf8_lossy(&o.stdout).to_string() + &stderr(&o)
+    };
+    let dynamic = shards("dynamic", &["steps[7].masking=dynamic"]);
+    let out = plan(&dynamic, &modernbert());
+    assert!(out.contains("dynamic (each epoch anew), 30% of tokens, at most 38 a row"), "{out}");
+    // A RoBERTa as wide as these shards' vocabulary.
+    let mut roberta = roberta();
+    roberta.config["vocab_size"] = 1797.into();
+    let out = plan(&dynamic, &roberta);
+    assert!(out.contains("dynamic (each epoch anew), 15% of tokens, at most 19 a row"), "{out}");
+    let fixed = shards("fixed", &["steps[7].masking=dynamic", "steps[7].masked_lm_prob=0.2"]);
+    let out = plan(&fixed, &modernbert());
+    assert!(out.contains("20% of tokens, at most 26 a row"), "{out}");
+    let masked = shards("static", &[]);
+    let out = plan(&masked, &modernbert());
+    assert!(out.contains("static (by the pipeline)") && out.contains("ModernBERT pretraining masks 30%"), "{out}");
+    assert!(!plan(&masked, &roberta).contains("pretraining masks"));
+}

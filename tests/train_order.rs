@@ -158,7 +158,7 @@ fn pretraining_rows_read_in_neg_pos_unsup_blocks_are_mixed_and_resume_exactly() 
             let tokenize = steps.iter().find_map(bertpipe::config::PipelineStep::as_tokenize).unwrap();
             let encoder = tokenize.load().unwrap();
             let step = steps.iter().find_map(bertpipe::config::PipelineStep::as_pretrain).unwrap();
-            Arc::new(step.mask_spec(&encoder.info(), encoder.words()).unwrap())
+            Arc::new(step.mask_spec(&encoder.info(), encoder.words(), 0.15).unwrap())
         });
         let spec = permuted(LoaderSpec {
             shards: shards.clone(),

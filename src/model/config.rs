@@ -74,6 +74,24 @@ impl Family {
         }
     }
 
+    /// The family's name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Bert => "BERT",
+            Family::Roberta => "RoBERTa",
+            Family::ModernBert => "ModernBERT",
+        }
+    }
+
+    /// The share of tokens its MLM pretraining masks when the pipeline sets none: BERT's and
+    /// RoBERTa's 15%, ModernBERT's 30%.
+    pub fn masked_lm_prob(self) -> f64 {
+        match self {
+            Family::ModernBert => 0.3,
+            Family::Bert | Family::Roberta => crate::sequence::pretrain::DEFAULT_MASKED_LM_PROB,
+        }
+    }
+
     /// Whether the model takes `token_type_ids` (segment B of a pair as type 1): BERT only.
     pub fn has_token_types(self) -> bool {
         self == Family::Bert

@@ -271,7 +271,7 @@ impl BertWithHead {
         if family != Family::Bert && kind == ModelKind::PreTraining {
             bail!(
                 "{} has no next-sentence head: pretrain it on MLM-only rows (`pretrain_sequences` with `nsp: false`)",
-                config.class_prefix()
+                family.name()
             );
         }
         let encoder = match family {

@@ -505,7 +505,9 @@ pub fn prepare_steps(steps: &mut [PipelineStep]) -> Result<Option<TokenizerInfo>
             }
             PipelineStep::PretrainSequences(p) => {
                 let t = info.as_ref().context("pretrain_sequences needs a tokenize step before it")?;
-                p.mask_spec = Some(p.mask_spec(t, std::mem::take(&mut words))?);
+                // Static masking happens before a model is chosen: BERT's rate unless set.
+                let rate = crate::sequence::pretrain::DEFAULT_MASKED_LM_PROB;
+                p.mask_spec = Some(p.mask_spec(t, std::mem::take(&mut words), rate)?);
             }
             _ => {}
         }

@@ -33,9 +33,11 @@ pub struct PretrainSequences {
     /// Next-sentence-prediction pairs (true) or packed MLM-only rows (false).
     #[serde(default = "yes")]
     pub nsp: bool,
-    /// Share of non-special tokens to predict.
-    #[serde(default = "default_masked_lm_prob")]
-    pub masked_lm_prob: f64,
+    /// Share of non-special tokens to predict. Unset: the model family's rate where the model is
+    /// known — dynamic masking, done by the trainer: 15% for BERT and RoBERTa, 30% for
+    /// ModernBERT — and 15% for static masking, done here before any model is chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub masked_lm_prob: Option<f64>,
     /// At most this many predictions per row; default round(max_len × masked_lm_prob) (Google's
     /// 20 for 128 tokens at 15%; twice that at ModernBERT's 30%).
     #[serde(default)]
@@ -77,9 +79,8 @@ fn default_short_seq_prob() -> f64 {
 fn yes() -> bool {
     true
 }
-fn default_masked_lm_prob() -> f64 {
-    0.15
-}
+/// The masking rate of BERT's recipe, and of static masking when none is given.
+pub const DEFAULT_MASKED_LM_PROB: f64 = 0.15;
 fn one() -> usize {
     1
 }
@@ -88,29 +89,29 @@ fn default_partner_buffer() -> usize {
 }
 
 impl PretrainSequences {
-    /// The masking this step does, for a tokenizer and its word boundaries. The pipeline's
-    /// static masking and the trainer's dynamic masking both build it here. Whole-word masking
-    /// needs a tokenizer that marks words.
-    pub fn mask_spec(&self, tokenizer: &TokenizerInfo, words: Words) -> anyhow::Result<MaskSpec> {
+    /// The masking this step does, for a tokenizer and its word boundaries, at `default_rate`
+    /// where the step sets no `masked_lm_prob` (the pipeline: 15%; the trainer: the model
+    /// family's). The pipeline's static masking and the trainer's dynamic masking both build it
+    /// here. Whole-word masking needs a tokenizer that marks words.
+    pub fn mask_spec(&self, tokenizer: &TokenizerInfo, words: Words, default_rate: f64) -> anyhow::Result<MaskSpec> {
         if self.whole_word_mask && words.rule() == WordRule::None {
             anyhow::bail!(
                 "pretrain_sequences: whole_word_mask needs word boundaries, and the tokenizer marks none bertpipe reads (a continuation prefix such as `##`, an end-of-word suffix, a `▁` word marker or byte-level `Ġ`); set whole_word_mask: false"
             );
         }
         let s = tokenizer.special_ids;
+        let rate = self.masked_lm_prob.unwrap_or(default_rate);
         Ok(MaskSpec {
-            masked_lm_prob: self.masked_lm_prob,
-            max_predictions_per_seq: self.max_predictions(),
+            masked_lm_prob: rate,
+            max_predictions_per_seq: self
+                .max_predictions_per_seq
+                .unwrap_or((self.max_len as f64 * rate).round() as usize),
             whole_word_mask: self.whole_word_mask,
             mask_id: s.mask,
             special_ids: vec![s.pad, s.unk, s.cls, s.sep, s.mask],
             vocab_size: tokenizer.vocab_size as u32,
             words,
         })
-    }
-
-    pub fn max_predictions(&self) -> usize {
-        self.max_predictions_per_seq.unwrap_or((self.max_len as f64 * self.masked_lm_prob).round() as usize)
     }
 
     pub fn check(&self) -> Vec<(&'static str, String)> {
@@ -121,8 +122,8 @@ impl PretrainSequences {
         if !(0.0..=1.0).contains(&self.short_seq_prob) {
             p.push(("short_seq_prob", format!("must be in [0, 1], got {}", self.short_seq_prob)));
         }
-        if !(self.masked_lm_prob > 0.0 && self.masked_lm_prob < 1.0) {
-            p.push(("masked_lm_prob", format!("must be in (0, 1), got {}", self.masked_lm_prob)));
+        if let Some(rate) = self.masked_lm_prob.filter(|r| !(*r > 0.0 && *r < 1.0)) {
+            p.push(("masked_lm_prob", format!("must be in (0, 1), got {rate}")));
         }
         if self.dupe_factor == 0 {
             p.push(("dupe_factor", "must be at least 1".into()));
@@ -454,7 +455,7 @@ mod tests {
             max_len: 64,
             short_seq_prob: 0.1,
             nsp,
-            masked_lm_prob: 0.15,
+            masked_lm_prob: Some(0.15),
             max_predictions_per_seq: None,
             whole_word_mask: false,
             masking,
@@ -609,9 +610,18 @@ mod tests {
             special_ids: SpecialIds::bert(0, 100, CLS, SEP, 103),
             encoder: "tokenizers".into(),
         };
-        let err = st.mask_spec(&info, Words::default()).unwrap_err().to_string();
+        let err = st.mask_spec(&info, Words::default(), 0.15).unwrap_err().to_string();
         assert!(err.contains("whole_word_mask: false"), "{err}");
         let words = Words::continuation_prefix([("play", 0), ("##ing", 1)], "##");
-        assert!(st.mask_spec(&info, words).unwrap().whole_word_mask);
+        assert!(st.mask_spec(&info, words, 0.15).unwrap().whole_word_mask);
+
+        // A rate the step sets wins; unset, the caller's (the model family's) applies, and the
+        // cap on predictions follows the rate in use: 64 tokens at 30% → 19.
+        st.whole_word_mask = false;
+        let spec = st.mask_spec(&info, Words::default(), 0.3).unwrap();
+        assert_eq!((spec.masked_lm_prob, spec.max_predictions_per_seq), (0.15, 10));
+        st.masked_lm_prob = None;
+        let spec = st.mask_spec(&info, Words::default(), 0.3).unwrap();
+        assert_eq!((spec.masked_lm_prob, spec.max_predictions_per_seq), (0.3, 19));
     }
 }

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use anyhow::{bail, Result};
 
 use super::config::{ComputeDtype, EvalStrategy, TrainConfig};
-use super::data::{LoaderSpec, Order};
+use super::data::{LoaderSpec, Order, RowKind};
 use super::memory;
 use super::{BatchRange, TrainOptions, Trainer};
 use crate::contract::progress::human_bytes;
@@ -107,6 +107,9 @@ impl Trainer {
                 train.pad_to.map(|p| format!(", padded to {p}")).unwrap_or_default()
             ),
         );
+        if let Some(masking) = self.masking() {
+            line("masking", masking);
+        }
         let steps_per_epoch = self.batches_per_epoch.div_ceil(cfg.gradient_accumulation_steps as u64);
         line(
             "schedule",
@@ -167,6 +170,25 @@ impl Trainer {
         }
     }
 
+    /// Pretraining's masking: done by the trainer at the rate in use (the pipeline's, else the
+    /// model family's), or done by the pipeline (the share its manifest measured).
+    fn masking(&self) -> Option<String> {
+        match &self.train.kind {
+            RowKind::Pretrain { mask: Some(spec) } => Some(format!(
+                "dynamic (each epoch anew), {:.0}% of tokens, at most {} a row{}",
+                spec.masked_lm_prob * 100.0,
+                spec.max_predictions_per_seq,
+                if spec.whole_word_mask { ", whole words" } else { "" }
+            )),
+            RowKind::Pretrain { mask: None } => {
+                let split = self.train.shards.manifest.splits.get(&self.train.split);
+                let share = split.and_then(|s| s.pretraining.as_ref()).map(|p| p.masked_fraction).unwrap_or(0.0);
+                Some(format!("static (by the pipeline), {:.1}% of tokens masked", share * 100.0))
+            }
+            RowKind::Classify { .. } => None,
+        }
+    }
+
     /// What [`memory::estimate`] needs: the model, the longest batch (padded to `max_len`
     /// or the shards' longest row), the evaluation batches, the masked positions.
     fn memory_shape(&self, params: u64) -> memory::Shape {
@@ -177,9 +199,12 @@ impl Trainer {
         shape.checkpointing = self.cfg.gradient_checkpointing;
         if self.cfg.task == super::config::Objective::Pretrain {
             let split = manifest.splits.get(&self.train.split);
-            let share = split
-                .and_then(|s| s.pretraining.as_ref())
-                .map(|p| p.masked_fraction)
+            let dynamic = match &self.train.kind {
+                RowKind::Pretrain { mask: Some(spec) } => Some(spec.masked_lm_prob),
+                _ => None,
+            };
+            let share = dynamic
+                .or_else(|| split.and_then(|s| s.pretraining.as_ref()).map(|p| p.masked_fraction))
                 .filter(|&f| f > 0.0)
                 .unwrap_or(0.15);
             shape.mlm_positions = (share * (shape.batch * seq) as f64).ceil() as u64;

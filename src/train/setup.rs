@@ -313,7 +313,9 @@ impl Loaders {
                 let mask = if step.masking == Masking::Dynamic {
                     let t = steps.iter().find_map(PipelineStep::as_tokenize);
                     let encoder = t.context("the shards' pipeline has no tokenize step")?.load()?;
-                    Some(Arc::new(step.mask_spec(&encoder.info(), encoder.words())?))
+                    // The trainer masks: at the pipeline's rate, else the model family's.
+                    let rate = model_config(cfg, encoder.info().vocab_size)?.family().masked_lm_prob();
+                    Some(Arc::new(step.mask_spec(&encoder.info(), encoder.words(), rate)?))
                 } else {
                     None
                 };
@@ -498,8 +500,22 @@ fn model_and_state(
     if !c.family().has_token_types() && shards.tokenizer()?.special_ids.pair_type_ids {
         bail!(
             "the shards give a pair's second segment token type 1, but {} has no token types: tokenize with the model's own tokenizer.json",
-            c.class_prefix()
+            c.family().name()
         );
+    }
+    let static_default = pipeline_of(&shards.manifest)
+        .and_then(|p| p.steps.into_iter().find_map(|s| s.as_pretrain().cloned()))
+        .is_some_and(|p| p.masking == Masking::Static && p.masked_lm_prob.is_none());
+    let family_rate = c.family().masked_lm_prob();
+    if cfg.task == Objective::Pretrain
+        && static_default
+        && family_rate != crate::sequence::pretrain::DEFAULT_MASKED_LM_PROB
+    {
+        notes.push(format!(
+            "the shards were masked by the pipeline at its default 15%; {} pretraining masks {:.0}%: set `masked_lm_prob: {family_rate}` in pretrain_sequences, or `masking: dynamic` to mask at the model's rate",
+            c.family().name(),
+            family_rate * 100.0
+        ));
     }
     if cfg.task == Objective::Classify {
         c.set_labels(&data.label_names);
