@@ -559,3 +559,24 @@ fn modernbert_has_no_next_sentence_head_round_trips_and_starts_a_classifier_from
     assert_eq!(m.initialised, vec!["classifier.weight", "classifier.bias"]);
     assert_eq!(m.unexpected, vec!["decoder.bias"]);
 }
+
+/// A bare `ModernBertModel` (tensors without `model.`, no head) loads as ModernBERT's encoder,
+/// with the head initialised and listed, and gives the same hidden states.
+#[test]
+fn a_bare_modernbert_encoder_loads_under_its_prefix() {
+    let g = golden_of("golden_modernbert.json");
+    let src = fixtures().join("tiny-modernbert-mlm");
+    let tensors = candle_core::safetensors::load(src.join("model.safetensors"), &Device::Cpu).unwrap();
+    let bare: Vec<(String, Tensor)> =
+        tensors.into_iter().filter_map(|(n, t)| n.strip_prefix("model.").map(|n| (n.to_string(), t))).collect();
+    assert!(bare.iter().any(|(n, _)| n.starts_with("layers.")));
+    let dir = tempfile::tempdir().unwrap();
+    bertpipe::model::save_safetensors(&bare, None, &dir.path().join("model.safetensors")).unwrap();
+    std::fs::copy(src.join("config.json"), dir.path().join("config.json")).unwrap();
+    let m = BertWithHead::from_checkpoint(ModelKind::MaskedLm, dir.path(), None, &Device::Cpu, 0).unwrap();
+    assert_eq!(m.initialised, vec!["head.dense.weight", "head.norm.weight", "decoder.bias"]);
+    assert!(m.unexpected.is_empty(), "{:?}", m.unexpected);
+    let (inputs, _, _) = inputs(&g);
+    let hidden = m.encoder.forward(&inputs, &mut ForwardPass::eval()).unwrap();
+    close("last_hidden_state (no prefix)", &tensor_f64(&hidden), &floats(&g["hidden"]), TOL);
+}

@@ -527,6 +527,40 @@ mod tests {
     }
 
     #[test]
+    fn modernbert_configs_are_read_with_hf_defaults_and_checked() {
+        let base = serde_json::json!({"model_type": "modernbert", "vocab_size": 100, "hidden_size": 32,
+            "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 48});
+        let c: BertConfig = serde_json::from_value(base.clone()).unwrap();
+        c.check().unwrap();
+        let m = c.modern().unwrap();
+        assert_eq!(c.family(), Family::ModernBert);
+        assert_eq!((m.half_window(), m.rope_theta(true), m.rope_theta(false)), (64, 160_000.0, 10_000.0));
+        assert_eq!((0..4).map(|i| m.is_global(i)).collect::<Vec<_>>(), [true, false, false, true]);
+        assert_eq!((m.norm_eps, m.decoder_bias, m.pooling()), (1e-5, true, Pooling::Cls));
+        // Written back without BERT's own fields (HF's strict config would refuse a null dropout).
+        let written: serde_json::Value = serde_json::from_str(&c.to_json()).unwrap();
+        assert!(written.get("hidden_act").is_none() && written.get("classifier_dropout").is_none(), "{written}");
+        let refused = |edit: serde_json::Value, says: &str| {
+            let mut v = base.clone();
+            v.as_object_mut().unwrap().extend(edit.as_object().unwrap().clone());
+            let c: BertConfig = serde_json::from_value(v).unwrap();
+            let err = format!("{:#}", c.check().unwrap_err());
+            assert!(err.contains(says), "{err}");
+        };
+        refused(serde_json::json!({"num_attention_heads": 32, "hidden_size": 96}), "even head size");
+        refused(serde_json::json!({"classifier_pooling": "max"}), "`cls` or `mean`");
+        refused(serde_json::json!({"layer_types": ["full_attention"]}), "names 1 layers");
+        refused(serde_json::json!({"layer_types": ["full_attention", "x", "x", "x"]}), "holds `x`");
+        refused(
+            serde_json::json!({"rope_parameters": {"full_attention": {"rope_type": "yarn", "rope_theta": 1e4}}}),
+            "default rotary embedding only",
+        );
+        refused(serde_json::json!({"local_attention": 1}), "at least 2 tokens");
+        refused(serde_json::json!({"mlp_dropout": 1.5}), "`mlp_dropout`");
+        refused(serde_json::json!({"norm_eps": "small"}), "norm_eps");
+    }
+
+    #[test]
     fn presets_follow_the_miniatures() {
         let c = BertConfig::preset("mini", 30522).unwrap();
         assert_eq!((c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.intermediate_size), (4, 256, 4, 1024));

@@ -269,9 +269,11 @@ impl ModernBertModel {
     pub fn layer_inputs(&self, inputs: &Inputs) -> Result<LayerInputs> {
         let device = inputs.input_ids.device();
         let s = inputs.input_ids.dim(1)?;
-        let w = self.settings.half_window();
-        let window: Vec<f32> = (0..s * s).map(|n| if (n / s).abs_diff(n % s) <= w { 0.0 } else { MASKED }).collect();
-        let window = Tensor::from_vec(window, (1, 1, s, s), device)?;
+        // `[1, 1, s, s]`: 0 within the window, −1e9 beyond it, made on the device.
+        let position = Tensor::arange(0u32, s as u32, device)?.to_dtype(DType::F32)?;
+        let distance = position.unsqueeze(1)?.broadcast_sub(&position.unsqueeze(0)?)?.abs()?;
+        let far = distance.gt(self.settings.half_window() as f64)?.to_dtype(DType::F32)?;
+        let window = (far * MASKED as f64)?.reshape((1, 1, s, s))?;
         // The smaller of the two: a key masked by both is masked once (−1e9), as HF's boolean
         // `and` of the two masks, so a padding row with no key left is uniform as in HF.
         let local_mask = inputs.mask_bias.broadcast_minimum(&window)?;
