@@ -1,9 +1,50 @@
-"""The optimiser half of the golden model fixtures, shared by make_golden_model.py (BERT),
-make_golden_roberta.py and make_golden_modernbert.py: HF Trainer's AdamW parameter groups (no
-weight decay for biases and LayerNorms), and several clipped steps under the linear
-warmup/decay schedule."""
+"""What the golden model fixtures share — make_golden_model.py (BERT), make_golden_roberta.py
+and make_golden_modernbert.py: the padded batch and the heads' outputs recorded on it (the
+last two), HF Trainer's AdamW parameter groups (no weight decay for biases and LayerNorms), and
+several clipped steps under the linear warmup/decay schedule."""
 import torch
+import transformers
 from transformers import get_linear_schedule_with_warmup
+
+MLM_POSITIONS = [[0, 2], [0, 8], [1, 3], [2, 1]]
+MLM_LABELS = [110, 57, 105, 119]
+LABELS = [1, 0, 1]
+
+
+def padded_batch(vocab, seed, start, end, pad, lens=(11, 7, 4)):
+    """Random ids of rows `lens` long (the longest unpadded), each `start … end`, then `pad`."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (len(lens), max(lens)), generator=g)
+    mask = torch.zeros(len(lens), max(lens), dtype=torch.long)
+    for b, n in enumerate(lens):
+        ids[b, 0] = start
+        ids[b, n - 1] = end
+        ids[b, n:] = pad
+        mask[b, :n] = 1
+    return ids, mask
+
+
+def heads_on_batch(encoder, mlm, cls, ids, mask):
+    """The fixture's batch and `transformers`' outputs on it: the encoder's last hidden states,
+    MLM logits at MLM_POSITIONS and their loss, classification logits (the rows' logits must
+    differ by far more than the tests' tolerance). Returns the record and that spread."""
+    out = {"input_ids": ids.tolist(), "attention_mask": mask.tolist(),
+           "token_type_ids": torch.zeros_like(ids).tolist(), "labels": LABELS, "mlm_positions": MLM_POSITIONS,
+           "mlm_labels": MLM_LABELS, "torch": torch.__version__, "transformers": transformers.__version__}
+    rows, seq = ids.shape
+    with torch.no_grad():
+        out["hidden"] = encoder(input_ids=ids, attention_mask=mask).last_hidden_state.tolist()
+        logits = mlm(input_ids=ids, attention_mask=mask).logits
+        out["mlm_logits"] = [logits[b, s].tolist() for b, s in MLM_POSITIONS]
+        lab = torch.full((rows, seq), -100)
+        for (b, s), l in zip(MLM_POSITIONS, MLM_LABELS):
+            lab[b, s] = l
+        out["mlm_loss"] = mlm(input_ids=ids, attention_mask=mask, labels=lab).loss.item()
+        cls_logits = cls(input_ids=ids, attention_mask=mask).logits
+        out["cls_logits"] = cls_logits.tolist()
+    spread = min((cls_logits[a] - cls_logits[b]).abs().max().item() for a in range(rows) for b in range(a + 1, rows))
+    assert spread > 0.05, f"the rows' logits differ by only {spread:.2e}"
+    return out, spread
 
 
 def no_decay(name):

@@ -124,22 +124,28 @@ fn roberta_classifier_logits_gradients_and_one_adamw_step_match_pytorch() {
     classifier_step(&golden_of("golden_roberta.json"), "tiny-roberta-cls", TOL_STEPS);
 }
 
-#[test]
-fn roberta_hidden_states_mlm_logits_and_loss_match_transformers() {
-    let g = golden_of("golden_roberta.json");
-    let m = load(ModelKind::MaskedLm, "tiny-roberta-mlm");
-    assert_eq!(m.config.architectures.as_deref(), Some(&["RobertaForMaskedLM".to_string()][..]));
+/// A family's MLM checkpoint against its golden file: the class, last hidden states, MLM logits
+/// and loss, and no NSP head.
+fn mlm_matches_transformers(golden: &str, checkpoint: &str, architecture: &str) {
+    let g = golden_of(golden);
+    let m = load(ModelKind::MaskedLm, checkpoint);
+    assert_eq!(m.config.architectures.as_deref(), Some(&[architecture.to_string()][..]));
     let (inputs, _, s) = inputs(&g);
     let hidden = m.encoder.forward(&inputs, &mut ForwardPass::eval()).unwrap();
     close("last_hidden_state", &tensor_f64(&hidden), &floats(&g["hidden"]), TOL);
     let out = m.forward(&inputs, Some(&mlm_positions(&g, s)), &mut ForwardPass::eval()).unwrap();
     let mlm = out.mlm_logits.unwrap();
     close("MLM logits", &tensor_f64(&mlm), &floats(&g["mlm_logits"]), TOL);
-    assert!(out.logits.is_none(), "RoBERTa has no NSP head");
+    assert!(out.logits.is_none(), "{architecture} has no NSP head");
     let l: Vec<u32> = g["mlm_labels"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
     let t = Tensor::from_slice(&l, l.len(), &Device::Cpu).unwrap();
     let loss = candle_nn::loss::cross_entropy(&mlm, &t).unwrap().to_scalar::<f32>().unwrap() as f64;
     close("MLM loss", &[loss], &[g["mlm_loss"].as_f64().unwrap()], TOL);
+}
+
+#[test]
+fn roberta_hidden_states_mlm_logits_and_loss_match_transformers() {
+    mlm_matches_transformers("golden_roberta.json", "tiny-roberta-mlm", "RobertaForMaskedLM");
     // Without padding the ids of the positions are 2, 3, …: a row's hidden states do not
     // depend on how much padding follows it.
     let ids = Tensor::from_slice(&[0u32, 7, 1, 1, 1, 5, 6, 2], (2, 4), &Device::Cpu).unwrap();
@@ -454,20 +460,7 @@ fn xlm_roberta_and_camembert_checkpoints_are_roberta_under_their_own_names() {
 /// the window cuts), the final norm, `head` before the decoder and the classifier.
 #[test]
 fn modernbert_hidden_states_mlm_logits_and_loss_match_transformers() {
-    let g = golden_of("golden_modernbert.json");
-    let m = load(ModelKind::MaskedLm, "tiny-modernbert-mlm");
-    assert_eq!(m.config.architectures.as_deref(), Some(&["ModernBertForMaskedLM".to_string()][..]));
-    let (inputs, _, s) = inputs(&g);
-    let hidden = m.encoder.forward(&inputs, &mut ForwardPass::eval()).unwrap();
-    close("last_hidden_state", &tensor_f64(&hidden), &floats(&g["hidden"]), TOL);
-    let out = m.forward(&inputs, Some(&mlm_positions(&g, s)), &mut ForwardPass::eval()).unwrap();
-    let mlm = out.mlm_logits.unwrap();
-    close("MLM logits", &tensor_f64(&mlm), &floats(&g["mlm_logits"]), TOL);
-    assert!(out.logits.is_none(), "ModernBERT has no NSP head");
-    let l: Vec<u32> = g["mlm_labels"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
-    let t = Tensor::from_slice(&l, l.len(), &Device::Cpu).unwrap();
-    let loss = candle_nn::loss::cross_entropy(&mlm, &t).unwrap().to_scalar::<f32>().unwrap() as f64;
-    close("MLM loss", &[loss], &[g["mlm_loss"].as_f64().unwrap()], TOL);
+    mlm_matches_transformers("golden_modernbert.json", "tiny-modernbert-mlm", "ModernBertForMaskedLM");
 }
 
 #[test]

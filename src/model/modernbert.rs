@@ -52,6 +52,12 @@ impl Dense {
     }
 }
 
+/// HF's init of the layers that write into the residual stream (`Wo`s, the head's dense):
+/// `initializer_range / √(2 · layers)`.
+fn out_std(c: &BertConfig) -> f64 {
+    c.initializer_range / (2.0 * c.num_hidden_layers as f64).sqrt()
+}
+
 /// `nn.LayerNorm(bias=norm_bias)`: without a bias, BERT's LayerNorm with a constant zero bias
 /// (not a parameter, so not saved nor trained).
 fn norm(p: &mut ParamLoader, name: &Name, c: &BertConfig, m: &ModernBertSettings) -> anyhow::Result<LayerNorm> {
@@ -126,10 +132,9 @@ pub struct ModernBertAttention {
 impl ModernBertAttention {
     fn load(p: &mut ParamLoader, name: &Name, c: &BertConfig, m: &ModernBertSettings) -> anyhow::Result<Self> {
         let (h, r, cut) = (c.hidden_size, c.initializer_range, m.initializer_cutoff_factor);
-        let out_std = r / (2.0 * c.num_hidden_layers as f64).sqrt();
         Ok(ModernBertAttention {
             Wqkv: Dense::load(p, &name.join("Wqkv"), h, 3 * h, r, m.attention_bias, cut)?,
-            Wo: Dense::load(p, &name.join("Wo"), h, h, out_std, m.attention_bias, cut)?,
+            Wo: Dense::load(p, &name.join("Wo"), h, h, out_std(c), m.attention_bias, cut)?,
             heads: c.num_attention_heads,
             dropout: m.attention_dropout,
         })
@@ -173,10 +178,9 @@ pub struct ModernBertMlp {
 impl ModernBertMlp {
     fn load(p: &mut ParamLoader, name: &Name, c: &BertConfig, m: &ModernBertSettings) -> anyhow::Result<Self> {
         let (h, i, r, cut) = (c.hidden_size, c.intermediate_size, c.initializer_range, m.initializer_cutoff_factor);
-        let out_std = r / (2.0 * c.num_hidden_layers as f64).sqrt();
         Ok(ModernBertMlp {
             Wi: Dense::load(p, &name.join("Wi"), h, 2 * i, r, m.mlp_bias, cut)?,
-            Wo: Dense::load(p, &name.join("Wo"), i, h, out_std, m.mlp_bias, cut)?,
+            Wo: Dense::load(p, &name.join("Wo"), i, h, out_std(c), m.mlp_bias, cut)?,
             act: m.hidden_activation,
             dropout: m.mlp_dropout,
         })
@@ -333,14 +337,13 @@ impl ModernBertPredictionHead {
     pub fn load(p: &mut ParamLoader, c: &BertConfig) -> anyhow::Result<Self> {
         let m = c.modern()?;
         let name = Name::new("head");
-        let std = c.initializer_range / (2.0 * c.num_hidden_layers as f64).sqrt();
         Ok(ModernBertPredictionHead {
             dense: Dense::load(
                 p,
                 &name.join("dense"),
                 c.hidden_size,
                 c.hidden_size,
-                std,
+                out_std(c),
                 m.classifier_bias,
                 m.initializer_cutoff_factor,
             )?,
