@@ -94,3 +94,26 @@ def scheduled_steps(model, loss_fn, watch, lr, weight_decay, clip, warmup, total
         out.append({"lr": step_lr, "loss": loss.item(), "grad_norm": norm,
                     "after": {n: named[n].detach().flatten().tolist() for n in watch}})
     return out
+
+
+def train_and_write(cls, ids, mask, watch, out, spread, path, lr=1e-2, weight_decay=0.01, clip=0.1,
+                    warmup=2, total=6, steps=5):
+    """Records into `out`, from the classifier's initial weights each time: one clipped AdamW step
+    (one_step) and `steps` scheduled ones (scheduled_steps), on the fixture's batch and LABELS;
+    then writes `out` to `path` as JSON."""
+    import json
+    import os
+    labels = torch.tensor(LABELS)
+    loss = lambda: cls(input_ids=ids, attention_mask=mask, labels=labels).loss  # noqa: E731
+    initial = {k: v.detach().clone() for k, v in cls.state_dict().items()}
+    cls.train()
+    out.update(one_step(cls, loss, watch, lr, weight_decay, clip))
+    cls.load_state_dict(initial)
+    record = scheduled_steps(cls, loss, watch, lr, weight_decay, clip, warmup, total, steps)
+    out["schedule"] = {"lr": lr, "weight_decay": weight_decay, "max_grad_norm": clip, "warmup": warmup,
+                       "total": total, "steps": record}
+    with open(path, "w") as f:
+        json.dump(out, f)
+    print(f"wrote {os.path.basename(path)} (torch {torch.__version__}, transformers {transformers.__version__}); "
+          f"rows' logits differ by >= {spread:.3f}; scheduled losses {[round(s['loss'], 4) for s in record]}")
+    return out

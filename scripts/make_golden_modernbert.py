@@ -15,16 +15,14 @@ tolerance. Eager attention: HF's reference path.
     python3 -m venv .venv && .venv/bin/pip install torch transformers safetensors
     .venv/bin/python scripts/make_golden_modernbert.py
 """
-import json
 import os
 import sys
 
 import torch
-import transformers
 from transformers import ModernBertConfig, ModernBertForMaskedLM, ModernBertForSequenceClassification
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_steps import LABELS, heads_on_batch, one_step, padded_batch, scheduled_steps  # noqa: E402
+from golden_steps import heads_on_batch, padded_batch, train_and_write  # noqa: E402
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
 VOCAB, PAD, CLS, SEP = 120, 1, 0, 2
@@ -64,7 +62,6 @@ for name, model in [("tiny-modernbert-mlm", mlm), ("tiny-modernbert-cls", cls)]:
 
 ids, mask = padded_batch(VOCAB, 13, CLS, SEP, PAD)
 ids[0, 5] = SEP  # `[CLS] A [SEP] B [SEP]` in row 0
-labels = torch.tensor(LABELS)
 out, spread = heads_on_batch(mlm.model, mlm, cls, ids, mask)
 with torch.no_grad():
     mean = ModernBertForSequenceClassification(config("mean")).eval()
@@ -72,25 +69,12 @@ with torch.no_grad():
     out["cls_logits_mean"] = mean(input_ids=ids, attention_mask=mask).logits.tolist()
     assert (torch.tensor(out["cls_logits_mean"]) - torch.tensor(out["cls_logits"])).abs().max() > 0.05, \
         "mean pooling changes nothing"
-initial = {k: v.detach().clone() for k, v in cls.state_dict().items()}
 
-LR, WD, CLIP = 1e-2, 0.01, 0.1
 watch = ["classifier.weight", "classifier.bias", "head.dense.weight", "head.norm.weight",
          "model.embeddings.norm.weight", "model.embeddings.tok_embeddings.weight",
          "model.layers.0.attn.Wqkv.weight", "model.layers.1.mlp.Wi.weight", "model.layers.2.attn_norm.weight",
          "model.layers.3.attn.Wo.weight", "model.final_norm.weight"]
-cls.train()
-out.update(one_step(cls, lambda: cls(input_ids=ids, attention_mask=mask, labels=labels).loss, watch, LR, WD, CLIP))
+out = train_and_write(cls, ids, mask, watch, out, spread, os.path.join(root, "golden_modernbert.json"))
+# The padding row of the token embeddings gets no gradient (`nn.Embedding(padding_idx=…)`).
 H = cls.config.hidden_size
 assert not any(out["grads"]["model.embeddings.tok_embeddings.weight"][PAD * H:(PAD + 1) * H])
-
-cls.load_state_dict(initial)
-WARMUP, TOTAL, STEPS = 2, 6, 5
-steps = scheduled_steps(cls, lambda: cls(input_ids=ids, attention_mask=mask, labels=labels).loss,
-                        watch, LR, WD, CLIP, WARMUP, TOTAL, STEPS)
-out["schedule"] = {"lr": LR, "weight_decay": WD, "max_grad_norm": CLIP, "warmup": WARMUP, "total": TOTAL,
-                   "steps": steps}
-with open(os.path.join(root, "golden_modernbert.json"), "w") as f:
-    json.dump(out, f)
-print(f"wrote golden_modernbert.json (torch {torch.__version__}, transformers {transformers.__version__}); "
-      f"rows' logits differ by >= {spread:.3f}; scheduled losses {[round(s['loss'], 4) for s in steps]}")

@@ -15,16 +15,14 @@ than the tolerance.
     python3 -m venv .venv && .venv/bin/pip install torch transformers safetensors
     .venv/bin/python scripts/make_golden_roberta.py
 """
-import json
 import os
 import sys
 
 import torch
-import transformers
 from transformers import RobertaConfig, RobertaForMaskedLM, RobertaForSequenceClassification
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_steps import LABELS, heads_on_batch, one_step, padded_batch, scheduled_steps  # noqa: E402
+from golden_steps import heads_on_batch, padded_batch, train_and_write  # noqa: E402
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
 VOCAB, PAD, BOS, EOS = 120, 1, 0, 2
@@ -62,29 +60,13 @@ for name, model in [("tiny-roberta-mlm", mlm), ("tiny-roberta-cls", cls)]:
 ids, mask = padded_batch(VOCAB, 11, BOS, EOS, PAD)
 ids[0, 5] = EOS  # `<s> A </s></s> B </s>` in row 0
 ids[0, 6] = EOS
-labels = torch.tensor(LABELS)
 out, spread = heads_on_batch(mlm.roberta, mlm, cls, ids, mask)
-initial = {k: v.detach().clone() for k, v in cls.state_dict().items()}
 
-
-LR, WD, CLIP = 1e-2, 0.01, 0.1
 watch = ["classifier.dense.weight", "classifier.out_proj.bias", "roberta.embeddings.LayerNorm.weight",
          "roberta.embeddings.word_embeddings.weight", "roberta.embeddings.position_embeddings.weight",
          "roberta.encoder.layer.0.attention.self.query.weight", "roberta.encoder.layer.1.output.dense.weight",
          "roberta.encoder.layer.1.attention.output.LayerNorm.bias"]
-cls.train()
-out.update(one_step(cls, lambda: cls(input_ids=ids, attention_mask=mask, labels=labels).loss, watch, LR, WD, CLIP))
+out = train_and_write(cls, ids, mask, watch, out, spread, os.path.join(root, "golden_roberta.json"))
 # The padding row of the position embeddings gets no gradient (`nn.Embedding(padding_idx=…)`).
 H = cls.config.hidden_size
 assert not any(out["grads"]["roberta.embeddings.position_embeddings.weight"][PAD * H:(PAD + 1) * H])
-
-cls.load_state_dict(initial)
-WARMUP, TOTAL, STEPS = 2, 6, 5
-steps = scheduled_steps(cls, lambda: cls(input_ids=ids, attention_mask=mask, labels=labels).loss,
-                        watch, LR, WD, CLIP, WARMUP, TOTAL, STEPS)
-out["schedule"] = {"lr": LR, "weight_decay": WD, "max_grad_norm": CLIP, "warmup": WARMUP, "total": TOTAL,
-                   "steps": steps}
-with open(os.path.join(root, "golden_roberta.json"), "w") as f:
-    json.dump(out, f)
-print(f"wrote golden_roberta.json (torch {torch.__version__}, transformers {transformers.__version__}); "
-      f"rows' logits differ by >= {spread:.3f}; scheduled losses {[round(s['loss'], 4) for s in steps]}")
