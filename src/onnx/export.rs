@@ -1,8 +1,10 @@
-//! `bertpipe export onnx`: an HF BERT sequence-classification checkpoint (ours or theirs) to an
-//! ONNX model, graph written node by node (not traced).
+//! `bertpipe export onnx`: an HF sequence-classification checkpoint (ours or theirs) of BERT's
+//! tree (BERT, RoBERTa) to an ONNX model, graph written node by node (not traced); ModernBERT's
+//! graph is [`super::modernbert`].
 //!
 //! Signature (DESIGN.md, "ONNX"): inputs `input_ids`, `attention_mask`, `token_type_ids`
-//! (int64 `[batch, sequence]`, both dynamic), output `logits` (float32 `[batch, num_labels]`);
+//! (int64 `[batch, sequence]`, both dynamic; `token_type_ids` only for BERT), output `logits`
+//! (float32 `[batch, num_labels]`);
 //! opset 17; weights as `raw_data` initializers (in `model.onnx.data` beside the model past
 //! 2 GB); metadata `vocab_sha256`, `max_len`, `id2label`, `created_by`.
 //!
