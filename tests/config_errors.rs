@@ -77,7 +77,26 @@ fn every_problem_is_reported_at_once() {
 fn run_with_a_bad_override_exits_78() {
     let o = bertpipe(&["pipeline", "run", "pipelines/imdb-clean.yaml", "--set", "steps[4].max_noise=loud"]);
     assert_eq!(o.status.code(), Some(78));
-    assert!(stderr(&o).contains("imdb-clean.yaml:"), "{}", stderr(&o));
+    // Located at the `--set` that gave the value, not at a line of the file it never was on.
+    assert!(stderr(&o).contains("--set steps[4].max_noise=loud: steps[4] (filter).max_noise"), "{}", stderr(&o));
+}
+
+/// A bad `--set` value of a training file or an experiment's stage is reported against the
+/// argument as it was typed (`--set finetune.max_steps=abc`), not at line 1 of a file.
+#[test]
+fn bad_override_values_name_the_argument_as_typed() {
+    let o = bertpipe(&["train", "pipelines/imdb-finetune.yaml", "--dry-run", "--set", "learning_rate=fast"]);
+    assert_eq!(o.status.code(), Some(78));
+    assert!(
+        stderr(&o).contains("--set learning_rate=fast: train config.learning_rate: invalid type"),
+        "{}",
+        stderr(&o)
+    );
+    let o = bertpipe(&["run", "pipelines/imdb-experiment.yaml", "--dry-run", "--set", "finetune.max_steps=abc"]);
+    assert_eq!(o.status.code(), Some(78));
+    let err = stderr(&o);
+    assert!(err.contains("--set finetune.max_steps=abc: train config.max_steps: invalid type"), "{err}");
+    assert!(!err.contains(":1:1:"), "{err}");
 }
 
 #[test]

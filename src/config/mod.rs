@@ -87,12 +87,22 @@ impl ConfigErrors {
 struct Checker<'a> {
     file: String,
     root: &'a Node,
+    /// The `--set`s applied to the tree: a value one of them wrote is reported against it.
+    overrides: &'a [String],
     errors: Vec<ConfigError>,
+}
+
+/// A problem at `pos` of `file`, or — for a value a `--set` wrote — of that `--set` argument.
+fn located(file: &str, overrides: &[String], pos: Pos, message: String) -> ConfigError {
+    match pos.override_index().and_then(|i| overrides.get(i)) {
+        Some(o) => ConfigError { file: format!("--set {o}"), pos: None, message },
+        None => ConfigError { file: file.to_string(), pos: Some(pos), message },
+    }
 }
 
 impl Checker<'_> {
     fn at(&mut self, pos: Pos, message: String) {
-        self.errors.push(ConfigError { file: self.file.clone(), pos: Some(pos), message });
+        self.errors.push(located(&self.file, self.overrides, pos, message));
     }
 
     fn at_path(&mut self, path: &[PathSeg], message: String) {
@@ -310,12 +320,12 @@ impl Pipeline {
         pending: &[PathBuf],
     ) -> Result<Pipeline, ConfigErrors> {
         let mut errors = Vec::new();
-        for o in overrides {
-            if let Err(message) = apply_override(&mut root, o) {
+        for (i, o) in overrides.iter().enumerate() {
+            if let Err(message) = apply_override(&mut root, o, Pos::of_override(i)) {
                 errors.push(ConfigError { file: format!("--set {o}"), pos: None, message });
             }
         }
-        let mut c = Checker { file: file.to_string(), root: &root, errors };
+        let mut c = Checker { file: file.to_string(), root: &root, overrides, errors };
         let Node::Map(entries, _) = &root else {
             c.at(root.pos(), "a pipeline must be a mapping with name, source, steps and sink".into());
             return Err(ConfigErrors(c.errors));
@@ -459,8 +469,8 @@ impl YamlFile {
     /// A parsed document (e.g. a mapping inside an experiment file), with `overrides` applied.
     pub fn from_node(mut root: Node, file: &str, base: &Path, overrides: &[String]) -> YamlFile {
         let mut errors = Vec::new();
-        for o in overrides {
-            if let Err(message) = apply_override(&mut root, o) {
+        for (i, o) in overrides.iter().enumerate() {
+            if let Err(message) = apply_override(&mut root, o, Pos::of_override(i)) {
                 errors.push(ConfigError { file: format!("--set {o}"), pos: None, message });
             }
         }
@@ -469,7 +479,8 @@ impl YamlFile {
 
     /// The whole document as `T`; `what` names it in messages ("train config").
     pub fn deserialize<T: serde::de::DeserializeOwned>(&mut self, what: &str) -> Option<T> {
-        let mut c = Checker { file: self.file.clone(), root: &self.root, errors: Vec::new() };
+        let mut c =
+            Checker { file: self.file.clone(), root: &self.root, overrides: &self.overrides, errors: Vec::new() };
         let v = c.plain::<T>(Vec::new(), what);
         self.errors.extend(c.errors);
         v
@@ -478,7 +489,7 @@ impl YamlFile {
     /// Records a problem at `key` (a path like `model.preset` or `steps[2].x`).
     pub fn error(&mut self, key: &str, message: String) {
         let pos = yaml::parse_path(key).map(|p| self.root.locate(&p)).unwrap_or_default();
-        self.errors.push(ConfigError { file: self.file.clone(), pos: Some(pos), message: format!("{key}: {message}") });
+        self.errors.push(located(&self.file, &self.overrides, pos, format!("{key}: {message}")));
     }
 
     /// Resolves the relative path at `key` (`data`, `model.init_from`) against the file's
@@ -625,14 +636,17 @@ fn resolve(path: &mut PathBuf, base: &Path) {
 }
 
 /// Applies one `key.path[2].field=value` override; the value is parsed as YAML.
-pub(crate) fn apply_override(root: &mut Node, spec: &str) -> Result<(), String> {
+/// Applies `--set key=value` to `root`; the value's nodes are placed at `pos` (where errors
+/// about them are reported).
+pub(crate) fn apply_override(root: &mut Node, spec: &str, pos: Pos) -> Result<(), String> {
     let (key, value) = spec.split_once('=').ok_or("expected key=value, e.g. steps[3].max_noise=12")?;
     let path = yaml::parse_path(key.trim())?;
     let value = yaml::parse(value).map_err(|e| format!("value is not valid YAML: {}", e.message))?;
-    let value = match value {
-        Node::Map(entries, _) if entries.is_empty() => Node::Scalar(Value::Null, Pos::default()),
+    let mut value = match value {
+        Node::Map(entries, _) if entries.is_empty() => Node::Scalar(Value::Null, pos),
         v => v,
     };
+    value.place_at(pos);
     root.set(&path, value)
 }
 
@@ -717,8 +731,13 @@ mod tests {
         }
         let e = load(GOOD, &["steps[9].max_noise=1"]).unwrap_err();
         assert!(e.to_string().contains("--set steps[9].max_noise=1: index [9] is out of range"), "{e}");
-        let e = load(GOOD, &["steps[2].max_noise=loud"]).unwrap_err();
+        // A bad value is reported against the `--set` that gave it, not a line of the file.
+        let e = load(GOOD, &["seed=7", "steps[2].max_noise=loud"]).unwrap_err();
+        assert!(e.to_string().starts_with("--set steps[2].max_noise=loud: "), "{e}");
         assert!(e.to_string().contains("max_noise: invalid type"), "{e}");
+        let e = load(GOOD, &["sink={type: parquet, path: out, shard_rowz: 5}"]).unwrap_err();
+        assert!(e.to_string().starts_with("--set sink={type: parquet"), "{e}");
+        assert!(e.to_string().contains("shard_rowz"), "{e}");
     }
 
     #[test]

@@ -5,11 +5,24 @@
 use saphyr_parser::{Event, Parser, ScalarStyle};
 use serde_json::{Map, Number, Value};
 
-/// 1-based line and column of a node in its source.
+/// 1-based line and column of a node in its source. A node a `--set` wrote has no line of a
+/// file: line 0, and the override's index + 1 as its column ([`Pos::of_override`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Pos {
     pub line: usize,
     pub col: usize,
+}
+
+impl Pos {
+    /// Where the `index`-th `--set` of a command line put a value.
+    pub fn of_override(index: usize) -> Pos {
+        Pos { line: 0, col: index + 1 }
+    }
+
+    /// The index of the `--set` that wrote the node here, if one did.
+    pub fn override_index(self) -> Option<usize> {
+        (self.line == 0 && self.col > 0).then(|| self.col - 1)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -87,6 +100,25 @@ impl Node {
             }
         }
         pos
+    }
+
+    /// Gives this node and everything under it the position `pos` (a `--set` value, parsed
+    /// from its own text, would otherwise claim line 1 of the file).
+    pub fn place_at(&mut self, pos: Pos) {
+        match self {
+            Node::Scalar(_, p) => *p = pos,
+            Node::Seq(items, p) => {
+                *p = pos;
+                items.iter_mut().for_each(|n| n.place_at(pos));
+            }
+            Node::Map(entries, p) => {
+                *p = pos;
+                for (_, kp, v) in entries {
+                    *kp = pos;
+                    v.place_at(pos);
+                }
+            }
+        }
     }
 
     /// Sets the node at `path`, creating mapping keys on the way. Used by `--set`.

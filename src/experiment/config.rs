@@ -169,7 +169,8 @@ impl Raw {
     pub(super) fn with_overrides(&self, errs: &mut Errors) -> Raw {
         let mut node = self.node.clone();
         for o in &self.overrides {
-            if let Err(m) = crate::config::apply_override(&mut node, o) {
+            // A value set here is reported at the stage it belongs to.
+            if let Err(m) = crate::config::apply_override(&mut node, o, self.pos) {
                 errs.at(None, format!("--set {}.{o}: {m}", self.name));
             }
         }
@@ -190,6 +191,17 @@ impl Errors {
 
     pub(super) fn extend(&mut self, e: ConfigErrors) {
         self.list.extend(e.0);
+    }
+
+    /// A stage's own errors: those about a `--set` name it as typed, `--set STAGE.key=value`
+    /// (the stage's loader saw only `key=value`).
+    pub(super) fn extend_stage(&mut self, stage: &str, e: ConfigErrors) {
+        self.list.extend(e.0.into_iter().map(|mut err| {
+            if let Some(set) = err.file.strip_prefix("--set ") {
+                err.file = format!("--set {stage}.{set}");
+            }
+            err
+        }));
     }
 }
 

@@ -103,7 +103,7 @@ pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs
     let p = match Pipeline::from_node(doc, &file, &base, &overrides, &pending) {
         Ok(p) => p,
         Err(e) => {
-            errs.extend(e);
+            errs.extend_stage(&r.name, e);
             return None;
         }
     };

@@ -138,7 +138,7 @@ pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs
     let mut c = match train_config(y, deps) {
         Ok(c) => c,
         Err(e) => {
-            errs.extend(e);
+            errs.extend_stage(&r.name, e);
             return None;
         }
     };
