@@ -91,13 +91,38 @@ fn golden() -> Value {
 fn batch_and_logits(g: &Value) -> (usize, usize, Vec<f32>) {
     let batch = g["input_ids"].as_array().unwrap().len();
     let seq = ints(&g["input_ids"]).len() / batch;
-    let logits = g["cls_logits"]
-        .as_array()
+    (batch, seq, rows_f32(&g["cls_logits"]))
+}
+
+/// A fixture's `[rows][values]` as one row-major vector.
+fn rows_f32(v: &Value) -> Vec<f32> {
+    v.as_array()
         .unwrap()
         .iter()
         .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
-        .collect();
-    (batch, seq, logits)
+        .collect()
+}
+
+/// Export options for a checkpoint with nothing but the graph and precision chosen; `vocab`
+/// stands for the vocabulary of a fixture that has no tokenizer of its own.
+fn export_options(
+    checkpoint: &Path,
+    out: PathBuf,
+    optimize: bool,
+    precision: export::Precision,
+    vocab: Option<PathBuf>,
+) -> export::ExportOptions {
+    export::ExportOptions {
+        checkpoint: checkpoint.to_path_buf(),
+        out,
+        optimize,
+        precision,
+        vocab,
+        max_len: None,
+        external_data: false,
+        fp16_clamp: false,
+        metadata: Vec::new(),
+    }
 }
 
 fn ints(v: &Value) -> Vec<i64> {
@@ -115,17 +140,7 @@ fn export_matches_pytorch_and_candle_on_dynamic_shapes_plain_and_optimized() {
     let mut plain_logits = Vec::new();
     for optimize in [false, true] {
         let out = dir.path().join(if optimize { "opt.onnx" } else { "plain.onnx" });
-        let opts = export::ExportOptions {
-            checkpoint: tiny_cls(),
-            out: out.clone(),
-            optimize,
-            precision: export::Precision::Fp32,
-            vocab: None,
-            max_len: None,
-            external_data: false,
-            fp16_clamp: false,
-            metadata: Vec::new(),
-        };
+        let opts = export_options(&tiny_cls(), out.clone(), optimize, export::Precision::Fp32, None);
         let done = export::export(&opts).unwrap();
         let mut session = rt.open(&done.path, runtime::Provider::Cpu, 1).unwrap();
 
@@ -189,18 +204,10 @@ fn roberta_export_matches_transformers_plain_and_optimized() {
     let (batch, seq, torch) = batch_and_logits(&g);
     for optimize in [false, true] {
         let out = dir.path().join(if optimize { "opt.onnx" } else { "plain.onnx" });
-        let opts = export::ExportOptions {
-            checkpoint: root().join("tests/fixtures/tiny-roberta-cls"),
-            out: out.clone(),
-            optimize,
-            precision: export::Precision::Fp32,
-            // The fixture has no tokenizer; any file stands for its vocabulary in the metadata.
-            vocab: Some(root().join("tests/fixtures/tokenizers/roberta/tokenizer.json")),
-            max_len: None,
-            external_data: false,
-            fp16_clamp: false,
-            metadata: Vec::new(),
-        };
+        // The fixture has no tokenizer; any file stands for its vocabulary in the metadata.
+        let vocab = root().join("tests/fixtures/tokenizers/roberta/tokenizer.json");
+        let checkpoint = root().join("tests/fixtures/tiny-roberta-cls");
+        let opts = export_options(&checkpoint, out.clone(), optimize, export::Precision::Fp32, Some(vocab));
         let done = export::export(&opts).unwrap();
         let mut session = rt.open(&done.path, runtime::Provider::Cpu, 1).unwrap();
         // Token types are not fed to a model without the input (zeros passed, unused).
@@ -236,23 +243,11 @@ fn modernbert_export_matches_transformers_fp32_and_int8() {
         serde_json::from_str(&std::fs::read_to_string(source.join("config.json")).unwrap()).unwrap();
     config["classifier_pooling"] = "mean".into();
     std::fs::write(mean.join("config.json"), config.to_string()).unwrap();
-    let torch_mean: Vec<f32> = g["cls_logits_mean"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
-        .collect();
-    let options = |checkpoint: &Path, name: &str, optimize: bool, precision: export::Precision| export::ExportOptions {
-        checkpoint: checkpoint.to_path_buf(),
-        out: dir.path().join(name),
-        optimize,
-        precision,
-        // The fixture has no tokenizer; any file stands for its vocabulary in the metadata.
-        vocab: Some(root().join("tests/fixtures/tokenizers/modernbert/tokenizer.json")),
-        max_len: None,
-        external_data: false,
-        fp16_clamp: false,
-        metadata: Vec::new(),
+    let torch_mean = rows_f32(&g["cls_logits_mean"]);
+    // The fixture has no tokenizer; any file stands for its vocabulary in the metadata.
+    let vocab = root().join("tests/fixtures/tokenizers/modernbert/tokenizer.json");
+    let options = |checkpoint: &Path, name: &str, optimize: bool, precision: export::Precision| {
+        export_options(checkpoint, dir.path().join(name), optimize, precision, Some(vocab.clone()))
     };
     for (checkpoint, want, label) in [(&source, &torch, "cls"), (&mean, &torch_mean, "mean")] {
         let mut fp32_logits = Vec::new();
@@ -761,17 +756,7 @@ fn int8_and_fp16_exports_stay_within_their_tolerance_of_float32_on_padded_real_t
         for precision in [export::Precision::Int8, export::Precision::Fp16] {
             for optimize in [false, true] {
                 let out = dir.path().join(format!("{name}-{}-{optimize}.onnx", precision.name()));
-                let opts = export::ExportOptions {
-                    checkpoint: checkpoint.to_path_buf(),
-                    out: out.clone(),
-                    optimize,
-                    precision,
-                    vocab: None,
-                    max_len: None,
-                    external_data: false,
-                    fp16_clamp: false,
-                    metadata: Vec::new(),
-                };
+                let opts = export_options(checkpoint, out.clone(), optimize, precision, None);
                 let done = export::export(&opts).unwrap();
                 // verify: random padded batches up to max_len and tokenized sentences, against
                 // candle in float32, within the precision's tolerance (it errs past it).

@@ -790,29 +790,44 @@ fn attention_plain(
     // Keys come transposed, `[b, heads, d, s]`, ready for the product.
     let k = project(g, "key", &layer.attention.self_attention.key, [0, 2, 3, 1])?;
     let v = project(g, "value", &layer.attention.self_attention.value, [0, 2, 1, 3])?;
-    // Scores q·kᵀ/√d + mask bias, softmax over keys, then the weighted values.
-    let mut scores = g.op("MatMul", &format!("/{pre}/attention/scores"), &[&q, &k], vec![]);
+    Ok(attention_core(g, &format!("{pre}/attention"), &q, &k, &v, mask_bias, hidden, heads, p))
+}
+
+/// Scaled dot-product attention in plain ops, shared by every family's plain graph: `q`
+/// `[b, heads, s, d]`, keys transposed `[b, heads, d, s]`, `v` `[b, heads, s, d]`;
+/// `softmax(q·kᵀ/√d + mask_bias)·v` with the heads merged back to `[b, s, hidden]`. The two
+/// products of activations stay in float (fp16 for `--fp16`, whose scores are cast to float32
+/// for the scale, the mask and the softmax). Nodes are named under `/{scope}/`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attention_core(
+    g: &mut Graph,
+    scope: &str,
+    q: &str,
+    k_t: &str,
+    v: &str,
+    mask_bias: &str,
+    hidden: usize,
+    heads: usize,
+    p: Precision,
+) -> String {
+    let head_dim = hidden / heads;
+    let mut scores = g.op("MatMul", &format!("/{scope}/scores"), &[q, k_t], vec![]);
     if p == Precision::Fp16 {
-        scores = cast(g, &format!("/{pre}/attention/scores_to_float32"), &scores, data_type::FLOAT);
+        scores = cast(g, &format!("/{scope}/scores_to_float32"), &scores, data_type::FLOAT);
     }
-    let sqrt_d = g.scalar(&format!("/{pre}/attention/sqrt_head_dim"), (head_dim as f32).sqrt());
-    let scores = g.op("Div", &format!("/{pre}/attention/scale"), &[&scores, &sqrt_d], vec![]);
-    let scores = g.op("Add", &format!("/{pre}/attention/mask"), &[&scores, mask_bias], vec![]);
-    let mut probs = g.op("Softmax", &format!("/{pre}/attention/Softmax"), &[&scores], vec![("axis", Attr::Int(-1))]);
+    let sqrt_d = g.scalar(&format!("/{scope}/sqrt_head_dim"), (head_dim as f32).sqrt());
+    let scores = g.op("Div", &format!("/{scope}/scale"), &[&scores, &sqrt_d], vec![]);
+    let scores = g.op("Add", &format!("/{scope}/mask"), &[&scores, mask_bias], vec![]);
+    let mut probs = g.op("Softmax", &format!("/{scope}/Softmax"), &[&scores], vec![("axis", Attr::Int(-1))]);
     if p == Precision::Fp16 {
-        probs = cast(g, &format!("/{pre}/attention/probs_to_float16"), &probs, data_type::FLOAT16);
+        probs = cast(g, &format!("/{scope}/probs_to_float16"), &probs, data_type::FLOAT16);
     }
-    let ctx = g.op("MatMul", &format!("/{pre}/attention/context"), &[&probs, &v], vec![]);
+    let ctx = g.op("MatMul", &format!("/{scope}/context"), &[&probs, v], vec![]);
     // Merge heads `[b, heads, s, d] → [b, s, h]`.
-    let ctx = g.op(
-        "Transpose",
-        &format!("/{pre}/attention/merge_heads"),
-        &[&ctx],
-        vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
-    );
-    let merge = g.i64_init(&format!("/{pre}/attention/merged_shape"), &[3], &[0, 0, hidden as i64]);
-    let ctx = g.op("Reshape", &format!("/{pre}/attention/merge_heads_reshape"), &[&ctx, &merge], vec![]);
-    Ok(ctx)
+    let ctx =
+        g.op("Transpose", &format!("/{scope}/merge_heads"), &[&ctx], vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))]);
+    let merge = g.i64_init(&format!("/{scope}/merged_shape"), &[3], &[0, 0, hidden as i64]);
+    g.op("Reshape", &format!("/{scope}/merge_heads_reshape"), &[&ctx, &merge], vec![])
 }
 
 /// One encoder layer in ONNX Runtime's fused ops: `Attention` (packed QKV weights, raw

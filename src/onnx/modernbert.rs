@@ -10,7 +10,7 @@
 
 use anyhow::{bail, Result};
 
-use super::export::{activation, layer_norm, model_proto, padding_bias, product, Precision};
+use super::export::{activation, attention_core, layer_norm, model_proto, padding_bias, product, Precision};
 use super::graph::{Attr, Graph};
 use super::proto::{data_type, ModelProto, ValueInfoProto};
 use crate::model::bert::{Linear, MASKED};
@@ -130,7 +130,7 @@ pub fn proto(
         }
     };
     let h = dense(&mut g, "head.dense", &head.dense, &pooled, Precision::Fp32)?;
-    let h = activation(&mut g, "head/act", model.config.modern()?.classifier_activation, &h, Precision::Fp32);
+    let h = activation(&mut g, "head/act", s.classifier_activation, &h, Precision::Fp32);
     let h = layer_norm(&mut g, "head.norm", &head.norm, &h, s.norm_eps, Precision::Fp32)?;
     let logits = linear(&mut g, "classifier", classifier, &h)?;
     g.rename_output(&logits, "logits");
@@ -201,20 +201,7 @@ fn encoder_layer(
     let q = rotate(g, &format!("{pre}/attn/query_rotary"), &q, at.rotary, d);
     let k = rotate(g, &format!("{pre}/attn/key_rotary"), &k, at.rotary, d);
     let kt = g.op("Transpose", &format!("/{pre}/attn/key_t"), &[&k], vec![("perm", Attr::Ints(vec![0, 1, 3, 2]))]);
-    let scores = g.op("MatMul", &format!("/{pre}/attn/scores"), &[&q, &kt], vec![]);
-    let sqrt_d = g.scalar(&format!("/{pre}/attn/sqrt_head_dim"), (d as f32).sqrt());
-    let scores = g.op("Div", &format!("/{pre}/attn/scale"), &[&scores, &sqrt_d], vec![]);
-    let scores = g.op("Add", &format!("/{pre}/attn/mask"), &[&scores, at.mask], vec![]);
-    let probs = g.op("Softmax", &format!("/{pre}/attn/Softmax"), &[&scores], vec![("axis", Attr::Int(-1))]);
-    let context = g.op("MatMul", &format!("/{pre}/attn/context"), &[&probs, &v], vec![]);
-    let context = g.op(
-        "Transpose",
-        &format!("/{pre}/attn/merge_heads"),
-        &[&context],
-        vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
-    );
-    let merged = g.i64_init(&format!("/{pre}/attn/merged_shape"), &[3], &[0, 0, hidden as i64]);
-    let context = g.op("Reshape", &format!("/{pre}/attn/merge_heads_reshape"), &[&context, &merged], vec![]);
+    let context = attention_core(g, &format!("{pre}/attn"), &q, &kt, &v, at.mask, hidden, heads, Precision::Fp32);
     let attn = dense(g, &format!("{pre}.attn.Wo"), &layer.attn.Wo, &context, p)?;
     let x = g.op("Add", &format!("/{pre}/attn/residual"), &[x, &attn], vec![]);
 
