@@ -446,12 +446,17 @@ impl BertModel {
 
     /// `tanh(dense(hidden[:, 0]))`.
     pub fn pool(&self, hidden: &Tensor, mode: &ForwardPass) -> Result<Tensor> {
-        let first = hidden.narrow(1, 0, 1)?.squeeze(1)?;
+        let first = first_token(hidden)?;
         match &self.pooler {
             Some(p) => p.forward(&first, mode)?.tanh(),
             None => Ok(first),
         }
     }
+}
+
+/// `hidden[:, 0]`: each row's first token, `[batch, hidden]`.
+pub fn first_token(hidden: &Tensor) -> Result<Tensor> {
+    hidden.narrow(1, 0, 1)?.squeeze(1)
 }
 
 /// One batch of model inputs on the device.

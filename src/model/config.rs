@@ -463,6 +463,27 @@ impl BertConfig {
         self.extra.insert(field.to_string(), value);
     }
 
+    /// The dropout after the embeddings and each sublayer: BERT's `hidden_dropout_prob`,
+    /// ModernBERT's `embedding_dropout` and `mlp_dropout`.
+    pub fn set_hidden_dropout(&mut self, p: f64) {
+        match self.family() {
+            Family::ModernBert => {
+                self.set_extra("embedding_dropout", p.into());
+                self.set_extra("mlp_dropout", p.into());
+            }
+            Family::Bert | Family::Roberta => self.hidden_dropout_prob = p,
+        }
+    }
+
+    /// The dropout on attention: BERT's `attention_probs_dropout_prob`, ModernBERT's
+    /// `attention_dropout`.
+    pub fn set_attention_dropout(&mut self, p: f64) {
+        match self.family() {
+            Family::ModernBert => self.set_extra("attention_dropout", p.into()),
+            Family::Bert | Family::Roberta => self.attention_probs_dropout_prob = p,
+        }
+    }
+
     pub fn head_dim(&self) -> usize {
         self.hidden_size / self.num_attention_heads
     }

@@ -124,14 +124,6 @@ enum LayerContext {
 }
 
 impl Encoder {
-    /// BERT's tree, for code that only knows it (the fused ONNX export); `None` for ModernBERT.
-    pub fn bert(&self) -> Option<&BertModel> {
-        match self {
-            Encoder::Bert(b) => Some(b),
-            Encoder::ModernBert(_) => None,
-        }
-    }
-
     /// The word embedding table (the MLM decoder's tied weight).
     pub fn word_embeddings(&self) -> &Tensor {
         match self {
@@ -204,7 +196,7 @@ impl Encoder {
     fn pool(&self, hidden: &Tensor, mode: &ForwardPass) -> Result<Tensor> {
         Ok(match self {
             Encoder::Bert(b) => b.pool(hidden, mode)?,
-            Encoder::ModernBert(_) => hidden.narrow(1, 0, 1)?.squeeze(1)?,
+            Encoder::ModernBert(_) => bert::first_token(hidden)?,
         })
     }
 }
@@ -421,7 +413,7 @@ impl BertWithHead {
             }
             Head::ModernBertClassifier { head, classifier, dropout, pooling } => {
                 let pooled = match pooling {
-                    Pooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?,
+                    Pooling::Cls => bert::first_token(hidden)?,
                     Pooling::Mean => {
                         let keep = inputs.attention_mask.unsqueeze(2)?;
                         let sum = hidden.broadcast_mul(&keep)?.sum(1)?;
@@ -630,9 +622,8 @@ mod tests {
     fn checkpointed_gradients_are_a_plain_backwards() {
         let mut modern = BertConfig::new(48, 3, 32, 4, 64);
         modern.model_type = "modernbert".into();
-        for (field, value) in [("embedding_dropout", 0.2), ("attention_dropout", 0.2), ("mlp_dropout", 0.2)] {
-            modern.set_extra(field, value.into());
-        }
+        modern.set_hidden_dropout(0.2);
+        modern.set_attention_dropout(0.2);
         modern.set_extra("local_attention", 4.into());
         modern.set_extra("classifier_pooling", "mean".into());
         let cases = [
@@ -644,8 +635,8 @@ mod tests {
         for (kind, config) in cases {
             let c = config.unwrap_or_else(|| {
                 let mut c = BertConfig::new(48, 3, 32, 4, 64);
-                c.hidden_dropout_prob = 0.2;
-                c.attention_probs_dropout_prob = 0.2;
+                c.set_hidden_dropout(0.2);
+                c.set_attention_dropout(0.2);
                 c
             });
             let kind_name = format!("{kind:?} {}", c.model_type);

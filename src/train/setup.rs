@@ -16,7 +16,7 @@ use super::{device, optim, TrainOptions, Trainer};
 use crate::config::Pipeline;
 use crate::config::PipelineStep;
 use crate::contract::manifest::Manifest;
-use crate::model::config::{BertConfig, Family};
+use crate::model::config::BertConfig;
 use crate::model::{BertWithHead, ModelKind};
 use crate::sequence::pretrain::Masking;
 use crate::shards::ShardSet;
@@ -279,6 +279,8 @@ struct Loaders {
     class_counts: Vec<u64>,
     label_names: Vec<String>,
     model_kind: ModelKind,
+    /// Pretraining shards the pipeline masked itself at its default rate (no `masked_lm_prob`).
+    masked_at_default_rate: bool,
 }
 
 impl Loaders {
@@ -349,7 +351,9 @@ impl Loaders {
             Objective::Pretrain if pretrain_step.is_some_and(|p| p.nsp) => ModelKind::PreTraining,
             Objective::Pretrain => ModelKind::MaskedLm,
         };
-        Ok(Loaders { train, usable_rows, class_counts, label_names, model_kind })
+        let masked_at_default_rate = cfg.task == Objective::Pretrain
+            && pretrain_step.is_some_and(|p| p.masking == Masking::Static && p.masked_lm_prob.is_none());
+        Ok(Loaders { train, usable_rows, class_counts, label_names, model_kind, masked_at_default_rate })
     }
 }
 
@@ -503,14 +507,8 @@ fn model_and_state(
             c.family().name()
         );
     }
-    let static_default = pipeline_of(&shards.manifest)
-        .and_then(|p| p.steps.into_iter().find_map(|s| s.as_pretrain().cloned()))
-        .is_some_and(|p| p.masking == Masking::Static && p.masked_lm_prob.is_none());
     let family_rate = c.family().masked_lm_prob();
-    if cfg.task == Objective::Pretrain
-        && static_default
-        && family_rate != crate::sequence::pretrain::DEFAULT_MASKED_LM_PROB
-    {
+    if data.masked_at_default_rate && family_rate != crate::sequence::pretrain::DEFAULT_MASKED_LM_PROB {
         notes.push(format!(
             "the shards were masked by the pipeline at its default 15%; {} pretraining masks {:.0}%: set `masked_lm_prob: {family_rate}` in pretrain_sequences, or `masking: dynamic` to mask at the model's rate",
             c.family().name(),
@@ -565,23 +563,11 @@ fn model_config(cfg: &TrainConfig, vocab_size: usize) -> Result<BertConfig> {
     } else {
         bail!("model: give `preset`, `config` or `init_from`");
     };
-    if c.family() == Family::ModernBert {
-        // ModernBERT's dropouts have their own names: the hidden one is its embedding and MLP
-        // dropout, the attention one its `attention_dropout`.
-        if let Some(p) = m.hidden_dropout_prob {
-            c.set_extra("embedding_dropout", p.into());
-            c.set_extra("mlp_dropout", p.into());
-        }
-        if let Some(p) = m.attention_probs_dropout_prob {
-            c.set_extra("attention_dropout", p.into());
-        }
-    } else {
-        if let Some(p) = m.hidden_dropout_prob {
-            c.hidden_dropout_prob = p;
-        }
-        if let Some(p) = m.attention_probs_dropout_prob {
-            c.attention_probs_dropout_prob = p;
-        }
+    if let Some(p) = m.hidden_dropout_prob {
+        c.set_hidden_dropout(p);
+    }
+    if let Some(p) = m.attention_probs_dropout_prob {
+        c.set_attention_dropout(p);
     }
     if let Some(p) = m.classifier_dropout {
         c.classifier_dropout = Some(p);
