@@ -2,8 +2,10 @@
 # `bertpipe run` on the extracted aclImdb-shaped corpus at full size (12,500 reviews per label
 # in train/ and test/, 50,000 in train/unsup: 100,000 review files plus the non-review files,
 # ~130 MB): what content keys cost.
-#   - the first dry run on a fresh OUT: every input file hashed once (the digest cache is empty);
-#   - the first real run (the pipeline stage, tokenizing 50,000 reviews) and what it hashed;
+#   - the first dry run on a fresh OUT: nothing read yet, so nothing to hash (a corpus folder
+#     keys a stage by what its run reads in it, its read set);
+#   - the first real run (the pipeline stage, tokenizing 50,000 reviews) and what it hashed:
+#     the files the run read (its read set) and its outputs;
 #   - `--dry-run` on the up-to-date chain: one `stat` per file (median of RUNS);
 #   - after `touch` on every corpus file (same bytes, new times): the dry run hashes them
 #     again and still finds the chain up to date.
@@ -36,7 +38,7 @@ timed() {  # label, command... : one run, wall seconds and the chain's own hashi
   t1=$(date +%s.%N)
   printf '%-52s %8.3f s   %s\n' "$label" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$(grep -o 'hashed [0-9]* files, [0-9.]* MB' <<<"$out" || echo 'nothing hashed past 64 MB')"
 }
-timed "dry run, fresh OUT (hash every input file)" "$BIN" run "$exp" --dry-run
+timed "dry run, fresh OUT (no read set yet)" "$BIN" run "$exp" --dry-run
 rm -rf "$WORK/chain-100k-out"
 timed "first run, fresh OUT (pipeline + hashing)" "$BIN" run "$exp"
 sleep 3  # past the 2 s racy window, so the outputs just written are trusted from now on

@@ -404,7 +404,8 @@ pub enum PipelineCommand {
     /// Check a pipeline file and report every problem with file:line:column (exit 78 if any).
     #[command(after_help = "Examples:
   bertpipe pipeline validate pipelines/imdb-clean.yaml
-  bertpipe pipeline validate pipelines/imdb-clean.yaml --set sink.shard_rows=500")]
+  bertpipe pipeline validate pipelines/imdb-clean.yaml --set sink.shard_rows=500
+  bertpipe pipeline validate pipelines/imdb.yaml --json   # needs_scan: whether a task array scans first")]
     Validate(ValidateArgs),
 }
 
@@ -486,4 +487,10 @@ pub struct MergeArgs {
 pub struct ValidateArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
+    /// Print what the file holds as one JSON object on stdout: a pipeline's name, source, splits,
+    /// steps, sink, whether a task array of it runs `pipeline scan` first (`needs_scan`,
+    /// `scan_steps`) and why it cannot be one (`task_array_error`); an experiment's stages.
+    /// Problems still go to stderr (exit 78).
+    #[arg(long)]
+    pub json: bool,
 }

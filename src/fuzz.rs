@@ -19,9 +19,11 @@ use crate::source::{Emit, Source, SourceItem};
 pub type Target = fn(&[u8]);
 
 /// Every target, by name (the names of `fuzz/fuzz_targets/*.rs`).
-pub const TARGETS: [(&str, Target); 5] = [
+pub const TARGETS: [(&str, Target); 7] = [
     ("pipeline_yaml", pipeline_yaml),
+    ("experiment_yaml", experiment_yaml),
     ("tokenizer", tokenizer),
+    ("tokenizer_json", tokenizer_json),
     ("sources", sources),
     ("contract_files", contract_files),
     ("model_files", model_files),
@@ -61,6 +63,40 @@ pub fn pipeline_yaml(data: &[u8]) {
     if let Ok(p) = crate::config::Pipeline::from_yaml(text, "fuzz.yaml", base, &[]) {
         // A loaded pipeline serialises (the manifest records it).
         let _ = p.canonical_json();
+    }
+}
+
+/// An experiment file of arbitrary contents, read and resolved (stage files it names are
+/// looked up relative to a scratch folder; none exist): an experiment or located errors.
+pub fn experiment_yaml(data: &[u8]) {
+    let dir = Scratch::new();
+    let path = dir.path().join("experiment.yaml");
+    std::fs::write(&path, data).unwrap();
+    let _ = crate::experiment::load(&path, &[]);
+}
+
+/// A `tokenizer.json` of arbitrary contents (saved with truncation, padding, post-processors
+/// of any shape …) loaded as a pipeline's tokenize step loads it, then encoding a review: an
+/// encoder or an error, and an encoder's ids are in its vocabulary.
+pub fn tokenizer_json(data: &[u8]) {
+    let dir = Scratch::new();
+    let path = dir.path().join("tokenizer.json");
+    std::fs::write(&path, data).unwrap();
+    let step = crate::tokenize::Tokenize {
+        vocab: None,
+        tokenizer: Some(path),
+        lowercase: true,
+        strip_accents: None,
+        max_word_chars: 100,
+        encoder: None,
+        sentences: false,
+    };
+    let Ok(encoder) = step.load() else { return };
+    let mut ids = Vec::new();
+    let text = "A wonderful, moving film.<br /><br />I want my two hours back! ".repeat(40);
+    if encoder.encode(&text, &mut ids).is_ok() {
+        let size = encoder.info().vocab_size as u32;
+        assert!(ids.iter().all(|&id| id < size), "an id past the vocabulary of {size}");
     }
 }
 

@@ -28,6 +28,7 @@ fn main() -> ExitCode {
             if bertpipe::experiment::is_experiment(&args.config.pipeline) =>
         {
             match bertpipe::experiment::load(&args.config.pipeline, &args.config.set) {
+                Ok(e) if args.json => print_json(&experiment_facts(&args.config.pipeline, &e)),
                 Ok(e) => {
                     let stages: Vec<String> =
                         e.stages.iter().map(|s| format!("{} ({})", s.name, s.kind.name())).collect();
@@ -44,6 +45,7 @@ fn main() -> ExitCode {
         }
         Command::Pipeline(PipelineCommand::Validate(args)) => {
             match Pipeline::load(&args.config.pipeline, &args.config.set) {
+                Ok(p) if args.json => print_json(&pipeline_facts(&args.config.pipeline, &p)),
                 Ok(p) => {
                     println!(
                         "{}: ok ({} source, {} steps, sink {})",
@@ -85,6 +87,63 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// `pipeline validate --json` of a valid pipeline: what a script needs to know of it, as one
+/// JSON object — above all whether a task array of it runs `pipeline scan` first
+/// (`needs_scan`, from the steps themselves: a `dedup` in a comment is no step), and why it
+/// cannot be a task array at all (`task_array_error`, else null).
+fn pipeline_facts(file: &std::path::Path, p: &Pipeline) -> serde_json::Value {
+    let scan_steps = pipeline::tasks::scan_steps(&p.steps);
+    let task_array_error = pipeline::tasks::check_task_array(&p.steps).err().map(|e| format!("{e:#}"));
+    let steps: Vec<&str> = p.steps.iter().map(|s| s.type_name()).collect();
+    serde_json::json!({
+        "file": file.display().to_string(),
+        "ok": true,
+        "kind": "pipeline",
+        "name": p.name,
+        "seed": p.seed,
+        "source": {
+            "type": p.source.type_name(),
+            "path": p.source.path().display().to_string(),
+            "detected": p.detected,
+        },
+        "splits": p.source.split_names(),
+        "steps": steps,
+        "sink": { "type": p.sink.type_name(), "path": p.sink.path().display().to_string() },
+        "needs_scan": !scan_steps.is_empty(),
+        "scan_steps": scan_steps,
+        "task_array_error": task_array_error,
+        "config_sha256": p.config_sha256(),
+    })
+}
+
+/// `pipeline validate --json` of a valid experiment: its name, output folder and stages.
+fn experiment_facts(file: &std::path::Path, e: &bertpipe::experiment::Experiment) -> serde_json::Value {
+    let stages: Vec<serde_json::Value> =
+        e.stages.iter().map(|s| serde_json::json!({ "name": s.name, "kind": s.kind.name() })).collect();
+    serde_json::json!({
+        "file": file.display().to_string(),
+        "ok": true,
+        "kind": "experiment",
+        "name": e.name,
+        "out": e.out.display().to_string(),
+        "stages": stages,
+    })
+}
+
+/// Prints `value` as pretty JSON (one top-level key a line) on stdout.
+fn print_json(value: &serde_json::Value) -> ExitCode {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
         }
     }
 }
@@ -357,6 +416,7 @@ fn report(r: anyhow::Result<()>) -> ExitCode {
 }
 
 fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
+    use anyhow::Context as _;
     use bertpipe::onnx::{export, runtime, verify};
     let mut settings = args.settings.clone();
     match (&args.quantize, args.fp16) {
@@ -365,8 +425,20 @@ fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
         (None, false) => {}
     }
     let opts = settings.options(args.checkpoint.clone(), args.out.clone(), Vec::new());
+    // With --verify the runtime is found before anything is exported, and the model is checked
+    // where it was written aside: only a model that passed is renamed to --out.
+    let rt = if settings.verify { Some(runtime::init(args.ort.ort_lib.as_deref())?) } else { None };
     let t0 = std::time::Instant::now();
-    let done = export::export(&opts)?;
+    let staged = export::stage(&opts)?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let checked = match rt {
+        Some(rt) => Some(
+            verify::verify_export(rt, staged.exported())
+                .with_context(|| format!("the export failed --verify, so '{}' was not written", args.out.display()))?,
+        ),
+        None => None,
+    };
+    let done = staged.commit()?;
     let meta = |k: &str| done.metadata.iter().find(|(m, _)| m == k).map(|(_, v)| v.clone()).unwrap_or_default();
     eprintln!(
         "exported {} ({} {} nodes{}, {} parameters, {}) in {:.1}s: {}",
@@ -376,7 +448,7 @@ fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
         if settings.optimize { ", com.microsoft fused ops" } else { "" },
         done.parameters,
         bertpipe::contract::progress::human_bytes(done.bytes),
-        t0.elapsed().as_secs_f64(),
+        seconds,
         done.path.display()
     );
     if let Some(d) = &done.external_data {
@@ -390,9 +462,7 @@ fn export_onnx(args: bertpipe::cli::ExportOnnxArgs) -> anyhow::Result<()> {
         meta("max_len"),
         meta("id2label")
     );
-    if settings.verify {
-        let rt = runtime::init(args.ort.ort_lib.as_deref())?;
-        let checked = verify::verify_export(rt, &done)?;
+    if let (Some(rt), Some(checked)) = (rt, checked) {
         for c in &checked {
             eprintln!("verify {:<32} {:>3} × {:<4} max |Δ logits| {:.3e}", c.name, c.batch, c.seq, c.max_abs_diff);
         }
@@ -468,6 +538,9 @@ fn predict(args: bertpipe::cli::PredictArgs) -> ExitCode {
         let mut model = eval::open_model(&args.model, &args.device, args.threads, args.ort.ort_lib.as_deref())?;
         let (steps, pad) = predict::prepare(&pipeline, &model)?;
         eprintln!("model {}: {}, on {}", args.model.display(), eval::precision_of(&model), model.provider.describe());
+        if let Some(note) = predict::label_note(&pipeline, &model) {
+            eprintln!("note: {note}");
+        }
         let preds = predict::predict(&mut model, &steps, pad, &inputs, args.batch_size)?;
         if args.json {
             for p in &preds {

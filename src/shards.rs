@@ -1,5 +1,7 @@
 //! Reading shards back: open an output folder, verify it against its manifest (missing shard,
-//! wrong size or checksum, another vocabulary → an error that says which), iterate rows.
+//! wrong size or checksum, another vocabulary → an error that says which), iterate rows; and
+//! the one label check: the shards' class names ([`class_names`]) matched to a model's by name
+//! ([`match_labels`]), so a model is never scored or trained on labels that mean other classes.
 //!
 //! ```no_run
 //! let shards = bertpipe::shards::ShardSet::open("out/imdb".as_ref())?;
@@ -11,7 +13,7 @@
 //! # anyhow::Ok(())
 //! ```
 
-use std::fs::File;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -85,7 +87,8 @@ impl ShardSet {
                     );
                 }
                 // The rows are a claim too (readers size their work by them): the footer's count.
-                let f = File::open(&path).with_context(|| format!("could not open '{}'", path.display()))?;
+                let f = crate::contract::reads::open(&path)
+                    .with_context(|| format!("could not open '{}'", path.display()))?;
                 let rows = ParquetRecordBatchReaderBuilder::try_new(f)
                     .with_context(|| format!("'{}' is not a Parquet file", path.display()))?
                     .metadata()
@@ -159,7 +162,7 @@ impl ShardSet {
             .get(shard)
             .with_context(|| format!("split `{split}` has no shard {shard}"))?;
         let path = self.root.join(&info.file);
-        let f = File::open(&path).with_context(|| format!("could not open '{}'", path.display()))?;
+        let f = crate::contract::reads::open(&path).with_context(|| format!("could not open '{}'", path.display()))?;
         let mut builder = ParquetRecordBatchReaderBuilder::try_new(f)
             .with_context(|| format!("'{}' is not a Parquet file", path.display()))?;
         if let Some(columns) = columns {
@@ -219,6 +222,12 @@ impl ShardSet {
             out.extend(pretrain_rows(&b?, self.vocab_size()).with_context(|| self.shard_shown(split, shard))?);
         }
         Ok(out)
+    }
+
+    /// The shards' class names in label order ([`class_names`]); empty when their labels are
+    /// numbers.
+    pub fn class_names(&self) -> Vec<String> {
+        class_names(&self.manifest.config, &self.manifest.id2label)
     }
 
     /// The `label` column of a split (null: unlabelled), read without the other columns.
@@ -339,4 +348,257 @@ pub fn classify_rows(batch: &RecordBatch, vocab_size: Option<usize>) -> Result<V
         });
     }
     Ok(rows)
+}
+
+/// Class names in label order, as the shards' pipeline gives them (`config`: the manifest's
+/// resolved pipeline; `id2label`: the manifest's): an inverted `label_map` whose ids are 0, 1,
+/// …, aclImdb's `neg` and `pos`, or the names the pipeline found in the corpus. Empty when the
+/// labels are numbers, or a `label_map` numbers them otherwise. Training names a model's classes
+/// with these; eval and a checkpoint's head are matched to them ([`match_labels`]).
+pub fn class_names(config: &serde_json::Value, id2label: &BTreeMap<i64, String>) -> Vec<String> {
+    let source = config.get("source");
+    if let Some(map) = source.and_then(|s| s.get("label_map")).and_then(|m| m.as_object()) {
+        let mut pairs: Vec<(i64, String)> = map.iter().filter_map(|(k, v)| Some((v.as_i64()?, k.clone()))).collect();
+        pairs.sort();
+        if pairs.iter().enumerate().all(|(i, (id, _))| *id == i as i64) {
+            return pairs.into_iter().map(|(_, n)| n).collect();
+        }
+        return Vec::new();
+    }
+    if source.and_then(|s| s.get("type")).and_then(|t| t.as_str()) == Some("aclimdb") {
+        return vec!["neg".into(), "pos".into()];
+    }
+    if id2label.keys().copied().eq(0..id2label.len() as i64) {
+        return id2label.values().cloned().collect();
+    }
+    Vec::new()
+}
+
+/// Whether names say nothing of their classes: none at all, or HF's defaults `LABEL_0`,
+/// `LABEL_1`, … in order (what a config without `id2label` gets, and many checkpoints keep).
+pub fn unnamed(names: &[String]) -> bool {
+    names.iter().enumerate().all(|(i, n)| *n == format!("LABEL_{i}"))
+}
+
+/// How the shards' labels become a model's classes ([`match_labels`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabelMatch {
+    /// The model's class of each of the shards' label ids, when they were matched by name;
+    /// `None` when by number (label `i` is class `i`).
+    pub by_name: Option<Vec<usize>>,
+    /// The shards' class names in label order (empty: numbers).
+    pub shard_names: Vec<String>,
+    /// The model's class names in class order.
+    pub model_names: Vec<String>,
+    /// How the two were matched when it is not plain (other names, another order, names on one
+    /// side only): a line for the user.
+    pub note: Option<String>,
+}
+
+impl LabelMatch {
+    /// The model's class of the shards' label `label`, or why it has none (“label 3, but …”).
+    pub fn class_of(&self, label: i64) -> std::result::Result<usize, String> {
+        let l = usize::try_from(label).ok();
+        match &self.by_name {
+            Some(ids) => l.and_then(|l| ids.get(l).copied()).ok_or_else(|| {
+                format!(
+                    "label {label}, which the shards' manifest names no class for (it names {})",
+                    numbered(&self.shard_names)
+                )
+            }),
+            None => l.filter(|&l| l < self.model_names.len()).ok_or_else(|| {
+                format!(
+                    "label {label}, but the model has {} classes ({})",
+                    self.model_names.len(),
+                    self.model_names.join(", ")
+                )
+            }),
+        }
+    }
+
+    /// The model's class of each of the shards' label ids when that is not the label itself
+    /// (matched by name, in another order); `None` when every label is its own class.
+    pub fn remap(&self) -> Option<Vec<usize>> {
+        self.by_name.clone().filter(|ids| ids.iter().enumerate().any(|(i, &c)| i != c))
+    }
+}
+
+/// `0 neg, 1 pos`.
+fn numbered(names: &[String]) -> String {
+    names.iter().enumerate().map(|(i, n)| format!("{i} {n}")).collect::<Vec<_>>().join(", ")
+}
+
+/// The class called `name`: the same name, else the one name that differs from it only in case.
+fn find_class(names: &[String], name: &str) -> Option<usize> {
+    if let Some(i) = names.iter().position(|n| n == name) {
+        return Some(i);
+    }
+    let folded: Vec<usize> =
+        names.iter().enumerate().filter(|(_, n)| n.to_lowercase() == name.to_lowercase()).map(|(i, _)| i).collect();
+    match folded[..] {
+        [i] => Some(i),
+        _ => None,
+    }
+}
+
+/// Matches the shards' labels (`shard_names`, in label order; empty when they are numbers) to a
+/// model's classes (`model_names`, in class order). When both sides have names, by name: every
+/// name of the shards must be one of the model's (the same, or the only one that differs in
+/// case), in any order, and the model may have more. When a side has none (no names, or only
+/// `LABEL_0`, `LABEL_1`, …), by number, and a model without names only when the shards name as
+/// many classes as it has. Anything else is refused, naming both lists: scoring or training
+/// across it would count one class as another. `shards` and `model` say whose labels they are
+/// (“the shards in 'out/x'”, “the model 'm.onnx'”); `fix` ends a refusal with what to do.
+pub fn match_labels(
+    shard_names: &[String],
+    model_names: &[String],
+    shards: &str,
+    model: &str,
+    fix: &str,
+) -> Result<LabelMatch> {
+    let mut m =
+        LabelMatch { by_name: None, shard_names: shard_names.to_vec(), model_names: model_names.to_vec(), note: None };
+    match (unnamed(shard_names), unnamed(model_names)) {
+        (true, true) => {}
+        (true, false) => {
+            m.note = Some(format!(
+                "{shards} do not name their labels: label i is taken as class i of {model} ({})",
+                numbered(model_names)
+            ));
+        }
+        (false, true) => {
+            if shard_names.len() != model_names.len() {
+                bail!(
+                    "{model} does not name its {} classes [{}] and {shards} name {} [{}]: with no names to match and other counts, there is no telling which class is which ({fix})",
+                    model_names.len(),
+                    model_names.join(", "),
+                    shard_names.len(),
+                    shard_names.join(", ")
+                );
+            }
+            m.note = Some(format!(
+                "{model} does not name its classes: the labels of {shards} are taken by number ({})",
+                shard_names.iter().zip(model_names).map(|(s, c)| format!("{s} → {c}")).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        (false, false) => {
+            let mut ids = Vec::with_capacity(shard_names.len());
+            let mut missing = Vec::new();
+            for name in shard_names {
+                match find_class(model_names, name) {
+                    Some(c) => ids.push(c),
+                    None => missing.push(format!("`{name}`")),
+                }
+            }
+            if !missing.is_empty() {
+                bail!(
+                    "{shards} have the labels [{}] and {model} the labels [{}]: {} {} not among the model's, so rows labelled so cannot be matched to its classes ({fix})",
+                    shard_names.join(", "),
+                    model_names.join(", "),
+                    missing.join(", "),
+                    if missing.len() == 1 { "is" } else { "are" }
+                );
+            }
+            let plain = ids.iter().enumerate().all(|(i, &c)| i == c && shard_names[i] == model_names[c]);
+            if !plain {
+                m.note = Some(format!(
+                    "the labels of {shards} are matched to the classes of {model} by name: {}",
+                    ids.iter()
+                        .enumerate()
+                        .map(|(i, &c)| format!("{i} {} → {c} {}", shard_names[i], model_names[c]))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            m.by_name = Some(ids);
+        }
+    }
+    Ok(m)
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::*;
+
+    fn names(s: &[&str]) -> Vec<String> {
+        s.iter().map(|n| n.to_string()).collect()
+    }
+
+    fn matched(shards: &[&str], model: &[&str]) -> Result<LabelMatch> {
+        match_labels(&names(shards), &names(model), "the shards in 'd'", "the model 'm.onnx'", "relabel")
+    }
+
+    #[test]
+    fn names_the_model_has_are_matched_by_name_in_any_order() {
+        // The audit's case: a three-class model, shards with two of its classes.
+        let m = matched(&["negative", "positive"], &["negative", "neutral", "positive"]).unwrap();
+        assert_eq!(m.by_name, Some(vec![0, 2]));
+        assert_eq!((m.class_of(0), m.class_of(1)), (Ok(0), Ok(2)));
+        assert_eq!(m.remap(), Some(vec![0, 2]));
+        assert!(m.note.as_deref().unwrap().contains("1 positive → 2 positive"), "{:?}", m.note);
+        let m = matched(&["neg", "pos"], &["pos", "neg"]).unwrap();
+        assert_eq!(m.by_name, Some(vec![1, 0]));
+        // Case alone does not part two names (HF's POSITIVE / NEGATIVE).
+        let m = matched(&["negative", "positive"], &["NEGATIVE", "POSITIVE"]).unwrap();
+        assert_eq!(m.by_name, Some(vec![0, 1]));
+        assert!(m.note.is_some() && m.remap().is_none());
+        // The same names in the same order: nothing to say, nothing to remap.
+        let m = matched(&["neg", "pos"], &["neg", "pos"]).unwrap();
+        assert_eq!((m.by_name, m.note), (Some(vec![0, 1]), None));
+        let m = matched(&["neg", "pos"], &["neg", "pos", "LABEL_2"]).unwrap();
+        assert_eq!(m.by_name, Some(vec![0, 1]));
+        assert!(m.class_of(2).unwrap_err().contains("names no class for (it names 0 neg, 1 pos)"));
+    }
+
+    #[test]
+    fn a_name_the_model_lacks_is_refused_naming_both_lists() {
+        let e = matched(&["neg", "pos"], &["negative", "neutral", "positive"]).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "the shards in 'd' have the labels [neg, pos] and the model 'm.onnx' the labels [negative, neutral, positive]: `neg`, `pos` are not among the model's, so rows labelled so cannot be matched to its classes (relabel)"
+        );
+        let e = matched(&["negative", "neutral", "positive"], &["negative", "positive"]).unwrap_err().to_string();
+        assert!(e.contains("`neutral` is not among"), "{e}");
+        // Two names that differ from it only in case: no telling which.
+        assert!(matched(&["pos"], &["POS", "Pos"]).is_err());
+    }
+
+    #[test]
+    fn without_names_on_a_side_labels_are_numbers() {
+        let m = matched(&[], &[]).unwrap();
+        assert_eq!((m.by_name.clone(), m.note.clone()), (None, None));
+        assert_eq!(m.class_of(1), Err("label 1, but the model has 0 classes ()".into()));
+        let m = matched(&["LABEL_0", "LABEL_1"], &["LABEL_0", "LABEL_1"]).unwrap();
+        assert_eq!((m.by_name.clone(), m.note.clone(), m.class_of(1)), (None, None, Ok(1)));
+        assert_eq!(m.class_of(2), Err("label 2, but the model has 2 classes (LABEL_0, LABEL_1)".into()));
+        assert_eq!(m.class_of(-1).unwrap_err(), "label -1, but the model has 2 classes (LABEL_0, LABEL_1)");
+        // Numbered shards, a model with names: by number, said.
+        let m = matched(&[], &["neg", "pos"]).unwrap();
+        assert_eq!((m.by_name.clone(), m.class_of(1)), (None, Ok(1)));
+        assert!(m.note.unwrap().contains("do not name their labels"));
+        // A model without names: by number when the counts agree, else refused.
+        let m = matched(&["neg", "pos"], &["LABEL_0", "LABEL_1"]).unwrap();
+        assert_eq!(m.by_name, None);
+        assert!(m.note.unwrap().contains("neg → LABEL_0, pos → LABEL_1"));
+        let e = matched(&["neg", "pos"], &["LABEL_0", "LABEL_1", "LABEL_2"]).unwrap_err().to_string();
+        assert!(e.contains("does not name its 3 classes") && e.contains("name 2 [neg, pos]"), "{e}");
+        // `LABEL_i` out of place is a name.
+        assert!(!unnamed(&names(&["LABEL_1", "LABEL_0"])) && unnamed(&[]));
+    }
+
+    #[test]
+    fn class_names_come_from_the_label_map_aclimdb_or_the_names_found() {
+        let found: BTreeMap<i64, String> = [(0, "negative".to_string()), (1, "positive".to_string())].into();
+        let csv = serde_json::json!({"source": {"type": "csv"}});
+        assert_eq!(class_names(&csv, &found), ["negative", "positive"]);
+        assert!(class_names(&csv, &BTreeMap::new()).is_empty());
+        let mapped = serde_json::json!({"source": {"type": "csv", "label_map": {"good": 1, "bad": 0}}});
+        assert_eq!(class_names(&mapped, &found), ["bad", "good"]);
+        let shared = serde_json::json!({"source": {"type": "csv", "label_map": {"good": 1, "fine": 1, "bad": 0}}});
+        assert!(class_names(&shared, &found).is_empty(), "ids not 0, 1, … name nothing");
+        let imdb = serde_json::json!({"source": {"type": "aclimdb"}});
+        assert_eq!(class_names(&imdb, &BTreeMap::new()), ["neg", "pos"]);
+        let gap: BTreeMap<i64, String> = [(1, "only".to_string())].into();
+        assert!(class_names(&csv, &gap).is_empty());
+    }
 }

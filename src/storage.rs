@@ -168,23 +168,67 @@ impl Remote {
         }
     }
 
-    /// The whole object.
+    /// The whole object (its version noted as read, [`crate::contract::reads`]).
     pub fn get(&self, rel: &str) -> Result<Bytes> {
         let key = self.key(rel);
         let store = self.store.clone();
-        runtime()
-            .block_on(async move { store.get(&key).await?.bytes().await })
-            .map_err(|e| explain(e, &self.url_of(rel)))
+        let (meta, bytes) = runtime()
+            .block_on(async move {
+                let r = store.get(&key).await?;
+                let meta = r.meta.clone();
+                Ok::<_, object_store::Error>((meta, r.bytes().await?))
+            })
+            .map_err(|e| explain(e, &self.url_of(rel)))?;
+        crate::contract::reads::note_object(&self.url_of(rel), &version_of(&meta));
+        Ok(bytes)
     }
 
-    /// The object as a stream of bytes, read on the calling thread as chunks arrive.
+    /// The object as a stream of bytes, read on the calling thread as chunks arrive (its
+    /// version noted as read).
     pub fn reader(&self, rel: &str) -> Result<RemoteReader> {
         let key = self.key(rel);
         let store = self.store.clone();
-        let stream = runtime()
-            .block_on(async move { store.get(&key).await.map(|r| r.into_stream()) })
+        let (meta, stream) = runtime()
+            .block_on(async move { store.get(&key).await.map(|r| (r.meta.clone(), r.into_stream())) })
             .map_err(|e| explain(e, &self.url_of(rel)))?;
+        crate::contract::reads::note_object(&self.url_of(rel), &version_of(&meta));
         Ok(RemoteReader { stream, chunk: Bytes::new(), url: self.url_of(rel) })
+    }
+
+    /// The version of the object `rel` now ([`version_of`]), or `None` when there is none.
+    pub fn version(&self, rel: &str) -> Result<Option<String>> {
+        let key = self.key(rel);
+        match runtime().block_on(self.store.head(&key)) {
+            Ok(meta) => Ok(Some(version_of(&meta))),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(explain(e, &self.url_of(rel))),
+        }
+    }
+
+    /// Every object under the prefix with its version, in key order: what a chain stage that
+    /// reads the prefix is keyed by.
+    pub fn versions(&self) -> Result<Vec<(String, String)>> {
+        let store = self.store.clone();
+        let prefix = self.prefix.clone();
+        let mut found: Vec<(String, String)> = runtime()
+            .block_on(async move {
+                let mut stream = store.list(Some(&prefix));
+                let mut out = Vec::new();
+                while let Some(meta) = stream.next().await {
+                    let meta = meta?;
+                    let rel = meta
+                        .location
+                        .prefix_match(&prefix)
+                        .map(|parts| parts.map(|p| p.as_ref().to_string()).collect::<Vec<_>>().join("/"));
+                    if let Some(rel) = rel {
+                        out.push((rel, version_of(&meta)));
+                    }
+                }
+                Ok::<_, object_store::Error>(out)
+            })
+            .map_err(|e| explain(e, &self.url))?;
+        found.sort();
+        Ok(found)
     }
 
     /// Writes `bytes` as the object `rel`, whole or not at all.
@@ -257,6 +301,17 @@ impl Remote {
     pub fn sha256(&self, rel: &str) -> Result<String> {
         crate::contract::checksum::sha256_reader(self.reader(rel)?, std::io::sink())
             .with_context(|| format!("could not read '{}'", self.url_of(rel)))
+    }
+}
+
+/// What identifies the content of an object without reading it: its ETag (a content hash on
+/// S3 for single-part uploads, a per-write tag elsewhere), else its version id, else its size
+/// and modification time — with the size always, so a store's weak tag cannot hide a resize.
+pub fn version_of(meta: &object_store::ObjectMeta) -> String {
+    match (&meta.e_tag, &meta.version) {
+        (Some(tag), _) => format!("etag {tag} size {}", meta.size),
+        (None, Some(v)) => format!("version {v} size {}", meta.size),
+        (None, None) => format!("modified {} size {}", meta.last_modified.to_rfc3339(), meta.size),
     }
 }
 

@@ -159,7 +159,9 @@ fn a_training_stage_tracks_the_shards_its_own_file_names() {
     build(true);
     assert_ok(&run(&exp, &[], &[]));
     expect(&out, &[("finetune", "ran")]);
-    assert!(report(&out)["finetune"]["reason"].as_str().unwrap().contains("shards' changed"));
+    // Named by the file it read that changed (the shards' manifest or a shard).
+    let why = report(&out)["finetune"]["reason"].as_str().unwrap().to_string();
+    assert!(why.contains("shards/") && why.ends_with("' changed"), "{why}");
 }
 
 /// A JSONL corpus of `n` labelled reviews of about 6 kB each (over 1 MB in all: the size past

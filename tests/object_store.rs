@@ -511,3 +511,47 @@ fn a_task_array_in_a_bucket_merges_into_the_single_run() {
     };
     assert_eq!(stats(&format!("s3://{BUCKET}/arr")), stats(local.to_str().unwrap()));
 }
+
+/// Defect 16: a chain stage reading from object storage is keyed by the objects' versions
+/// (ETags), as local inputs are by content — not by the URL string: an object rewritten at the
+/// same size runs the stage again, an untouched bucket runs nothing.
+#[test]
+fn a_chain_stage_over_a_bucket_is_keyed_by_the_objects_it_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = S3Server::start(&tmp.path().join("s3"));
+    let env = server.env(&tmp.path().join("cache"), SECRET);
+    std::fs::create_dir_all(server.file("chain")).unwrap();
+    let write = |tag: &str| {
+        let text: String =
+            (0..20).map(|i| format!("{{\"text\": \"{tag} review {i} says the film was fine\"}}\n")).collect();
+        std::fs::write(server.file("chain/a.jsonl"), text).unwrap();
+    };
+    write("one");
+    let exp = tmp.path().join("chain.yaml");
+    std::fs::write(
+        &exp,
+        format!(
+            "name: bucket\nout: out\nstages:\n  data:\n    name: b\n    source: {{ type: jsonl, path: 's3://{BUCKET}/chain' }}\n    steps:\n      - {{ type: punctuation }}\n    sink: {{ type: parquet, path: ignored, keep_text: true }}\n"
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let status = |out: &Path| -> String {
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+        r["stages"][0]["status"].as_str().unwrap().to_string()
+    };
+    let e = exp.to_str().unwrap();
+    assert_ok(&run(&env, &["run", e, "--quiet"]));
+    assert_eq!(status(&out), "ran");
+    let rec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join(".stages/data.json")).unwrap()).unwrap();
+    assert!(rec["reads"]["objects"].as_object().unwrap().keys().any(|k| k.ends_with("chain/a.jsonl")), "{rec}");
+    assert_ok(&run(&env, &["run", e, "--quiet"]));
+    assert_eq!(status(&out), "up to date");
+    // The same size, other bytes.
+    write("two");
+    assert_ok(&run(&env, &["run", e, "--quiet"]));
+    assert_eq!(status(&out), "ran");
+    assert!(strings(&out.join("data"), "train", "text").iter().all(|t| t.starts_with("two")));
+}

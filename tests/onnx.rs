@@ -204,8 +204,9 @@ fn roberta_export_matches_transformers_plain_and_optimized() {
     let (batch, seq, torch) = batch_and_logits(&g);
     for optimize in [false, true] {
         let out = dir.path().join(if optimize { "opt.onnx" } else { "plain.onnx" });
-        // The fixture has no tokenizer; any file stands for its vocabulary in the metadata.
-        let vocab = root().join("tests/fixtures/tokenizers/roberta/tokenizer.json");
+        // The fixture has no tokenizer; a vocabulary of its 120 rows stands for it in the
+        // metadata (a larger one is refused: its ids would index past the embeddings).
+        let vocab = tiny_cls().join("vocab.txt");
         let checkpoint = root().join("tests/fixtures/tiny-roberta-cls");
         let opts = export_options(&checkpoint, out.clone(), optimize, export::Precision::Fp32, Some(vocab));
         let done = export::export(&opts).unwrap();
@@ -244,8 +245,9 @@ fn modernbert_export_matches_transformers_fp32_and_int8() {
     config["classifier_pooling"] = "mean".into();
     std::fs::write(mean.join("config.json"), config.to_string()).unwrap();
     let torch_mean = rows_f32(&g["cls_logits_mean"]);
-    // The fixture has no tokenizer; any file stands for its vocabulary in the metadata.
-    let vocab = root().join("tests/fixtures/tokenizers/modernbert/tokenizer.json");
+    // The fixture has no tokenizer; a vocabulary of its 120 rows stands for it in the metadata
+    // (a larger one is refused: its ids would index past the embeddings).
+    let vocab = tiny_cls().join("vocab.txt");
     let options = |checkpoint: &Path, name: &str, optimize: bool, precision: export::Precision| {
         export_options(checkpoint, dir.path().join(name), optimize, precision, Some(vocab.clone()))
     };

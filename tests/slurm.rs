@@ -6,7 +6,9 @@
 //! compare what the arrays wrote with one process's output.
 //!
 //! Without a cluster (plain `cargo test`) they are ignored: `scripts/slurm-check.sh` is the one
-//! way to run them, and `.ci/run` runs it.
+//! way to run them, and `.ci/run` runs it. What `submit.sh` decides before Slurm sees anything —
+//! whether it submits a scan phase, which it asks `bertpipe pipeline validate --json` — is
+//! tested without one, by plain `cargo test`, with a stand-in `sbatch` that records its calls.
 
 mod common;
 
@@ -375,4 +377,151 @@ fn eval_as_an_array_merges_to_the_single_run_byte_for_byte() {
         v["accuracy"].clone()
     };
     assert_eq!(metrics(&single), metrics(&tmp.path().join("array")));
+}
+
+/// A pipeline over a two-line JSONL corpus in `dir` whose steps are the YAML lines `steps`.
+fn jsonl_pipeline(dir: &Path, name: &str, steps: &str) -> PathBuf {
+    std::fs::write(
+        dir.join("docs.jsonl"),
+        "{\"text\": \"a review\", \"label\": 1}\n{\"text\": \"another one\", \"label\": 0}\n",
+    )
+    .unwrap();
+    let yaml = format!(
+        "name: {name}\nsource: {{type: jsonl, path: docs.jsonl}}\nsteps:\n{steps}sink: {{type: parquet, path: out-{name}}}\n"
+    );
+    write_pipeline(dir, &format!("{name}.yaml"), &yaml)
+}
+
+/// `dedup` and `max_noise_quantile` only in comments: no global step (the old `submit.sh`
+/// grepped the YAML's text and submitted a scan phase whose tasks all exit 1, stalling the run
+/// phase's `afterok` for good).
+const COMMENTED: &str = "  - type: html_strip\n  # - type: dedup    (off: this corpus has no copies)\n  # a filter with max_noise_quantile: 0.9 would need a noise_score first\n";
+const DEDUP: &str = "  - type: html_strip\n  - type: dedup\n";
+/// A global step pair that no task array supports yet.
+const QUANTILE_AND_DEDUP: &str =
+    "  - type: noise_score\n  - type: filter\n    max_noise_quantile: 0.9\n  - type: dedup\n";
+
+/// `bertpipe pipeline validate --json PIPELINE`, which must succeed: its JSON.
+fn validate_json(p: &Path) -> serde_json::Value {
+    let o = bertpipe(&["pipeline", "validate", "--json", p.to_str().unwrap()]);
+    assert_ok(&o);
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", String::from_utf8_lossy(&o.stdout)))
+}
+
+#[test]
+fn validate_json_says_whether_a_task_array_needs_a_scan_from_the_steps_not_the_text() {
+    use serde_json::json;
+    let tmp = tempfile::tempdir().unwrap();
+    let commented = jsonl_pipeline(tmp.path(), "commented", COMMENTED);
+    let v = validate_json(&commented);
+    assert_eq!(v["kind"], "pipeline", "{v}");
+    assert_eq!(v["name"], "commented", "{v}");
+    assert_eq!(v["needs_scan"], false, "{v}");
+    assert_eq!(v["scan_steps"], json!([]), "{v}");
+    assert_eq!(v["task_array_error"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["steps"], json!(["html_strip"]), "{v}");
+    assert_eq!(v["splits"], json!(["train"]), "{v}");
+    assert_eq!(v["source"]["type"], "jsonl", "{v}");
+    assert_eq!(v["sink"]["type"], "parquet", "{v}");
+    assert!(v["sink"]["path"].as_str().unwrap().ends_with("out-commented"), "{v}");
+    assert!(v["source"]["detected"].to_string().contains("label from field `label`"), "{v}");
+    assert_eq!(v["config_sha256"].as_str().map(str::len), Some(64), "{v}");
+
+    let dedup = jsonl_pipeline(tmp.path(), "dedup", DEDUP);
+    let v = validate_json(&dedup);
+    assert_eq!(v["needs_scan"], true, "{v}");
+    assert_eq!(v["scan_steps"], json!(["dedup"]), "{v}");
+    assert_eq!(v["task_array_error"], serde_json::Value::Null, "{v}");
+
+    let both = jsonl_pipeline(tmp.path(), "both", QUANTILE_AND_DEDUP);
+    let v = validate_json(&both);
+    assert_eq!(v["needs_scan"], true, "{v}");
+    assert_eq!(v["scan_steps"], json!(["filter", "dedup"]), "{v}");
+    assert!(v["task_array_error"].as_str().unwrap_or_default().contains("cannot yet combine"), "{v}");
+
+    // The scan phase agrees: it refuses the commented pipeline and scans the other.
+    let scan = |p: &Path, out: &str| {
+        let set = format!("sink.path={}", tmp.path().join(out).display());
+        let args = ["pipeline", "scan", p.to_str().unwrap(), "--task-index", "0", "--task-count", "2", "--quiet"];
+        bertpipe(&[&args[..], &["--set", set.as_str()]].concat())
+    };
+    let o = scan(&commented, "scan-commented");
+    assert!(!o.status.success() && stderr(&o).contains("need no scan"), "{}", stderr(&o));
+    assert_ok(&scan(&dedup, "scan-dedup"));
+
+    // A file with a problem: the problem on stderr (exit 78), nothing on stdout.
+    let broken = jsonl_pipeline(tmp.path(), "broken", "  - type: dedupe\n");
+    let o = bertpipe(&["pipeline", "validate", "--json", broken.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
+    assert!(o.stdout.is_empty(), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+/// `submit.sh` with a stand-in `sbatch` on the PATH that records each call (`PHASE=… ARGS`) and
+/// answers a job id: `(exit status, stdout, stderr, the recorded calls)`.
+fn submit_with_fake_sbatch(dir: &Path, pipeline: &Path, name: &str) -> (Option<i32>, String, String, Vec<String>) {
+    use std::os::unix::fs::PermissionsExt;
+    let bin_dir = dir.join("fake-bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let sbatch = bin_dir.join("sbatch");
+    std::fs::write(
+        &sbatch,
+        "#!/bin/sh\necho \"PHASE=${PHASE:-} $*\" >> \"$SBATCH_LOG\"\necho $(( $(wc -l < \"$SBATCH_LOG\") + 100 ))\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&sbatch, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let log = dir.join(format!("{name}.sbatch.log"));
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let out = dir.join(format!("array-{name}"));
+    let o = Command::new("bash")
+        .arg(root().join("examples/slurm/submit.sh"))
+        .args([pipeline.to_str().unwrap(), out.to_str().unwrap(), "3", "--mem=1G"])
+        .env("PATH", path)
+        .env("BERTPIPE", bin())
+        .env("SBATCH_LOG", &log)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let calls = std::fs::read_to_string(&log).unwrap_or_default().lines().map(str::to_string).collect();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+        calls,
+    )
+}
+
+/// `submit.sh` submits the scan phase when bertpipe says the steps need it — not when `dedup`
+/// is only in a comment — and nothing for a pipeline that cannot be a task array.
+#[test]
+fn submit_sh_submits_a_scan_phase_only_for_steps_that_need_one() {
+    let tmp = tempfile::tempdir().unwrap();
+
+    let commented = jsonl_pipeline(tmp.path(), "commented", COMMENTED);
+    let (code, out, err, calls) = submit_with_fake_sbatch(tmp.path(), &commented, "commented");
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(calls.len(), 2, "run and merge only: {calls:#?}");
+    assert!(calls[0].starts_with("PHASE=run ") && !calls[0].contains("--dependency"), "{calls:#?}");
+    assert!(calls[1].contains("--dependency=afterok:101") && calls[1].contains("shards merge"), "{calls:#?}");
+    assert!(out.contains("submitted: run 101, merge 102"), "{out}");
+
+    let dedup = jsonl_pipeline(tmp.path(), "dedup", DEDUP);
+    let (code, out, err, calls) = submit_with_fake_sbatch(tmp.path(), &dedup, "dedup");
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(calls.len(), 3, "scan, run and merge: {calls:#?}");
+    assert!(calls[0].starts_with("PHASE=scan ") && calls[0].contains("--array=0-2"), "{calls:#?}");
+    assert!(calls[1].starts_with("PHASE=run ") && calls[1].contains("--dependency=afterok:101"), "{calls:#?}");
+    assert!(out.contains("submitted: scan 101, run 102, merge 103"), "{out}");
+
+    let both = jsonl_pipeline(tmp.path(), "both", QUANTILE_AND_DEDUP);
+    let (code, out, err, calls) = submit_with_fake_sbatch(tmp.path(), &both, "both");
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(calls.is_empty(), "nothing submitted: {calls:#?}");
+    assert!(err.contains("cannot run as a task array") && err.contains("cannot yet combine"), "{err}");
+
+    let broken = jsonl_pipeline(tmp.path(), "broken", "  - type: dedupe\n");
+    let (code, out, err, calls) = submit_with_fake_sbatch(tmp.path(), &broken, "broken");
+    assert_eq!(code, Some(78), "{out}{err}");
+    assert!(calls.is_empty(), "nothing submitted: {calls:#?}");
+    assert!(err.contains("dedupe"), "{err}");
 }

@@ -112,7 +112,7 @@ fn a_label_sorted_split_is_mixed_in_every_window_for_any_shard_size() {
             let spec = permuted(LoaderSpec {
                 shards: shards.clone(),
                 split: "train".into(),
-                kind: RowKind::Classify { num_labels: 2 },
+                kind: RowKind::Classify { num_labels: 2, remap: None },
                 batch_size,
                 order: Order::InFileOrder,
                 group_by_length,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Submits a whole bertpipe task array on Slurm: the scan phase (only when the pipeline has
-# `dedup`, `near_dedup` or a `max_noise_quantile` filter), the run phase once every scan is done,
-# and the merge once every task has finished. Nothing runs until its phase's dependencies are met.
+# `dedup`, `near_dedup` or a `max_noise_quantile` filter, as `bertpipe pipeline validate --json`
+# says), the run phase once every scan is done, and the merge once every task has finished.
+# Nothing runs until its phase's dependencies are met.
 # Options after the task count go to every sbatch (they override the script's #SBATCH lines).
 #
 #   examples/slurm/submit.sh pipelines/imdb.yaml /shared/out/imdb 8
@@ -18,9 +19,19 @@ here=$(cd "$(dirname "$0")" && pwd)
 FIRST=0 STEP=1
 export PIPELINE OUT BERTPIPE TASKS FIRST STEP
 
+# Whether the tasks need the scan phase is bertpipe's to say, from the steps it reads (a `dedup`
+# in a comment is no step): `pipeline validate --json` prints one key a line. A pipeline that
+# does not validate stops here, before anything is submitted.
+facts=$("$BERTPIPE" pipeline validate --json "$PIPELINE" --set "sink.path=$OUT")
+if ! grep -Eq '"task_array_error": *null' <<<"$facts"; then
+  echo "submit.sh: $PIPELINE cannot run as a task array:" \
+    "$(sed -n 's/^ *"task_array_error": *"\(.*\)",\{0,1\}$/\1/p' <<<"$facts")" >&2
+  exit 1
+fi
+
 dependency=()
 scan=
-if grep -Eq 'type: *(near_)?dedup|max_noise_quantile' "$PIPELINE"; then
+if grep -Eq '"needs_scan": *true' <<<"$facts"; then
   scan=$(PHASE=scan sbatch --parsable --array="0-$((TASKS - 1))" --job-name=bertpipe-scan "$@" "$here/bertpipe-array.sbatch")
   dependency=(--dependency="afterok:${scan%%;*}")
 fi

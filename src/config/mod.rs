@@ -635,9 +635,9 @@ fn resolve(path: &mut PathBuf, base: &Path) {
     crate::storage::resolve_path(path, base)
 }
 
-/// Applies one `key.path[2].field=value` override; the value is parsed as YAML.
-/// Applies `--set key=value` to `root`; the value's nodes are placed at `pos` (where errors
-/// about them are reported).
+/// Applies one `--set key.path[2].field=value` to `root`; the value is parsed as YAML. Its
+/// nodes, and any key the override adds, are placed at `pos` (where errors about them — a bad
+/// value, a misspelt key — are reported).
 pub(crate) fn apply_override(root: &mut Node, spec: &str, pos: Pos) -> Result<(), String> {
     let (key, value) = spec.split_once('=').ok_or("expected key=value, e.g. steps[3].max_noise=12")?;
     let path = yaml::parse_path(key.trim())?;
@@ -738,6 +738,31 @@ mod tests {
         let e = load(GOOD, &["sink={type: parquet, path: out, shard_rowz: 5}"]).unwrap_err();
         assert!(e.to_string().starts_with("--set sink={type: parquet"), "{e}");
         assert!(e.to_string().contains("shard_rowz"), "{e}");
+    }
+
+    #[test]
+    fn a_misspelt_override_key_is_reported_against_the_argument() {
+        // Once, against the `--set` that added the key, not at its parent's line of the file.
+        let e = load(GOOD, &["seed=7", "sink.pathh=/x"]).unwrap_err();
+        assert_eq!(e.to_string(), "--set sink.pathh=/x: unknown field `pathh` in sink (parquet), did you mean `path`?");
+        let e = load(GOOD, &["sed=7"]).unwrap_err();
+        assert!(e.to_string().starts_with("--set sed=7: unknown top-level key `sed`, did you mean `seed`?"), "{e}");
+        let e = load(GOOD, &["steps[2].max_nosie=3"]).unwrap_err();
+        assert!(e.to_string().starts_with("--set steps[2].max_nosie=3: unknown field `max_nosie`"), "{e}");
+        // A typed file other than a pipeline (a train config) the same way.
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Small {
+            #[allow(dead_code)]
+            learning_rate: f64,
+        }
+        let overrides = ["lerning_rate=2".to_string()];
+        let mut y = YamlFile::from_text("learning_rate: 1\n", "t.yaml", Path::new("."), &overrides).unwrap();
+        assert!(y.deserialize::<Small>("train config").is_none());
+        assert_eq!(
+            y.finish().unwrap_err().to_string(),
+            "--set lerning_rate=2: unknown field `lerning_rate` in train config, did you mean `learning_rate`?"
+        );
     }
 
     #[test]

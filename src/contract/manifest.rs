@@ -242,7 +242,8 @@ impl Manifest {
                 out.display()
             );
         }
-        let text = std::fs::read(&path).with_context(|| format!("could not read '{}'", path.display()))?;
+        let text =
+            crate::contract::reads::read(&path).with_context(|| format!("could not read '{}'", path.display()))?;
         Manifest::from_json(&text, &path.display().to_string())
     }
 

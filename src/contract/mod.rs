@@ -8,6 +8,8 @@
 //! - [`partition`]: which part of the input a task of an array reads;
 //! - [`columns`]: Arrow columns read as the contract's types from any type that means the same;
 //! - [`interrupt`]: Ctrl-C, handled once for the process;
+//! - [`reads`]: what a command read (files opened, folders listed, objects fetched), for the
+//!   chain's keys;
 //! - [`checksum`], [`progress`], and the cache folder and atomic writes below.
 
 pub mod checksum;
@@ -17,6 +19,7 @@ pub mod interrupt;
 pub mod manifest;
 pub mod partition;
 pub mod progress;
+pub mod reads;
 pub mod step;
 
 use std::path::{Path, PathBuf};

@@ -19,6 +19,7 @@
 //!   eval: { split: test }           # the nearest earlier export, on its training data
 //! ```
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -160,6 +161,8 @@ pub(super) struct Raw {
     pub(super) node: Node,
     /// `--set NAME.rest=value` overrides, as `rest=value`.
     pub(super) overrides: Vec<String>,
+    /// Where each of `overrides` is among the command line's `--set`s.
+    pub(super) set_at: Vec<usize>,
 }
 
 impl Raw {
@@ -168,29 +171,51 @@ impl Raw {
     /// their own loaders instead, where they also reach into a `base:` file.
     pub(super) fn with_overrides(&self, errs: &mut Errors) -> Raw {
         let mut node = self.node.clone();
-        for o in &self.overrides {
-            // A value set here is reported at the stage it belongs to.
-            if let Err(m) = crate::config::apply_override(&mut node, o, self.pos) {
-                errs.at(None, format!("--set {}.{o}: {m}", self.name));
+        for (i, o) in self.overrides.iter().enumerate() {
+            // What a `--set` writes here — a value, a key it adds — is placed at that `--set`
+            // (`Pos::of_override` of its place on the command line), and [`Errors`] reports a
+            // problem with it against the argument as typed.
+            let pos = self.set_at.get(i).map_or(self.pos, |&at| Pos::of_override(at));
+            if let Err(message) = crate::config::apply_override(&mut node, o, pos) {
+                errs.list.push(ConfigError { file: format!("--set {}.{o}", self.name), pos: None, message });
             }
         }
-        Raw { name: self.name.clone(), pos: self.pos, node, overrides: Vec::new() }
+        Raw { name: self.name.clone(), pos: self.pos, node, overrides: Vec::new(), set_at: Vec::new() }
     }
 }
 
-/// Collects errors located in the experiment file.
+/// Collects errors located in the experiment file — or, for what a `--set` wrote, in that
+/// argument.
 pub(super) struct Errors {
     pub(super) file: String,
     pub(super) list: Vec<ConfigError>,
+    /// The command line's `--set`s, as typed: a position [`Pos::of_override`] made names one.
+    pub(super) overrides: Vec<String>,
 }
 
 impl Errors {
     pub(super) fn at(&mut self, pos: Option<Pos>, message: String) {
-        self.list.push(ConfigError { file: self.file.clone(), pos, message });
+        let e = ConfigError { file: self.file.clone(), pos, message };
+        let e = self.placed(e);
+        self.list.push(e);
     }
 
+    /// Errors a stage's loader found. One about a node a `--set` wrote (a stage's settings are
+    /// read from its mapping with them applied, [`Raw::with_overrides`]) is reported against
+    /// that argument.
     pub(super) fn extend(&mut self, e: ConfigErrors) {
-        self.list.extend(e.0);
+        for err in e.0 {
+            let err = self.placed(err);
+            self.list.push(err);
+        }
+    }
+
+    /// `e`, or — when it is about a node a `--set` wrote — `e` against that argument.
+    fn placed(&self, e: ConfigError) -> ConfigError {
+        match e.pos.and_then(Pos::override_index).and_then(|i| self.overrides.get(i)) {
+            Some(o) => ConfigError { file: format!("--set {o}"), pos: None, message: e.message },
+            None => e,
+        }
     }
 
     /// A stage's own errors: those about a `--set` name it as typed, `--set STAGE.key=value`
@@ -233,7 +258,7 @@ pub fn load(path: &Path, overrides: &[String]) -> Result<Experiment, ConfigError
     let root = yaml::parse(&text)
         .map_err(|e| ConfigErrors(vec![ConfigError { file: file.clone(), pos: Some(e.pos), message: e.message }]))?;
     let base = std::path::absolute(path.parent().unwrap_or(Path::new("."))).unwrap_or_default();
-    let mut errs = Errors { file: file.clone(), list: Vec::new() };
+    let mut errs = Errors { file: file.clone(), list: Vec::new(), overrides: overrides.to_vec() };
     let Node::Map(entries, _) = &root else {
         errs.at(Some(root.pos()), "an experiment must be a mapping with name, out and stages".into());
         return Err(ConfigErrors(errs.list));
@@ -285,7 +310,13 @@ fn read_stages(root: &Node, errs: &mut Errors) -> Vec<Raw> {
                     );
                     continue;
                 }
-                raws.push(Raw { name: k.clone(), pos: *pos, node: node.clone(), overrides: Vec::new() });
+                raws.push(Raw {
+                    name: k.clone(),
+                    pos: *pos,
+                    node: node.clone(),
+                    overrides: Vec::new(),
+                    set_at: Vec::new(),
+                });
             }
         }
         Some((other, _)) => errs.at(Some(other.pos()), "`stages` must be a mapping of stage names".into()),
@@ -300,7 +331,7 @@ fn read_stages(root: &Node, errs: &mut Errors) -> Vec<Raw> {
 /// `--set STAGE.key=value` reaches into a stage; `--set out=…` / `name=…` the experiment.
 fn apply_sets(overrides: &[String], raws: &mut [Raw], top: &mut Top, errs: &mut Errors) {
     let stage_names: Vec<String> = raws.iter().map(|r| r.name.clone()).collect();
-    for o in overrides {
+    for (i, o) in overrides.iter().enumerate() {
         let Some((key, value)) = o.split_once('=') else {
             errs.list.push(ConfigError { file: format!("--set {o}"), pos: None, message: "expected key=value".into() });
             continue;
@@ -316,6 +347,7 @@ fn apply_sets(overrides: &[String], raws: &mut [Raw], top: &mut Top, errs: &mut 
             (stage, rest) if !rest.is_empty() && stage_names.iter().any(|n| n == stage) => {
                 let raw = raws.iter_mut().find(|r| r.name == stage).expect("a known stage");
                 raw.overrides.push(format!("{rest}={value}"));
+                raw.set_at.push(i);
             }
             _ => {
                 let names: Vec<&str> = stage_names.iter().map(String::as_str).chain(["out", "name"]).collect();
@@ -378,14 +410,58 @@ fn resolve_stages(
         }
     };
     let mut stages: Vec<Stage> = Vec::new();
+    // Stages that did not resolve, or resolved reading one that did not.
+    let mut tainted: Vec<(String, Kind, usize)> = Vec::new();
     for i in order {
         let (r, Some(kind)) = (&raws[i], kinds[i]) else { continue };
-        let ctx = Ctx { file, base, out, known: &known, index: i, done: &stages };
-        if let Some(s) = resolve_stage(&ctx, r, kind, errs) {
-            stages.push(s);
+        let before = errs.list.len();
+        let ctx = Ctx {
+            file,
+            base,
+            out,
+            known: &known,
+            index: i,
+            done: &stages,
+            tainted: &tainted,
+            leaned: Cell::new(false),
+        };
+        let stage = resolve_stage(&ctx, r, kind, errs);
+        let leaned = ctx.leaned.get();
+        if leaned || stage.is_none() {
+            tainted.push((r.name.clone(), kind, i));
+        }
+        match stage {
+            Some(s) => stages.push(s),
+            // It failed reading a stage that failed (`no train stage before it` when the train
+            // stage had an error): that stage's own errors say what to fix, once.
+            None if leaned => errs.list.truncate(before),
+            None => {}
         }
     }
-    Ok(stages)
+    // The run order comes from what each stage was resolved to read, not from the wires named
+    // in the file alone: a wire found only inside a stage's own file (a tokenize step's
+    // `vocab: STAGE` in a pipeline file) still puts that stage first.
+    match run_order(&stages) {
+        Ok(order) => {
+            let mut slots: Vec<Option<Stage>> = stages.into_iter().map(Some).collect();
+            Ok(order.into_iter().filter_map(|i| slots[i].take()).collect())
+        }
+        Err(cycle) => {
+            let pos = raws.iter().find(|r| r.name == cycle[0]).map(|r| r.pos);
+            errs.at(pos, format!("stages form a cycle: {}", cycle.join(" → ")));
+            Err(ConfigErrors(std::mem::take(&mut errs.list)))
+        }
+    }
+}
+
+/// Resolved stages in run order: each after every stage it reads, otherwise as they are.
+fn run_order(stages: &[Stage]) -> Result<Vec<usize>, Vec<String>> {
+    let deps: Vec<Vec<usize>> = stages
+        .iter()
+        .map(|s| s.deps.iter().filter_map(|d| stages.iter().position(|x| &x.name == d)).collect())
+        .collect();
+    let names: Vec<String> = stages.iter().map(|s| s.name.clone()).collect();
+    topological(&deps, &names)
 }
 
 /// A stage's kind: its `kind:` key, else its name when that is a kind, else what its file or
@@ -452,6 +528,12 @@ pub(super) struct Ctx<'a> {
     pub(super) index: usize,
     /// The stages resolved so far (those before this one in the file).
     pub(super) done: &'a [Stage],
+    /// The stages that did not resolve, or resolved reading one that did not: (name, kind,
+    /// place in the file).
+    pub(super) tainted: &'a [(String, Kind, usize)],
+    /// Set when this stage reads (by name, or as the nearest of a kind) a tainted stage: its
+    /// errors then follow from that stage's.
+    pub(super) leaned: Cell<bool>,
 }
 
 impl Ctx<'_> {
@@ -466,6 +548,9 @@ impl Ctx<'_> {
         want: &[Kind],
         errs: &mut Errors,
     ) -> Option<Wire> {
+        if self.tainted.iter().any(|(n, _, _)| n == value) {
+            self.leaned.set(true);
+        }
         if let Some((n, k, _)) = self.known.iter().find(|(n, _, _)| n == value) {
             if n == stage {
                 errs.at(Some(pos), format!("{stage}.{key}: a stage cannot read itself"));
@@ -531,9 +616,17 @@ impl Ctx<'_> {
         }))
     }
 
-    /// The nearest stage before this one in the file, of kind `kind`, passing `ok`.
+    /// The nearest stage before this one in the file, of kind `kind`, passing `ok`. A tainted
+    /// stage of the kind at or after it (one that may have been the nearest) marks this stage
+    /// as leaning on it.
     pub(super) fn nearest(&self, kind: Kind, ok: impl Fn(&Stage) -> bool) -> Option<&Stage> {
-        self.done.iter().filter(|s| s.index < self.index && s.kind == kind && ok(s)).max_by_key(|s| s.index)
+        let found =
+            self.done.iter().filter(|s| s.index < self.index && s.kind == kind && ok(s)).max_by_key(|s| s.index);
+        let from = found.map(|s| s.index);
+        if self.tainted.iter().any(|(_, k, i)| *k == kind && *i < self.index && from.is_none_or(|f| *i >= f)) {
+            self.leaned.set(true);
+        }
+        found
     }
 
     pub(super) fn stage_out(&self, name: &str) -> PathBuf {
@@ -767,8 +860,8 @@ pub(super) fn json_str(p: &Path) -> String {
     serde_json::to_string(&p.display().to_string()).expect("a string serialises")
 }
 
-/// The names a raw stage's wires give (`data`, `init_from`, `from`, `model`, `pipeline`, a
-/// tokenize step's `vocab`) that are stages.
+/// The names a raw stage's wires give (`data`, `init_from`, `from`, `model`, `pipeline`,
+/// `baseline`, a tokenize step's `vocab`) that are stages.
 fn named_wires(r: &Raw, known: &[(String, Kind, Pos)]) -> Vec<String> {
     let mut out = Vec::new();
     let mut take = |n: &Node| {
@@ -778,7 +871,7 @@ fn named_wires(r: &Raw, known: &[(String, Kind, Pos)]) -> Vec<String> {
             }
         }
     };
-    for key in ["data", "init_from", "model.init_from", "from", "model", "pipeline"] {
+    for key in ["data", "init_from", "model.init_from", "from", "model", "pipeline", "baseline"] {
         if let Some((n, _)) = map_get(&r.node, key) {
             take(n);
         }
@@ -800,10 +893,18 @@ fn resolve_order(raws: &[Raw], known: &[(String, Kind, Pos)]) -> Result<Vec<usiz
         .iter()
         .map(|r| named_wires(r, known).iter().filter_map(|n| raws.iter().position(|x| &x.name == n)).collect())
         .collect();
-    let mut placed = vec![false; raws.len()];
+    let names: Vec<String> = raws.iter().map(|r| r.name.clone()).collect();
+    topological(&deps, &names)
+}
+
+/// Kahn's algorithm over `deps` (indices each item needs first), lowest index first — or the
+/// names around a cycle.
+fn topological(deps: &[Vec<usize>], names: &[String]) -> Result<Vec<usize>, Vec<String>> {
+    let n = deps.len();
+    let mut placed = vec![false; n];
     let mut order = Vec::new();
-    while order.len() < raws.len() {
-        let next = (0..raws.len()).find(|&i| !placed[i] && deps[i].iter().all(|&d| placed[d]));
+    while order.len() < n {
+        let next = (0..n).find(|&i| !placed[i] && deps[i].iter().all(|&d| placed[d]));
         match next {
             Some(i) => {
                 placed[i] = true;
@@ -811,14 +912,14 @@ fn resolve_order(raws: &[Raw], known: &[(String, Kind, Pos)]) -> Result<Vec<usiz
             }
             None => {
                 // Walk unplaced dependencies from the first unplaced stage until one repeats.
-                let mut path = vec![(0..raws.len()).find(|&i| !placed[i]).expect("an unplaced stage")];
+                let mut path = vec![(0..n).find(|&i| !placed[i]).expect("an unplaced stage")];
                 loop {
                     let at = *path.last().expect("non-empty");
                     let d = *deps[at].iter().find(|&&d| !placed[d]).expect("a cycle continues");
                     if let Some(from) = path.iter().position(|&x| x == d) {
-                        let mut names: Vec<String> = path[from..].iter().map(|&i| raws[i].name.clone()).collect();
-                        names.push(raws[d].name.clone());
-                        return Err(names);
+                        let mut cycle: Vec<String> = path[from..].iter().map(|&i| names[i].clone()).collect();
+                        cycle.push(names[d].clone());
+                        return Err(cycle);
                     }
                     path.push(d);
                 }

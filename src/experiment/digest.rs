@@ -12,8 +12,13 @@
 //! was last changed well before it was hashed ([`RACY_NS`]); a file hashed right after it was
 //! written is hashed again next time, and trusted from then on.
 //!
-//! A folder's digest covers every file under it (hidden temporaries aside): each one's path
-//! relative to the folder and its digest, in sorted order. A missing path digests as missing.
+//! A folder of outputs digests as every file under it (hidden temporaries aside): each one's
+//! path relative to the folder and its digest, in sorted order. An input is digested as what
+//! was read of it ([`crate::contract::reads`]): a file by its bytes, a listed folder by the
+//! names in it ([`listing`]), an object by its version; a folder named as an input is not
+//! walked (its files are keyed when the stage reads them, so a file it does not read — a
+//! `README` beside a corpus, a link to another disk — keys nothing). A missing path digests as
+//! missing.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -151,8 +156,7 @@ impl Digests {
     }
 
     /// The SHA-256 of one file's bytes (what [`Self::tree`] does for each file, one at a time).
-    #[cfg(test)]
-    fn file(&mut self, path: &Path) -> Result<String> {
+    pub fn file(&mut self, path: &Path) -> Result<String> {
         let (sha256, fresh) = self.lookup(path)?;
         self.keep(path.to_path_buf(), fresh);
         Ok(sha256)
@@ -186,10 +190,16 @@ impl Digests {
     /// every core, with a progress bar for a large tree (a first run over a corpus of many
     /// files reads all of them).
     pub fn tree(&mut self, path: &Path) -> Result<BTreeMap<String, String>> {
-        use crate::contract::progress::{Progress, Total};
-        use rayon::prelude::*;
         let mut files = Vec::new();
         collect_files(path, path, &mut files)?;
+        self.lookup_all(files)
+    }
+
+    /// The digests of `files` (relative name, path), by name: looked up (and hashed) on every
+    /// core, with a progress bar when there are many.
+    pub fn lookup_all(&mut self, files: Vec<(String, PathBuf)>) -> Result<BTreeMap<String, String>> {
+        use crate::contract::progress::{Progress, Total};
+        use rayon::prelude::*;
         let progress = Progress::new(self.quiet || files.len() < PROGRESS_FILES, "hashing");
         progress.set_total(Total::Files(files.len() as u64));
         // In chunks, so the bar is touched once per 256 files, not per file.
@@ -212,18 +222,56 @@ impl Digests {
         Ok(out)
     }
 
-    /// One digest for a file or folder: its files' relative paths and digests; `missing` when
-    /// there is nothing at `path`.
-    pub fn path(&mut self, path: &Path) -> Result<String> {
+    /// What a stage's key takes of a path its configuration names as an input: a file's
+    /// digest; for a folder only that it is one (what the stage reads in it is keyed by its
+    /// read set, [`crate::contract::reads`]); for object storage the version of the object, or
+    /// of every object under the prefix (ETags, as a local file's content); `missing` when
+    /// there is nothing there.
+    pub fn input(&mut self, path: &Path) -> Result<String> {
         if crate::storage::is_remote(path) {
-            // Object storage is read by the stage itself; its listing is not digested here.
-            return Ok(format!("remote {}", path.display()));
+            let remote = crate::storage::Remote::open(path)?;
+            if let Some(v) = remote.version("")? {
+                return Ok(format!("object {v}"));
+            }
+            let all = remote.versions()?;
+            if all.is_empty() {
+                return Ok("missing".into());
+            }
+            return Ok(format!("objects {}", digest_of_tree(&all.into_iter().collect())));
         }
-        if !path.exists() {
-            return Ok("missing".into());
+        match std::fs::metadata(path) {
+            Err(_) => Ok("missing".into()),
+            Ok(m) if m.is_dir() => Ok("folder".into()),
+            Ok(_) => self.file(path),
         }
-        Ok(digest_of_tree(&self.tree(path)?))
     }
+}
+
+/// The digest of a folder's listing: its entries' names and kinds (file, folder, link,
+/// other), sorted — what a reader that lists the folder saw, whatever it then opened.
+/// `missing` when there is no folder at `path`.
+pub fn listing(path: &Path) -> Result<String> {
+    let entries = match std::fs::read_dir(path) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok("missing".into()),
+        Err(e) => return Err(e).with_context(|| format!("could not list '{}'", path.display())),
+    };
+    let mut names = Vec::new();
+    for e in entries {
+        let e = e.with_context(|| format!("could not list '{}'", path.display()))?;
+        let t = e.file_type().with_context(|| format!("could not list '{}'", path.display()))?;
+        let kind = if t.is_symlink() {
+            "link"
+        } else if t.is_dir() {
+            "folder"
+        } else if t.is_file() {
+            "file"
+        } else {
+            "other"
+        };
+        names.push((e.file_name().to_string_lossy().into_owned(), kind.to_string()));
+    }
+    Ok(digest_of_tree(&names.into_iter().collect()))
 }
 
 /// The digest of a tree listing (relative path → digest).
@@ -321,15 +369,29 @@ mod tests {
         std::fs::write(a.join("train/part-00000.parquet"), "rows").unwrap();
         let cache = dir.path().join("digests.json");
         let mut d = Digests::open(&cache, true);
-        let before = d.path(&a).unwrap();
+        let before = digest_of_tree(&d.tree(&a).unwrap());
         std::fs::write(a.join(".manifest.json.77-0.tmp"), "half").unwrap();
         std::fs::create_dir_all(a.join(".tmp-checkpoint-3")).unwrap();
-        assert_eq!(d.path(&a).unwrap(), before, "temporaries are not outputs");
+        assert_eq!(digest_of_tree(&d.tree(&a).unwrap()), before, "temporaries are not outputs");
         std::fs::rename(a.join("train/part-00000.parquet"), a.join("train/part-00001.parquet")).unwrap();
-        assert_ne!(d.path(&a).unwrap(), before, "a renamed file changes the folder");
-        assert_eq!(d.path(&dir.path().join("nothing")).unwrap(), "missing");
+        assert_ne!(digest_of_tree(&d.tree(&a).unwrap()), before, "a renamed file changes the folder");
+        assert_eq!(d.input(&dir.path().join("nothing")).unwrap(), "missing");
+        assert_eq!(d.input(&a).unwrap(), "folder", "a folder input is keyed by what is read in it");
         d.save(true).unwrap();
         let again = Digests::open(&cache, true);
         assert_eq!(again.entries.len(), 2);
+    }
+
+    #[test]
+    fn a_listing_digests_names_and_kinds_and_not_contents() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("a.jsonl"), "1").unwrap();
+        let before = listing(d).unwrap();
+        std::fs::write(d.join("a.jsonl"), "2").unwrap();
+        assert_eq!(listing(d).unwrap(), before, "contents are the files' own digests");
+        std::fs::write(d.join(".old-b.jsonl"), "3").unwrap();
+        assert_ne!(listing(d).unwrap(), before, "a hidden file is a file of the listing");
+        assert_eq!(listing(&d.join("nothing")).unwrap(), "missing");
     }
 }

@@ -3,18 +3,29 @@
 //! kind), and only when something it depends on changed.
 //!
 //! **Keys from content.** A stage's key is the SHA-256 of bertpipe's version, its kind, its
-//! resolved configuration, the content digest of every file or folder it reads by path, and —
-//! for each stage it reads — the digest of what that stage *produced* (its output's identity,
-//! [`stages::StageKind::identity`]), not of how it was made. A stage re-run that writes the same
-//! output leaves the stages after it up to date ("early cutoff"). File digests are cached by
-//! their stat data ([`digest`]), so an unchanged tree costs a `stat` per file.
+//! resolved configuration, the paths its configuration names as inputs (a file's content, an
+//! object's version; a folder only as a folder), and — for each stage it reads — the digest of
+//! what that stage *produced* (its output's identity, [`stages::StageKind::identity`]), not of
+//! how it was made. A stage re-run that writes the same output leaves the stages after it up to
+//! date ("early cutoff"). File digests are cached by their stat data ([`digest`]), so an
+//! unchanged tree costs a `stat` per file.
+//!
+//! **Read sets.** What a stage depends on outside `OUT` is what its run *actually read*, not
+//! what its configuration declares: every input file its command opens, folder it lists and
+//! object it fetches goes through [`crate::contract::reads`], which records them while the stage
+//! runs (a task of an array records its own, merged when the stage finishes). The record keeps
+//! that read set with each file's digest, each listing's names and each object's version, and
+//! the stage is up to date only while every one of them is unchanged — a model's external data,
+//! the corpus a vocabulary learns from, a hidden file a folder source reads, are inputs because
+//! they were read, and a file no stage reads keys nothing. Files under `OUT` are not in read
+//! sets: the stages that write them key their readers by their outputs.
 //!
 //! **Verified outputs.** When a stage finishes, `OUT/.stages/NAME.json` records its key, the
-//! parts of the key, the digest of every output file, its identity, its time and figures
-//! (written aside and renamed). A stage is up to date only when its key equals the recorded one
-//! *and* its outputs still have the recorded digests; otherwise the first difference is the
-//! reason it runs. Starting a stage voids its record first, so a stage that fails or is killed
-//! is never taken for finished.
+//! parts of the key, its read set, the digest of every output file, its identity, its time and
+//! figures (written aside and renamed). A stage is up to date only when its key equals the
+//! recorded one, its read set is unchanged *and* its outputs still have the recorded digests;
+//! otherwise the first difference is the reason it runs. Starting a stage voids its record
+//! first, so a stage that fails or is killed is never taken for finished.
 //!
 //! **Faults.** `OUT/.stages/NAME.started.json` holds the key of a run in progress: the same
 //! chain run again resumes that stage (a training from its newest intact checkpoint, a pipeline
@@ -73,7 +84,8 @@ pub struct KeyParts {
     pub config: String,
     /// Per stage read: the identity of its output.
     pub upstream: BTreeMap<String, String>,
-    /// Per file or folder read by path: the digest of its content.
+    /// Per path the configuration names as an input: a file's digest, an object's version,
+    /// `folder` for a folder (what is read in it is keyed by the read set), `missing`.
     pub inputs: BTreeMap<String, String>,
 }
 
@@ -116,12 +128,77 @@ pub struct Record {
     pub kind: String,
     pub key: String,
     pub parts: KeyParts,
+    /// What the stage's run read outside `OUT`, as it was then.
+    pub reads: ReadSet,
     pub seconds: f64,
     pub figures: Value,
     /// Every output file, by path relative to `OUT/<stage>/`, with its SHA-256.
     pub outputs: BTreeMap<String, String>,
     /// What stages reading this one see of it.
     pub identity: String,
+}
+
+/// What a stage's run read outside `OUT` ([`crate::contract::reads`]), with what each was.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReadSet {
+    /// Files read, by absolute path: their SHA-256.
+    pub files: BTreeMap<PathBuf, String>,
+    /// Folders listed, by absolute path: the digest of their entries' names ([`digest::listing`]).
+    pub listings: BTreeMap<PathBuf, String>,
+    /// Objects read, by URL: their version ([`crate::storage::version_of`]).
+    pub objects: BTreeMap<String, String>,
+}
+
+impl ReadSet {
+    /// What was recorded, digested now (right after the run): paths under `out` left out (the
+    /// chain's own outputs), and files that are gone again (a run's own temporaries, such as an
+    /// object spooled to a local file).
+    fn of(recorded: crate::contract::reads::Recorded, out: &Path, digests: &mut Digests) -> Result<ReadSet> {
+        let outside = |p: &Path| !p.starts_with(out);
+        let files: Vec<(String, PathBuf)> = recorded
+            .files
+            .into_iter()
+            .filter(|p| outside(p) && p.is_file())
+            .map(|p| (p.display().to_string(), p))
+            .collect();
+        let by_name: BTreeMap<String, PathBuf> = files.iter().cloned().collect();
+        let files = digests.lookup_all(files)?.into_iter().map(|(name, sha)| (by_name[&name].clone(), sha)).collect();
+        let mut listings = BTreeMap::new();
+        for p in recorded.listings.into_iter().filter(|p| outside(p)) {
+            let d = digest::listing(&p)?;
+            listings.insert(p, d);
+        }
+        Ok(ReadSet { files, listings, objects: recorded.objects })
+    }
+
+    /// The first thing read that is not as it was, in words; `None` when all are.
+    fn changed(&self, digests: &mut Digests) -> Result<Option<String>> {
+        for (p, want) in &self.listings {
+            if &digest::listing(p)? != want {
+                return Ok(Some(format!("the files in '{}' changed", p.display())));
+            }
+        }
+        let present: Vec<(String, PathBuf)> =
+            self.files.keys().filter(|p| p.is_file()).map(|p| (p.display().to_string(), p.clone())).collect();
+        if let Some(gone) = self.files.keys().find(|p| !p.is_file()) {
+            return Ok(Some(format!("'{}', which it read, is gone", gone.display())));
+        }
+        let now = digests.lookup_all(present)?;
+        for (p, want) in &self.files {
+            if now.get(&p.display().to_string()) != Some(want) {
+                return Ok(Some(format!("'{}' changed", p.display())));
+            }
+        }
+        for (url, want) in &self.objects {
+            let remote = crate::storage::Remote::open(Path::new(url))?;
+            match remote.version("")? {
+                None => return Ok(Some(format!("'{url}', which it read, is gone"))),
+                Some(v) if &v != want => return Ok(Some(format!("'{url}' changed"))),
+                _ => {}
+            }
+        }
+        Ok(None)
+    }
 }
 
 /// What happened to one stage.
@@ -299,7 +376,10 @@ fn decide_and_run(
         (Recorded::Missing, _) => Some("not run before".into()),
         (Recorded::Unreadable, _) => Some("its record is unreadable (or written by another bertpipe)".into()),
         (Recorded::Found(r), _) if r.key != key => Some(parts.changed_since(&r.parts)),
-        (Recorded::Found(r), _) => outputs_changed(exp, stage, r, digests)?,
+        (Recorded::Found(r), _) => match r.reads.changed(digests)? {
+            Some(why) => Some(why),
+            None => outputs_changed(exp, stage, r, digests)?,
+        },
     };
     let before = match &recorded {
         Recorded::Found(r) => Some(r.identity.clone()),
@@ -370,11 +450,18 @@ fn run_one(
     crate::contract::kill_point();
     crate::contract::write_file_atomic(&started_path, serde_json::to_string_pretty(&json!({"key": key}))?.as_bytes())?;
     let cx = RunCx { stage, exp, key, resume, forced, quiet: opts.quiet };
+    crate::contract::reads::start();
     let outcome = stage.spec.kind().run(&cx);
+    let mut recorded = crate::contract::reads::finish();
     entry.seconds = started.elapsed().as_secs_f64();
     match outcome {
         Ok(Outcome::Done(figures)) => {
             crate::contract::kill_point();
+            // A task array's members read in their own processes: their read sets, merged.
+            for r in task_reads(records, &stage.name) {
+                recorded.merge(r);
+            }
+            let reads = ReadSet::of(recorded, &exp.out, digests)?;
             let kind = stage.spec.kind();
             let outputs = output_digests(kind, &stage.out, digests)?;
             let identity = kind.identity(&stage.out, &outputs)?;
@@ -383,6 +470,7 @@ fn run_one(
                 kind: stage.kind.name().into(),
                 key: key.to_string(),
                 parts,
+                reads,
                 seconds: entry.seconds,
                 figures: figures.clone(),
                 outputs,
@@ -393,6 +481,7 @@ fn run_one(
                 (serde_json::to_string_pretty(&record)? + "\n").as_bytes(),
             )?;
             let _ = std::fs::remove_file(&started_path);
+            remove_task_reads(records, &stage.name);
             crate::contract::kill_point();
             entry.status = "ran".into();
             entry.figures = figures;
@@ -489,11 +578,15 @@ pub fn run_task(
         bail!("--stage {name}: no such stage (stages: {})", names.join(", "));
     };
     check_writes(exp, stage)?;
+    let records = exp.out.join(STAGES_DIR);
     let p = match &stage.spec {
         Spec::Pipeline(p) => p,
         Spec::Eval(e) if !scan => {
             let _lock = lock::acquire(&exp.out, lock::Mode::Shared, false)?;
-            let part = crate::onnx::eval::run_task(&e.options(&stage.out, quiet), task)?;
+            crate::contract::reads::start();
+            let part = crate::onnx::eval::run_task(&e.options(&stage.out, quiet), task);
+            save_task_reads(&records, name, &format!("{}-of-{}", task.index, task.count))?;
+            let part = part?;
             if !quiet {
                 eprintln!(
                     "`{name}` task {} of {}: {} rows; the next `bertpipe run {}` merges the tasks",
@@ -512,16 +605,64 @@ pub fn run_task(
         ),
     };
     let _lock = lock::acquire(&exp.out, lock::Mode::Shared, false)?;
+    crate::contract::reads::start();
+    let tag = format!("{}{}-of-{}", if scan { "scan-" } else { "" }, task.index, task.count);
     if scan {
-        crate::pipeline::tasks::scan(p, task, 0, quiet)?;
+        let done = crate::pipeline::tasks::scan(p, task, 0, quiet);
+        save_task_reads(&records, name, &tag)?;
+        done?;
     } else {
         let opts = crate::pipeline::RunOptions { threads: 0, resume: false, overwrite: true, quiet, task: Some(task) };
-        let s = crate::pipeline::run(p, &opts)?;
+        let s = crate::pipeline::run(p, &opts);
+        save_task_reads(&records, name, &tag)?;
+        let s = s?;
         if !quiet {
             eprintln!("{}", crate::pipeline::format_summary(&s));
         }
     }
     Ok(())
+}
+
+/// `OUT/.stages/NAME.reads/`: the read sets of a stage's task-array members, one file each.
+fn task_reads_dir(records: &Path, stage: &str) -> PathBuf {
+    records.join(format!("{stage}.reads"))
+}
+
+/// Stops the recording a task started and keeps what it read, for the run that merges the
+/// tasks (kept even when the task failed: a rerun of it overwrites the file).
+fn save_task_reads(records: &Path, stage: &str, tag: &str) -> Result<()> {
+    let r = crate::contract::reads::finish();
+    let v = json!({
+        "files": r.files,
+        "listings": r.listings,
+        "objects": r.objects,
+    });
+    let path = task_reads_dir(records, stage).join(format!("{tag}.json"));
+    crate::contract::write_file_atomic(&path, serde_json::to_string(&v)?.as_bytes())
+}
+
+/// What the tasks of a stage's array recorded ([`save_task_reads`]); an unreadable file is
+/// skipped (the stage's own reading of the task outputs is still recorded).
+fn task_reads(records: &Path, stage: &str) -> Vec<crate::contract::reads::Recorded> {
+    let Ok(entries) = std::fs::read_dir(task_reads_dir(records, stage)) else { return Vec::new() };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let Ok(bytes) = std::fs::read(e.path()) else { continue };
+        let Ok(v) = serde_json::from_slice::<Value>(&bytes) else { continue };
+        let paths = |k: &str| -> std::collections::BTreeSet<PathBuf> {
+            serde_json::from_value(v[k].clone()).unwrap_or_default()
+        };
+        out.push(crate::contract::reads::Recorded {
+            files: paths("files"),
+            listings: paths("listings"),
+            objects: serde_json::from_value(v["objects"].clone()).unwrap_or_default(),
+        });
+    }
+    out
+}
+
+fn remove_task_reads(records: &Path, stage: &str) {
+    let _ = std::fs::remove_dir_all(task_reads_dir(records, stage));
 }
 
 fn read_record(dir: &Path, stage: &str) -> Recorded {
@@ -543,7 +684,7 @@ fn read_started(dir: &Path, stage: &str) -> Option<String> {
 fn key_parts(stage: &Stage, upstream: BTreeMap<String, String>, digests: &mut Digests) -> Result<KeyParts> {
     let mut inputs = BTreeMap::new();
     for p in &stage.inputs {
-        inputs.insert(p.display().to_string(), digests.path(p)?);
+        inputs.insert(p.display().to_string(), digests.input(p)?);
     }
     Ok(KeyParts {
         version: env!("CARGO_PKG_VERSION").to_string(),
@@ -592,7 +733,7 @@ pub fn format_markdown(r: &Report) -> String {
         ));
     }
     s.push_str(
-        "\nStage keys (SHA-256 of version, kind, configuration, the content of what it reads by path, and the outputs of the stages it reads):\n\n",
+        "\nStage keys (SHA-256 of version, kind, configuration, the inputs it names, and the outputs of the stages it reads; a stage is up to date while every file it read is unchanged too):\n\n",
     );
     for st in r.stages.iter().filter(|st| !st.key.is_empty()) {
         s.push_str(&format!("- `{}`: `{}`\n", st.stage, st.key.get(..16).unwrap_or(&st.key)));

@@ -329,7 +329,8 @@ impl BertConfig {
     }
 
     pub fn read(path: &Path) -> Result<BertConfig> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("could not read '{}'", path.display()))?;
+        let text = crate::contract::reads::read_to_string(path)
+            .with_context(|| format!("could not read '{}'", path.display()))?;
         // The failing field is named (`vocab_size: invalid value …`), not just a column.
         let c: BertConfig = serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text))
             .map_err(|e| {

@@ -89,6 +89,7 @@ impl ParamLoader {
                 path.display()
             );
         }
+        crate::contract::reads::note_file(path);
         let raw = candle_core::safetensors::load(path, &Device::Cpu)
             .with_context(|| format!("could not read safetensors '{}'", path.display()))?;
         let owned = format!("{prefix}.");

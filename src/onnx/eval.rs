@@ -5,9 +5,12 @@
 //! computed from that file ([`super::score`]): metrics (the same tallies as training), per
 //! document when rows are windows, sliced by length and noise, calibration, the most confident
 //! mistakes, rows whose logits are not finite, throughput and batch latency, and with a baseline
-//! the gate ([`super::gate`]). A task array (`--task-index I --task-count N`) writes each task's
-//! part under `OUT/tasks/NNNNN/`; `bertpipe eval merge OUT` joins the parts' predictions in the
-//! split's order and scores them exactly as one process would.
+//! the gate ([`super::gate`]). The rows' labels are scored as the model's classes matched by
+//! name (its `id2label` and the shards' label names, [`crate::shards::match_labels`]), and
+//! label names the model has no class for are refused before any inference. A task array
+//! (`--task-index I --task-count N`) writes each task's part under `OUT/tasks/NNNNN/`;
+//! `bertpipe eval merge OUT` joins the parts' predictions in the split's order and scores them
+//! exactly as one process would.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -259,7 +262,13 @@ pub struct EvalReport {
     /// Rows without a label (predicted, not scored).
     pub unlabelled: usize,
     pub nonfinite: NonFinite,
+    /// The model's class names: the rows' labels are scored as these classes, matched by name
+    /// ([`crate::shards::match_labels`]).
     pub labels: Vec<String>,
+    /// How the shards' labels were matched to the model's classes when not plainly (by name in
+    /// another order, or by number where a side has no names).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label_match: Option<String>,
     pub metrics: Option<ClassificationMetrics>,
     /// Windows averaged per document (only when rows are windows).
     pub document_metrics: Option<ClassificationMetrics>,
@@ -539,6 +548,7 @@ fn finish(out: &Path, parts: &[Part]) -> Result<EvalReport> {
             allowed: h.allow_nonfinite,
         },
         labels: names.clone(),
+        label_match: h.label_match.clone(),
         metrics: scores.metrics,
         document_metrics: scores.document_metrics,
         by_length: scores.by_length,
@@ -670,6 +680,9 @@ pub fn format_report(r: &EvalReport) -> String {
         r.provider,
         r.onnxruntime
     ));
+    if let Some(how) = &r.label_match {
+        out.push(format!("labels     {how}"));
+    }
     let line = |name: &str, m: &ClassificationMetrics| {
         format!(
             "{name:<10} accuracy {:.4}  precision {:.4}  recall {:.4}  f1 {:.4}  roc_auc {}  loss {:.4}  ({} examples)",

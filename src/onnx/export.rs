@@ -222,7 +222,99 @@ pub fn load_classifier(dir: &Path) -> Result<BertWithHead> {
     Ok(model)
 }
 
+/// Exports `opts.checkpoint` to `opts.out`: [`stage`], then [`Staged::commit`].
 pub fn export(opts: &ExportOptions) -> Result<Exported> {
+    stage(opts)?.commit()
+}
+
+/// An export written aside — in a folder beside the output (`.<name>.<pid>-<n>.tmp/`, holding
+/// the model and its external weights under their final names) — until [`Staged::commit`]
+/// renames it into place. `export onnx --verify` checks it there, so a model that fails its
+/// check never lands where a finished one is expected. The folder is scratch
+/// ([`crate::contract::interrupt::scratch`]): dropping this (an error, a failed check) or a
+/// signal that ends the process removes it, and the output path keeps what it held before.
+pub struct Staged {
+    done: Exported,
+    out: PathBuf,
+    folder: crate::contract::interrupt::Scratch,
+}
+
+impl Staged {
+    /// The model as written aside (its `path` lies in the staging folder).
+    pub fn exported(&self) -> &Exported {
+        &self.done
+    }
+
+    /// Renames the external weights (when any) and then the model into place; the returned
+    /// [`Exported`] names the final paths.
+    pub fn commit(self) -> Result<Exported> {
+        let Staged { mut done, out, folder } = self;
+        if let Some(data) = done.external_data.take() {
+            let to = out.with_file_name(data.file_name().unwrap_or_default());
+            crate::contract::kill_point();
+            std::fs::rename(&data, &to).with_context(|| format!("could not write '{}'", to.display()))?;
+            done.external_data = Some(to);
+        }
+        crate::contract::kill_point();
+        std::fs::rename(&done.path, &out).with_context(|| format!("could not write '{}'", out.display()))?;
+        done.path = out;
+        drop(folder);
+        Ok(done)
+    }
+}
+
+/// The tokenizer of a vocabulary file: a `tokenizer.json` (which carries its own normaliser),
+/// else a WordPiece `vocab.txt` read with these settings.
+pub fn vocab_tokenizer(vocab_file: &Path, lowercase: bool, strip_accents: Option<bool>) -> crate::tokenize::Tokenize {
+    let json = vocab_file.extension().is_some_and(|e| e == "json");
+    crate::tokenize::Tokenize {
+        vocab: (!json).then(|| vocab_file.to_path_buf()),
+        tokenizer: json.then(|| vocab_file.to_path_buf()),
+        lowercase,
+        strip_accents,
+        max_word_chars: 100,
+        encoder: None,
+        sentences: false,
+    }
+}
+
+/// Refuses a vocabulary the model cannot take: more tokens than the model's word embeddings
+/// have rows (`config.json`'s `vocab_size`), or a special token past them. Its ids would index
+/// past the embedding table — in `--verify`, and in every evaluation of the exported model.
+/// (A vocabulary smaller than the table is fine: tables are often padded.)
+pub fn check_vocab_fits(
+    tokenizer: &crate::contract::manifest::TokenizerInfo,
+    vocab_file: &Path,
+    rows: usize,
+    checkpoint: &Path,
+    given: bool,
+) -> Result<()> {
+    let fix = if given {
+        "export with the vocabulary the model was trained with (--vocab FILE), or leave --vocab out to record the checkpoint's own"
+    } else {
+        "the checkpoint's files disagree; give the vocabulary the model was trained with as --vocab FILE"
+    };
+    let (vocab, model) = (vocab_file.display(), checkpoint.display());
+    if tokenizer.vocab_size > rows {
+        bail!(
+            "the vocabulary '{vocab}' does not fit the model '{model}': it has {} tokens, but the model's word embeddings have {rows} rows (config.json vocab_size {rows}); {fix}",
+            tokenizer.vocab_size
+        );
+    }
+    let s = &tokenizer.special_ids;
+    for (role, id) in [("cls", s.cls), ("sep", s.sep), ("pad", s.pad), ("unk", s.unk), ("mask", s.mask)] {
+        if id as usize >= rows {
+            bail!(
+                "the vocabulary '{vocab}' does not fit the model '{model}': its `{role}` token has id {id}, but the model's word embeddings have {rows} rows (config.json vocab_size {rows}); {fix}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Writes the export of `opts.checkpoint` aside (see [`Staged`]), after checking that the
+/// vocabulary fits the model ([`check_vocab_fits`]).
+pub fn stage(opts: &ExportOptions) -> Result<Staged> {
     let model = load_classifier(&opts.checkpoint)?;
     let vocab_file = match &opts.vocab {
         Some(v) => v.clone(),
@@ -234,6 +326,11 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
         })?,
     };
     let tokenizer_config = crate::tokenize::TokenizerConfig::read(&opts.checkpoint)?;
+    let tokenizer = vocab_tokenizer(&vocab_file, tokenizer_config.lowercase, tokenizer_config.strip_accents)
+        .load()
+        .with_context(|| format!("could not read the vocabulary '{}'", vocab_file.display()))?
+        .info();
+    check_vocab_fits(&tokenizer, &vocab_file, model.config.vocab_size, &opts.checkpoint, opts.vocab.is_some())?;
     let vocab = crate::tokenize::file_vocab(&vocab_file, &tokenizer_config)?;
     let max_len = match opts.max_len {
         Some(n) => n,
@@ -270,32 +367,37 @@ pub fn export(opts: &ExportOptions) -> Result<Exported> {
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
     }
+    let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("model.onnx").to_string();
+    let folder = crate::contract::interrupt::scratch(crate::contract::temp_path(out));
+    std::fs::create_dir(folder.path()).with_context(|| format!("could not create '{}'", folder.path().display()))?;
     let graph = proto.graph.as_mut().expect("built with a graph");
     let weight_bytes: usize = graph.initializer.iter().map(|t| t.raw_data.len()).sum();
     let mut external_data = None;
     if opts.external_data || weight_bytes > EXTERNAL_DATA_BYTES {
-        let name = format!("{}.data", out.file_name().and_then(|n| n.to_str()).unwrap_or("model.onnx"));
+        let data_name = format!("{name}.data");
         let mut data = Vec::with_capacity(weight_bytes + 4096);
-        externalize(&mut graph.initializer, &name, &mut data);
-        let path = out.with_file_name(&name);
-        crate::contract::write_file_atomic(&path, &data)?;
+        externalize(&mut graph.initializer, &data_name, &mut data);
+        let path = folder.path().join(&data_name);
+        std::fs::write(&path, &data).with_context(|| format!("could not write '{}'", path.display()))?;
         external_data = Some(path);
     }
     let bytes = proto.encode_to_vec();
-    crate::contract::write_file_atomic(out, &bytes)?;
-    Ok(Exported {
+    let path = folder.path().join(&name);
+    std::fs::write(&path, &bytes).with_context(|| format!("could not write '{}'", path.display()))?;
+    let done = Exported {
         lowercase: tokenizer_config.lowercase,
         precision: opts.precision,
         model,
         max_len,
-        path: out.clone(),
+        path,
         external_data,
         bytes: bytes.len() as u64,
         nodes,
         parameters,
         metadata,
         vocab_file,
-    })
+    };
+    Ok(Staged { done, out: out.clone(), folder })
 }
 
 /// The ONNX model of `model` (a classifier), and its node count.

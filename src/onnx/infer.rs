@@ -24,7 +24,7 @@ use crate::contract::columns;
 use crate::contract::manifest::{LeakageInfo, DEFAULT_MAX_LEN};
 use crate::metrics::{all_finite, argmax, softmax};
 use crate::pipeline::tasks::TaskSpec;
-use crate::shards::ShardSet;
+use crate::shards::{LabelMatch, ShardSet};
 
 /// How many non-finite rows are listed by id (all are counted).
 pub const NONFINITE_LISTED: usize = 100;
@@ -51,7 +51,12 @@ pub struct Header {
     pub model: String,
     pub data: String,
     pub split: String,
+    /// The model's class names: the report's, and the class ids of the predictions' `label`.
     pub labels: Vec<String>,
+    /// How the shards' labels were matched to the model's classes, when not plainly (by name in
+    /// another order, or by number where a side has no names): see [`crate::shards::match_labels`].
+    #[serde(default)]
+    pub label_match: Option<String>,
     pub precision: String,
     pub onnxruntime: String,
     pub baseline: Option<String>,
@@ -115,6 +120,8 @@ pub struct Session {
     model: Model,
     baseline: Option<Model>,
     shards: Arc<ShardSet>,
+    /// The shards' labels as the model's classes.
+    labels: LabelMatch,
     pub header: Header,
     shard_rows: Vec<u64>,
 }
@@ -161,6 +168,15 @@ impl Session {
         if let Some(b) = &baseline {
             shards.expect_vocab(&b.vocab(), &format!("the baseline '{}'", path_of(&opts.baseline)))?;
         }
+        // The rows' labels are scored as the model's classes by name, never by a number that
+        // means another class to the model.
+        let labels = crate::shards::match_labels(
+            &shards.class_names(),
+            &names,
+            &format!("the shards in '{}'", opts.data.display()),
+            &format!("the model '{}'", opts.model.display()),
+            "evaluate a model trained on these labels, or name the corpus's labels as the model does with the source's `label_map`",
+        )?;
         let shard_rows = shards.shard_rows(&opts.split)?;
         let rows: u64 = shard_rows.iter().sum();
         if rows == 0 {
@@ -188,6 +204,7 @@ impl Session {
             data: opts.data.display().to_string(),
             split: opts.split.clone(),
             labels: names,
+            label_match: labels.note.clone(),
             precision: precision_of(&model),
             onnxruntime: runtime::init(opts.ort_lib.as_deref())?.version.clone(),
             baseline: opts.baseline.as_ref().map(|p| p.display().to_string()),
@@ -208,7 +225,7 @@ impl Session {
             rows,
             shards: shard_rows.len(),
         };
-        Ok(Session { opts: opts.clone(), model, baseline, shards: Arc::new(shards), header, shard_rows })
+        Ok(Session { opts: opts.clone(), model, baseline, shards: Arc::new(shards), labels, header, shard_rows })
     }
 
     /// The shards a task reads: a contiguous run, balanced by rows (the manifest's counts), so
@@ -311,20 +328,18 @@ impl Session {
                 stats.padded += (n * batch.seq) as u64;
             }
             for (i, meta) in batch.rows.into_iter().enumerate() {
-                if let Some(l) = meta.label {
-                    if l < 0 || l as usize >= k {
-                        bail!(
-                            "row `{}` of split `{}` has label {l}, but the model has {k} classes ({})",
-                            meta.id,
-                            self.opts.split,
-                            names.join(", ")
-                        );
-                    }
-                }
+                // The row's label as the model's class (the predictions' `label` column).
+                let label = match meta.label {
+                    Some(l) => match self.labels.class_of(l) {
+                        Ok(c) => Some(c as i64),
+                        Err(why) => bail!("row `{}` of split `{}` has {why}", meta.id, self.opts.split),
+                    },
+                    None => None,
+                };
                 let row = PredRow {
                     index: meta.index,
                     id: meta.id,
-                    label: meta.label,
+                    label,
                     logits: logits[i * k..(i + 1) * k].to_vec(),
                     doc_id: meta.doc_id,
                     chunk: meta.chunk,
@@ -498,9 +513,13 @@ fn layout_of(shards: &ShardSet, split: &str) -> Result<Layout> {
 pub fn fingerprint(opts: &EvalOptions, shards: &ShardSet) -> Result<String> {
     use crate::contract::checksum::sha256_file;
     let manifest = shards.root().join(crate::contract::manifest::MANIFEST);
+    // A model is its file and its external data: both are what was evaluated.
+    let model_digest = |m: &std::path::Path| -> Result<Vec<String>> {
+        super::proto::model_files(m)?.iter().map(|f| sha256_file(f)).collect()
+    };
     let v = serde_json::json!({
-        "model": sha256_file(&opts.model)?,
-        "baseline": opts.baseline.as_deref().map(sha256_file).transpose()?,
+        "model": model_digest(&opts.model)?,
+        "baseline": opts.baseline.as_deref().map(model_digest).transpose()?,
         "manifest": sha256_file(&manifest)?,
         "split": opts.split,
         "batch_size": opts.batch_size,

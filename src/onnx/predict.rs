@@ -93,6 +93,36 @@ pub fn prepare(pipeline: &Pipeline, model: &Model) -> Result<(Vec<PipelineStep>,
     Ok((steps, info.special_ids.pad))
 }
 
+/// What the pipeline's label names say of the model's classes, when it is worth saying:
+/// predictions are always the model's classes by its own names (`id2label`), but a pipeline that
+/// labels its corpus with names the model lacks is likely not the one it was trained with, and
+/// where the model's classes are unnamed (`LABEL_0`, …) the pipeline's names tell them apart by
+/// number (as `eval` matches them, [`crate::shards::match_labels`]). `None` when the pipeline
+/// names no labels (numbers, or names only a run finds in the corpus) or they match.
+pub fn label_note(pipeline: &Pipeline, model: &Model) -> Option<String> {
+    let config = serde_json::to_value(pipeline).ok()?;
+    let ours = crate::shards::class_names(&config, &pipeline.source.id2label());
+    if crate::shards::unnamed(&ours) {
+        return None;
+    }
+    let theirs = model.label_names();
+    let shown = format!("pipeline `{}`", pipeline.name);
+    match crate::shards::match_labels(&ours, &theirs, &shown, "the model", "") {
+        Err(_) => Some(format!(
+            "pipeline `{}` labels its corpus [{}] but the model's classes are [{}]: it may not be the pipeline the model was trained with (the predictions name the model's classes)",
+            pipeline.name,
+            ours.join(", "),
+            theirs.join(", ")
+        )),
+        Ok(m) if m.by_name.is_none() => Some(format!(
+            "the model does not name its classes; pipeline `{}` labels them by number: {}",
+            pipeline.name,
+            theirs.iter().zip(&ours).map(|(t, o)| format!("{t} = {o}")).collect::<Vec<_>>().join(", ")
+        )),
+        Ok(_) => None,
+    }
+}
+
 /// Runs the steps on one text: its model rows, or the rejection (`step: reason`).
 pub fn sequences(steps: &[PipelineStep], input: &Text) -> std::result::Result<Vec<Vec<u32>>, String> {
     let mut doc = Document {

@@ -1,8 +1,10 @@
 //! `predictions.parquet`: one row per evaluated row, in the split's order, written shard by
 //! shard as inference finishes them (one row group per shard), and read back to score.
 //!
-//! Columns: `id`, `label`, `prediction`, `predicted_label`, `confidence`, `probabilities`
-//! (list<float32>, label order), `logits` (list<float32>, the model's output as it came),
+//! Columns: `id`, `label` (the row's label as the model's class id: the shards' labels are
+//! matched to the model's classes by name, [`crate::shards::match_labels`]), `prediction`,
+//! `predicted_label`, `confidence`, `probabilities` (list<float32>, the model's class order),
+//! `logits` (list<float32>, the model's output as it came),
 //! `finite` (false when a logit is NaN or infinite: prediction, confidence and probabilities are
 //! then null), `tokens` (the row's length with [CLS]/[SEP]), `noise_score` when the shards carry
 //! it, and `doc_id` / `chunk` when rows are windows of documents.

@@ -192,3 +192,37 @@ impl ValueInfoProto {
         }
     }
 }
+
+/// The files an ONNX model is made of: the model itself and every external-data file its
+/// initializers name (`model.onnx.data` …), by the `location` each gives relative to the model's
+/// folder — what ONNX Runtime opens when it loads the model, and so what a key of the model must
+/// cover. A location that leaves the folder is refused, as ONNX Runtime refuses it.
+pub fn model_files(model: &std::path::Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    use anyhow::Context;
+    use prost::Message;
+    let bytes = std::fs::read(model).with_context(|| format!("could not read '{}'", model.display()))?;
+    let proto = ModelProto::decode(bytes.as_slice())
+        .with_context(|| format!("'{}' is not an ONNX model (protobuf)", model.display()))?;
+    let dir = model.parent().unwrap_or(std::path::Path::new(""));
+    let mut files = vec![model.to_path_buf()];
+    for t in proto.graph.iter().flat_map(|g| &g.initializer) {
+        if t.data_location != DATA_LOCATION_EXTERNAL {
+            continue;
+        }
+        let Some(location) = t.external_data.iter().find(|e| e.key == "location") else { continue };
+        let rel = std::path::Path::new(&location.value);
+        if rel.is_absolute() || rel.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+            anyhow::bail!(
+                "'{}': initializer `{}` keeps its data at '{}', outside the model's folder",
+                model.display(),
+                t.name,
+                location.value
+            );
+        }
+        let path = dir.join(rel);
+        if !files.contains(&path) {
+            files.push(path);
+        }
+    }
+    Ok(files)
+}

@@ -307,6 +307,13 @@ impl Runtime {
                 .with_execution_providers([cuda])
                 .map_err(|e| anyhow!("the CUDA provider could not be registered (device {id}): {e}"))?;
         }
+        // ONNX Runtime opens the model and its external data itself: they are noted as read
+        // (a chain stage's key covers every one of them).
+        if crate::contract::reads::recording() {
+            for f in super::proto::model_files(model)? {
+                crate::contract::reads::note_file(&f);
+            }
+        }
         let session = builder
             .commit_from_file(model)
             .map_err(|e| anyhow!("ONNX Runtime could not load '{}': {e}", model.display()))?;

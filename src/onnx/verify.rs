@@ -199,8 +199,21 @@ pub fn compare(model: &BertWithHead, session: &mut Model, cases: &[Case]) -> Res
 
 /// `export onnx --verify`: the written model in ONNX Runtime (CPU) against the checkpoint's
 /// candle model (float32) on the [`standard_cases`]; fails past the precision's [`Tolerance`],
-/// naming the case.
+/// naming the case. A model that fails is removed (with its external weights), so it is never
+/// left looking finished; `export onnx` checks it where it was written aside
+/// ([`super::export::Staged`]), before it is renamed into place.
 pub fn verify_export(rt: &super::runtime::Runtime, done: &super::export::Exported) -> Result<Vec<Checked>> {
+    let checked = check_export(rt, done);
+    if checked.is_err() {
+        crate::contract::interrupt::remove_path(&done.path);
+        if let Some(data) = &done.external_data {
+            crate::contract::interrupt::remove_path(data);
+        }
+    }
+    checked
+}
+
+fn check_export(rt: &super::runtime::Runtime, done: &super::export::Exported) -> Result<Vec<Checked>> {
     let mut session = rt.open(&done.path, super::runtime::Provider::Cpu, 0)?;
     let cases = standard_cases(&done.model, &done.vocab_file, done.lowercase, done.max_len)?;
     let checked = compare(&done.model, &mut session, &cases)?;
@@ -235,16 +248,7 @@ pub fn standard_cases(model: &BertWithHead, vocab_file: &Path, lowercase: bool, 
         let name = format!("random {}×{}{}", lengths.len(), lengths[0], if lengths.len() > 1 { " padded" } else { "" });
         cases.push(random_case(&name, &lengths, v, t, pad, &mut rng));
     }
-    let tok = crate::tokenize::Tokenize {
-        vocab: vocab_file.extension().is_none_or(|e| e != "json").then(|| vocab_file.to_path_buf()),
-        tokenizer: vocab_file.extension().is_some_and(|e| e == "json").then(|| vocab_file.to_path_buf()),
-        lowercase,
-        strip_accents: None,
-        max_word_chars: 100,
-        encoder: None,
-        sentences: false,
-    };
-    let encoder = tok.load()?;
+    let encoder = super::export::vocab_tokenizer(vocab_file, lowercase, None).load()?;
     let sp = encoder.info().special_ids;
     let mut rows = Vec::new();
     for (a, b) in SENTENCES {

@@ -245,16 +245,35 @@ pub fn prepare_root(out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `dedup` and `near_dedup`: steps whose verdicts depend on every document before, in order.
+fn is_ordered(s: &PipelineStep) -> bool {
+    matches!(s, PipelineStep::Dedup(_) | PipelineStep::NearDedup(_))
+}
+
+/// A filter with `max_noise_quantile`: its threshold is a quantile of every document's score.
+fn is_quantile(s: &PipelineStep) -> bool {
+    matches!(s, PipelineStep::Filter(f) if f.max_noise_quantile.is_some())
+}
+
+/// The steps that make a task array of this pipeline run `pipeline scan` first (`dedup`,
+/// `near_dedup`, a `max_noise_quantile` filter), by `type:` name in pipeline order; empty: its
+/// tasks run `pipeline run` directly. What [`scan`] and [`resolve_from_scans`] go by, for
+/// `pipeline validate --json` (which a scheduler's submit script asks, rather than reading the
+/// YAML's text). Whether such a pipeline can be a task array at all is [`check_task_array`].
+pub fn scan_steps(steps: &[PipelineStep]) -> Vec<&'static str> {
+    steps.iter().filter(|s| is_ordered(s) || is_quantile(s)).map(PipelineStep::type_name).collect()
+}
+
+/// Why the pipeline cannot run as a task array (its global steps do not combine), if it cannot.
+pub fn check_task_array(steps: &[PipelineStep]) -> Result<()> {
+    global_steps(steps).map(|_| ())
+}
+
 /// The steps that need the whole corpus: the last of `dedup` / `near_dedup` (the ordered
 /// steps) and the noise-quantile filter, by position.
 fn global_steps(steps: &[PipelineStep]) -> Result<(Option<usize>, Option<usize>)> {
-    let ordered = steps.iter().rposition(|s| matches!(s, PipelineStep::Dedup(_) | PipelineStep::NearDedup(_)));
-    let quantiles: Vec<usize> = steps
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| matches!(s, PipelineStep::Filter(f) if f.max_noise_quantile.is_some()))
-        .map(|(i, _)| i)
-        .collect();
+    let ordered = steps.iter().rposition(is_ordered);
+    let quantiles: Vec<usize> = steps.iter().enumerate().filter(|(_, s)| is_quantile(s)).map(|(i, _)| i).collect();
     if quantiles.len() > 1 {
         bail!("a task array supports one filter with max_noise_quantile; this pipeline has {}", quantiles.len());
     }
@@ -787,6 +806,23 @@ mod tests {
         let e = resolve_from_scans(&dir, "c", TaskSpec { index: 1, count: 2 }, &mut steps).unwrap_err().to_string();
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(e.contains("00000.bin") && e.contains("3 hashes") && e.contains("has 112"), "{e}");
+    }
+
+    /// What `pipeline validate --json` reports: the steps that need a scan, from the steps.
+    #[test]
+    fn scan_steps_are_the_global_steps() {
+        let quantile =
+            || PipelineStep::Filter(crate::clean::Filter { max_noise_quantile: Some(0.9), ..Default::default() });
+        let plain = [PipelineStep::HtmlStrip(Default::default()), PipelineStep::Filter(Default::default())];
+        assert!(scan_steps(&plain).is_empty());
+        assert!(check_task_array(&plain).is_ok());
+        let dedup = [PipelineStep::HtmlStrip(Default::default()), PipelineStep::Dedup(Default::default())];
+        assert_eq!(scan_steps(&dedup), ["dedup"]);
+        assert!(check_task_array(&dedup).is_ok());
+        let both = [quantile(), PipelineStep::NearDedup(Default::default())];
+        assert_eq!(scan_steps(&both), ["filter", "near_dedup"]);
+        assert!(check_task_array(&both).unwrap_err().to_string().contains("cannot yet combine"));
+        assert!(check_task_array(&[quantile(), quantile()]).unwrap_err().to_string().contains("one filter"));
     }
 
     #[test]

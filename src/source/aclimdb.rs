@@ -1,7 +1,6 @@
 //! `aclimdb`: the Large Movie Review Dataset, as its folder tree or as the original
 //! `aclImdb_v1.tar.gz` read as a stream (never unpacked).
 
-use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -175,7 +174,9 @@ impl AclImdb {
     /// that report them; others fall back to one).
     fn list(dir: &Path) -> Result<Vec<String>> {
         let mut files = Vec::new();
-        for entry in std::fs::read_dir(dir).with_context(|| format!("could not list '{}'", dir.display()))? {
+        for entry in
+            crate::contract::reads::read_dir(dir).with_context(|| format!("could not list '{}'", dir.display()))?
+        {
             let entry = entry.with_context(|| format!("could not list '{}'", dir.display()))?;
             let kind = entry.file_type().with_context(|| format!("could not list '{}'", dir.display()))?;
             // A symbolic link to a file is read as that file.
@@ -231,7 +232,8 @@ impl AclImdb {
             let size = remote.size("")?.with_context(|| format!("'{}' does not exist", remote.url()))?;
             return Ok((Box::new(remote.reader("")?), size));
         }
-        let file = File::open(&self.path).with_context(|| format!("could not open '{}'", self.path.display()))?;
+        let file = crate::contract::reads::open(&self.path)
+            .with_context(|| format!("could not open '{}'", self.path.display()))?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         Ok((Box::new(file), size))
     }

@@ -13,7 +13,10 @@ use crate::contract::partition::Partition;
 
 /// `splits:` of a file source: for each split, a path, a glob or a list of them. A folder
 /// stands for its files of the source's kind; a glob (`*`, `?`, `[…]`) for the files it
-/// matches, in name order (in object storage, in its last path component only).
+/// matches, in name order (in object storage, in its last path component only). A path that
+/// exists as given is that file or folder, not a glob, whatever its name holds
+/// (`reviews[1].jsonl`); in a glob, a metacharacter in brackets stands for itself, as the
+/// `glob` crate reads them (`reviews[[]*].jsonl` matches `reviews[1].jsonl`, `reviews[2].jsonl`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct FileSplits(pub BTreeMap<String, FileList>);
@@ -65,7 +68,8 @@ impl FileList {
 impl FileSplits {
     /// Makes every local entry absolute: relative to `path` when the source names one (the
     /// folder the entries are in), else to `base` (the configuration's folder, or the working
-    /// directory for a `--set`).
+    /// directory for a `--set`). A relative glob under a folder whose own name holds a glob
+    /// metacharacter (`/data/run[2]/`) gets that folder escaped, so only the entry is a pattern.
     pub fn resolve(&mut self, path: &Path, base: &Path) {
         let base = if path.as_os_str().is_empty() { base } else { path };
         for list in self.0.values_mut() {
@@ -77,6 +81,15 @@ impl FileSplits {
                 if p.is_relative() && crate::storage::is_remote(base) {
                     *entry = format!("{}/{entry}", base.display().to_string().trim_end_matches('/'));
                     continue;
+                }
+                if p.is_relative() && is_glob(entry) && !base.join(&p).exists() {
+                    let mut folder = base.to_path_buf();
+                    crate::storage::resolve_path(&mut folder, Path::new(""));
+                    let folder = folder.to_string_lossy().into_owned();
+                    if is_glob(&folder) {
+                        *entry = format!("{}/{entry}", glob::Pattern::escape(folder.trim_end_matches('/')));
+                        continue;
+                    }
                 }
                 crate::storage::resolve_path(&mut p, base);
                 *entry = p.to_string_lossy().into_owned();
@@ -148,12 +161,17 @@ impl FileSplits {
     }
 }
 
-/// Whether `entry` is a glob pattern rather than a path.
+/// Whether `entry` holds a glob metacharacter (`*`, `?`, `[`): a pattern, unless a file of
+/// that very name exists ([`expand`]).
 fn is_glob(entry: &str) -> bool {
     entry.contains(['*', '?', '['])
 }
 
-/// The files one `splits:` entry stands for.
+/// The files one `splits:` entry stands for: the file or folder it names when that exists as
+/// given (`reviews[1].jsonl` is that file, not a pattern matching `reviews1.jsonl`), else — when
+/// it holds `*`, `?` or `[` — the files the glob matches (a metacharacter in brackets, `[[]`,
+/// `[*]`, `[?]`, matches itself, as the `glob` crate reads patterns). In object storage, an
+/// object named exactly as the last part is that object.
 pub(super) fn expand(entry: &str, exts: &[&str]) -> Result<Vec<InputFile>> {
     let path = Path::new(entry);
     if crate::storage::is_remote(path) {
@@ -164,12 +182,15 @@ pub(super) fn expand(entry: &str, exts: &[&str]) -> Result<Vec<InputFile>> {
         if is_glob(prefix) {
             bail!("'{entry}': in object storage only the last part of a path may be a glob");
         }
-        let pattern = glob::Pattern::new(last).with_context(|| format!("'{entry}' is not a valid glob"))?;
         let remote = crate::storage::Remote::open(Path::new(prefix))?;
-        let files: Vec<InputFile> = remote
-            .list()?
+        let listed: Vec<(String, u64)> = remote.list()?.into_iter().filter(|(rel, _)| !rel.contains('/')).collect();
+        if let Some((rel, size)) = listed.iter().find(|(rel, _)| rel == last) {
+            return Ok(vec![InputFile::Remote { remote: remote.clone(), rel: rel.clone(), size: *size }]);
+        }
+        let pattern = glob::Pattern::new(last).with_context(|| format!("'{entry}' is not a valid glob"))?;
+        let files: Vec<InputFile> = listed
             .into_iter()
-            .filter(|(rel, _)| !rel.contains('/') && pattern.matches(rel))
+            .filter(|(rel, _)| pattern.matches(rel))
             .map(|(rel, size)| InputFile::Remote { remote: remote.clone(), rel, size })
             .collect();
         if files.is_empty() {
@@ -177,7 +198,7 @@ pub(super) fn expand(entry: &str, exts: &[&str]) -> Result<Vec<InputFile>> {
         }
         return Ok(files);
     }
-    if !is_glob(entry) {
+    if !is_glob(entry) || path.exists() {
         if !path.exists() {
             bail!("'{entry}' does not exist");
         }
@@ -197,7 +218,12 @@ pub(super) fn expand(entry: &str, exts: &[&str]) -> Result<Vec<InputFile>> {
         }
     }
     if files.is_empty() {
-        bail!("no file matches '{entry}'");
+        let hint = if entry.contains('[') {
+            " (no file has that name either; in a glob, `[[]` matches `[` itself)"
+        } else {
+            ""
+        };
+        bail!("no file matches '{entry}'{hint}");
     }
     Ok(files)
 }
@@ -297,6 +323,43 @@ mod tests {
         let paths = ["/d/train/data.jsonl", "/d/test/data.jsonl", "/d/extra.jsonl", "/e/x/a.jsonl", "/f/x/a.jsonl"];
         let keys = unique_keys(&paths.iter().map(|p| parts(p)).collect::<Vec<_>>());
         assert_eq!(keys, ["train/data.jsonl", "test/data.jsonl", "extra.jsonl", "e/x/a.jsonl", "f/x/a.jsonl"]);
+    }
+
+    /// A `splits:` entry that names an existing file is that file, whatever its name holds; a
+    /// bracketed metacharacter matches itself; a glob under a folder whose name holds `[` matches
+    /// in that folder.
+    #[test]
+    fn an_existing_name_with_glob_characters_is_that_file() {
+        let dir = std::env::temp_dir().join(format!("bertpipe-splits-brackets-{}", std::process::id()));
+        let nested = dir.join("run[2]");
+        std::fs::create_dir_all(&nested).unwrap();
+        for f in ["reviews[1].jsonl", "reviews[2].jsonl", "reviews1.jsonl", "what?.jsonl"] {
+            std::fs::write(dir.join(f), "{}\n").unwrap();
+        }
+        std::fs::write(nested.join("train-1.jsonl"), "{}\n").unwrap();
+        let names = |entry: &str| -> Vec<String> {
+            expand(&dir.join(entry).to_string_lossy(), &["jsonl"])
+                .unwrap_or_else(|e| panic!("{entry}: {e:#}"))
+                .iter()
+                .map(InputFile::name)
+                .collect()
+        };
+        assert_eq!(names("reviews[1].jsonl"), ["reviews[1].jsonl"]);
+        assert_eq!(names("what?.jsonl"), ["what?.jsonl"]);
+        assert_eq!(names("reviews[[]*].jsonl"), ["reviews[1].jsonl", "reviews[2].jsonl"]);
+        assert_eq!(names("reviews[12].jsonl"), ["reviews1.jsonl"], "no such file: a glob");
+        let e = expand(&dir.join("reviews[3].jsonl").to_string_lossy(), &["jsonl"]).unwrap_err().to_string();
+        assert!(e.contains("no file matches") && e.contains("`[[]` matches `[` itself"), "{e}");
+
+        let mut s: FileSplits =
+            serde_json::from_str(r#"{"train": ["train-*.jsonl"], "test": "../reviews[1].jsonl"}"#).unwrap();
+        s.resolve(Path::new(""), &nested);
+        assert!(s.check(Path::new(""), &Split::default(), &["jsonl"]).is_empty(), "{:?}", s);
+        let got: Vec<(String, String)> =
+            s.files(&["jsonl"]).unwrap().into_iter().map(|(f, split)| (f.name(), split)).collect();
+        let want = [("reviews[1].jsonl", "test"), ("train-1.jsonl", "train")];
+        assert_eq!(got, want.map(|(a, b)| (a.to_string(), b.to_string())));
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

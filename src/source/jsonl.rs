@@ -66,12 +66,16 @@ impl Jsonl {
         out.total(Total::Bytes(files.iter().map(|f| f.file.size()).sum()));
         for SplitFile { file, split, key: name } in files {
             let mut reader = BufReader::with_capacity(1 << 20, file.open()?);
-            if first_byte(&mut reader).with_context(|| format!("could not read '{}'", file.display()))? == Some(b'[') {
+            let (first, blank_lines) =
+                skip_to_first_byte(&mut reader).with_context(|| format!("could not read '{}'", file.display()))?;
+            if first == Some(b'[') {
                 self.read_array(&file, &split, &name, reader, out)?;
                 continue;
             }
             let mut buf = Vec::new();
-            let mut line_no = 0u64;
+            // Line numbers (ids, reject origins) count the blank lines skipped before the first
+            // record too: they are the file's own line numbers.
+            let mut line_no = blank_lines;
             loop {
                 buf.clear();
                 let n = reader
@@ -180,13 +184,21 @@ impl Jsonl {
 }
 
 /// The first byte that is not whitespace (after a UTF-8 BOM), left unread; `None` for an empty
-/// input.
+/// input. What comes before it is consumed: [`skip_to_first_byte`] says how many lines that was.
 pub fn first_byte(r: &mut impl BufRead) -> std::io::Result<Option<u8>> {
+    Ok(skip_to_first_byte(r)?.0)
+}
+
+/// [`first_byte`], and how many line breaks (`\n`) the whitespace consumed before it held: the
+/// lines a reader that numbers lines has passed (a record that starts on line 4 after three
+/// blank lines is line 4, not line 1).
+pub fn skip_to_first_byte(r: &mut impl BufRead) -> std::io::Result<(Option<u8>, u64)> {
     let mut start = true;
+    let mut lines = 0u64;
     loop {
         let buf = r.fill_buf()?;
         if buf.is_empty() {
-            return Ok(None);
+            return Ok((None, lines));
         }
         let mut skip = 0;
         if start && buf.starts_with(b"\xEF\xBB\xBF") {
@@ -196,11 +208,13 @@ pub fn first_byte(r: &mut impl BufRead) -> std::io::Result<Option<u8>> {
         match buf[skip..].iter().position(|b| !b.is_ascii_whitespace()) {
             Some(i) => {
                 let b = buf[skip + i];
+                lines += memchr::memchr_iter(b'\n', &buf[skip..skip + i]).count() as u64;
                 r.consume(skip + i);
-                return Ok(Some(b));
+                return Ok((Some(b), lines));
             }
             None => {
                 let n = buf.len();
+                lines += memchr::memchr_iter(b'\n', &buf[skip..]).count() as u64;
                 r.consume(n);
             }
         }
@@ -242,4 +256,56 @@ pub fn first_element<'de, R: serde_json::de::Read<'de>>(
         false
     });
     Ok(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::SourceItem;
+
+    #[test]
+    fn the_lines_before_the_first_record_are_counted() {
+        let mut r = std::io::Cursor::new(b"\xEF\xBB\xBF\n \r\n\n  {\"a\": 1}\n".to_vec());
+        assert_eq!(skip_to_first_byte(&mut r).unwrap(), (Some(b'{'), 3));
+        // Whitespace over several buffer fills.
+        let mut r = BufReader::with_capacity(2, std::io::Cursor::new(b"\n\n\n \n\n[1]".to_vec()));
+        assert_eq!(skip_to_first_byte(&mut r).unwrap(), (Some(b'['), 5));
+        assert_eq!(skip_to_first_byte(&mut std::io::Cursor::new(b"\n\n".to_vec())).unwrap(), (None, 2));
+    }
+
+    struct Collect(Vec<SourceItem>);
+
+    impl Emit for Collect {
+        fn emit(&mut self, item: SourceItem) -> Result<()> {
+            self.0.push(item);
+            Ok(())
+        }
+    }
+
+    /// Ids and reject origins are the file's line numbers, blank lines before the first record
+    /// included (they were off by the number of those lines).
+    #[test]
+    fn ids_and_origins_count_leading_blank_lines() {
+        let dir = std::env::temp_dir().join(format!("bertpipe-jsonl-lines-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.jsonl");
+        std::fs::write(&file, "\n\n{\"text\": \"first\"}\nnot json\n\n{\"text\": \"last\"}\n").unwrap();
+        let source: Jsonl = serde_json::from_value(serde_json::json!({ "path": file })).unwrap();
+        let mut got = Collect(Vec::new());
+        source.read(Partition::WHOLE, &mut got).unwrap();
+        let seen: Vec<(String, String)> = got
+            .0
+            .iter()
+            .map(|item| match item {
+                SourceItem::Doc(d) => (d.id.clone(), d.origin.clone()),
+                SourceItem::Reject(r) => (r.id.clone(), r.origin.clone()),
+                SourceItem::File(f) => (f.meta.id.clone(), f.meta.origin.clone()),
+            })
+            .collect();
+        let shown = file.display().to_string();
+        let want: Vec<(String, String)> =
+            [3, 4, 6].iter().map(|n| (format!("c.jsonl:{n}"), format!("{shown}:{n}"))).collect();
+        assert_eq!(seen, want);
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

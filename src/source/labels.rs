@@ -10,8 +10,8 @@ use std::io::{BufRead, BufReader};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use super::{split_files, Source, SplitFile};
-use crate::contract::partition::Partition;
+use super::{Source, SplitFile};
+use crate::contract::manifest::MANIFEST;
 
 /// A source's label settings ([`Source::label_settings`]).
 struct LabelSettings<'a> {
@@ -72,19 +72,25 @@ impl Source {
     /// Reads the label field of the whole corpus; when its labels are names, numbers them in
     /// sorted order for the reading that follows and returns what was found, for the run
     /// summary. Integer labels (or none) leave the source as it is. Names mixed with numbers,
-    /// or more than a thousand names, are an error saying what to do.
+    /// or more than a thousand names, are an error saying what to do. A `parquet` source
+    /// reading the `label` column of a bertpipe output folder's shards (ids) takes the names its
+    /// manifest gives them, without a pass.
     pub fn find_labels(&mut self) -> Result<Option<String>> {
         if !self.may_have_label_names() {
             return Ok(None);
         }
+        // The shards of a bertpipe output folder hold ids; its manifest names them.
+        if let Source::Parquet(p) = self {
+            if let Some(names) = p.shard_label_names()? {
+                let listed: Vec<String> = names.iter().map(|(n, i)| format!("{n}={i}")).collect();
+                let found = format!("labels {} (names from '{}')", listed.join(", "), p.path.join(MANIFEST).display());
+                p.found_labels = Some(names);
+                return Ok(Some(found));
+            }
+        }
         let mut seen = Seen::default();
-        let files = split_files(
-            self.path(),
-            self.file_splits(),
-            &super::Split::default(),
-            self.extensions(),
-            Partition::WHOLE,
-        )?;
+        // The files the reader reads, listed as it lists them.
+        let files = self.files()?;
         let Some(settings) = self.label_settings() else { return Ok(None) };
         let (field, what) = (settings.field.unwrap_or_default().to_string(), settings.what);
         for f in &files {
@@ -192,7 +198,7 @@ fn parquet_labels(f: &SplitFile, field: &str, seen: &mut Seen) -> Result<()> {
 fn parquet_file_labels(path: &std::path::Path, field: &str, seen: &mut Seen) -> Result<()> {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use parquet::arrow::ProjectionMask;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path)?)?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(crate::contract::reads::open(path)?)?;
     let Ok(index) = builder.schema().index_of(field) else { return Ok(()) };
     let leaves: Vec<usize> = {
         // The leaf columns of the top-level field (a plain column is one leaf).

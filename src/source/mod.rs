@@ -97,6 +97,22 @@ impl Source {
         }
     }
 
+    /// Every file this file source reads, with its split, in reading order — what its reader
+    /// lists, and so what the label pass ([`Source::find_labels`]) and field detection
+    /// ([`Source::detect_fields`]) read too: a `parquet` source over a bertpipe output folder
+    /// lists the shards its manifest names (in split folders, not at the top level; not the
+    /// rejects). None for aclImdb, which reads its own layout.
+    pub fn files(&self) -> Result<Vec<SplitFile>> {
+        match self {
+            Source::AclImdb(_) => Ok(Vec::new()),
+            Source::Parquet(s) => s.listing(),
+            _ => {
+                let split = self.split().cloned().unwrap_or_default();
+                split_files(self.path(), self.file_splits(), &split, self.extensions(), Partition::WHOLE)
+            }
+        }
+    }
+
     /// The file types this source reads (none for aclImdb, which reads its own layout).
     pub fn extensions(&self) -> &'static [&'static str] {
         match self {
@@ -418,11 +434,14 @@ impl PendingFile {
     /// Its `input_bytes` are the bytes read (the listing did not `stat` the file).
     pub fn load(mut self) -> Result<SourceItem> {
         if let Some(reason) = self.reject {
-            let text = std::fs::read(&self.path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+            let text = crate::contract::reads::read(&self.path)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default();
             self.meta.input_bytes = text.len() as u64;
             return Ok(self.meta.reject(reason, text));
         }
-        let bytes = std::fs::read(&self.path).with_context(|| format!("could not read '{}'", self.path.display()))?;
+        let bytes = crate::contract::reads::read(&self.path)
+            .with_context(|| format!("could not read '{}'", self.path.display()))?;
         self.meta.input_bytes = bytes.len() as u64;
         Ok(self.meta.into_item(bytes, self.policy))
     }
@@ -558,7 +577,7 @@ impl InputFile {
     pub fn open(&self) -> Result<Box<dyn std::io::Read + Send>> {
         Ok(match self {
             InputFile::Local(p) => {
-                Box::new(std::fs::File::open(p).with_context(|| format!("could not open '{}'", p.display()))?)
+                Box::new(crate::contract::reads::open(p).with_context(|| format!("could not open '{}'", p.display()))?)
             }
             InputFile::Remote { remote, rel, .. } => Box::new(remote.reader(rel)?),
         })
@@ -606,7 +625,9 @@ pub fn input_files(path: &Path, exts: &[&str]) -> Result<Vec<PathBuf>> {
         return Ok(vec![path.to_path_buf()]);
     }
     let mut files = Vec::new();
-    for entry in std::fs::read_dir(path).with_context(|| format!("could not list '{}'", path.display()))? {
+    for entry in
+        crate::contract::reads::read_dir(path).with_context(|| format!("could not list '{}'", path.display()))?
+    {
         let p = entry?.path();
         if p.is_file() && has_extension(&p.file_name().unwrap_or_default().to_string_lossy(), exts) {
             files.push(p);
@@ -763,22 +784,14 @@ impl Source {
     /// element of a JSON array), the header (CSV), the schema (Parquet).
     fn first_names(&self) -> Option<Vec<String>> {
         use std::io::{BufRead, BufReader, Read};
-        let (exts, kind): (&[&str], u8) = match self {
-            Source::Jsonl(_) => (&["jsonl", "json", "ndjson"], 0),
-            Source::Csv(_) => (&["csv", "tsv"], 1),
-            Source::Parquet(_) => (&["parquet"], 2),
+        let kind: u8 = match self {
+            Source::Jsonl(_) => 0,
+            Source::Csv(_) => 1,
+            Source::Parquet(_) => 2,
             _ => return None,
         };
-        let file = match self.file_splits() {
-            Some(s) => {
-                split_files(self.path(), Some(s), &Split::default(), exts, Partition::WHOLE)
-                    .ok()?
-                    .into_iter()
-                    .next()?
-                    .file
-            }
-            None => input_files_of(self.path(), exts, Partition::WHOLE).ok()?.into_iter().next()?,
-        };
+        // The first file the reader reads (a bertpipe output folder's first shard).
+        let file = self.files().ok()?.into_iter().next()?.file;
         match kind {
             0 => {
                 let mut r = BufReader::new(file.open().ok()?);

@@ -1,7 +1,6 @@
 //! `parquet`: a text column (and optional label and id columns) from Parquet files.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -14,19 +13,48 @@ use super::{
     file_size, parse_label, split_files, Emit, FileSplits, InputFile, InvalidUtf8, RecordMeta, Split, SplitFile,
 };
 use crate::contract::columns::string_at;
+use crate::contract::manifest::{Manifest, MANIFEST, TASKS_DIR};
 use crate::contract::partition::Partition;
 use crate::contract::progress::Total;
 
-/// The shards of a bertpipe output folder (one with a `manifest.json`, a single run's or a
-/// merged task array's), every split's in manifest order: such a folder keeps its shards in
-/// split folders (and a task array's under `tasks/`), not directly inside it.
-fn shard_files(path: &std::path::Path) -> Result<Option<Vec<PathBuf>>> {
-    if !path.join(crate::contract::manifest::MANIFEST).is_file() {
+/// The manifest of a bertpipe output folder (a local folder with a `manifest.json`, a single
+/// run's or a merged task array's), when `path` is one. A task array's output that is not
+/// merged yet (`tasks/` and no Parquet file of its own) is an error saying to merge it.
+fn shard_manifest(path: &Path) -> Result<Option<Manifest>> {
+    if path.as_os_str().is_empty() || crate::storage::is_remote(path) || !path.is_dir() {
         return Ok(None);
     }
-    let m = crate::contract::manifest::Manifest::read(path)?;
-    Ok(Some(m.splits.values().flat_map(|s| &s.shards).map(|s| path.join(&s.file)).collect()))
+    if path.join(MANIFEST).is_file() || (path.join(TASKS_DIR).is_dir() && super::input_files(path, EXTS).is_err()) {
+        // Manifest::read says what to do with an unmerged task array.
+        return Manifest::read(path).map(Some);
+    }
+    Ok(None)
 }
+
+/// The shards of a bertpipe output folder, every split's in manifest order (such a folder keeps
+/// them in split folders, and a task array's under `tasks/`, not directly inside it), each with
+/// its path in the folder (`train/part-00000.parquet`) as the name its ids start with. The
+/// rejects (`_rejects/`) are not documents and are not read.
+fn shard_files(path: &Path, m: &Manifest) -> Vec<(PathBuf, String)> {
+    m.splits.values().flat_map(|s| &s.shards).map(|s| (path.join(&s.file), s.file.clone())).collect()
+}
+
+/// The label names of a bertpipe output folder's shards (name → id), which hold labels as ids:
+/// the manifest's `id2label`, or `neg` / `pos` for an aclImdb source's shards (which record
+/// none). `None` when it says nothing of names.
+fn manifest_label_names(m: &Manifest) -> Option<BTreeMap<String, i64>> {
+    let mut names: BTreeMap<String, i64> = BTreeMap::new();
+    for (id, name) in &m.id2label {
+        names.entry(name.clone()).or_insert(*id);
+    }
+    if names.is_empty() && m.config.pointer("/source/type").and_then(|t| t.as_str()) == Some("aclimdb") {
+        names = BTreeMap::from([("neg".to_string(), 0), ("pos".to_string(), 1)]);
+    }
+    (!names.is_empty()).then_some(names)
+}
+
+/// The label column of bertpipe's document shards.
+pub const SHARD_LABEL_COLUMN: &str = "label";
 
 /// Read Parquet files batch by batch. Text and id columns are strings; the label column may be
 /// an integer, boolean or string column.
@@ -34,8 +62,9 @@ fn shard_files(path: &std::path::Path) -> Result<Option<Vec<PathBuf>>> {
 #[serde(deny_unknown_fields)]
 pub struct ParquetSource {
     /// A `.parquet` file, a folder of them (read in name order), or a bertpipe output folder
-    /// (its shards, in manifest order; `keep_text: true` shards have the `text` column). With
-    /// `splits`, the folder their entries are in (optional).
+    /// (its shards, in manifest order, each given `split`; not its `_rejects/`; `keep_text:
+    /// true` shards have the `text` column, and their `label` ids keep the names the manifest
+    /// gives them). With `splits`, the folder their entries are in (optional).
     #[serde(default)]
     pub path: PathBuf,
     /// Name of the text column.
@@ -114,7 +143,8 @@ fn row_group_plan(inputs: &[ParquetInput], part: Partition) -> Result<RowGroupPl
     }
     let mut groups = Vec::new(); // (file, row group, first row)
     for (k, input) in inputs.iter().enumerate() {
-        let f = File::open(&input.local).with_context(|| format!("could not open '{}'", input.shown))?;
+        let f =
+            crate::contract::reads::open(&input.local).with_context(|| format!("could not open '{}'", input.shown))?;
         let builder = ParquetRecordBatchReaderBuilder::try_new(f)
             .with_context(|| format!("'{}' is not a readable Parquet file", input.shown))?;
         let mut first = 0u64;
@@ -134,23 +164,31 @@ fn row_group_plan(inputs: &[ParquetInput], part: Partition) -> Result<RowGroupPl
 }
 
 impl ParquetSource {
-    /// Every file read, with its split (a bertpipe output folder's shards by their names, as
-    /// always).
-    fn listing(&self) -> Result<Vec<SplitFile>> {
-        if self.splits.is_none() && !crate::storage::is_remote(&self.path) {
-            if let Some(files) = shard_files(&self.path)? {
+    /// Every file read, with its split, in reading order: `path`'s files, `splits:`'s, or a
+    /// bertpipe output folder's shards (from its manifest; every shard gets `split`). The reader,
+    /// the label pass ([`super::labels`]) and field detection all list files through this.
+    pub(super) fn listing(&self) -> Result<Vec<SplitFile>> {
+        if self.splits.is_none() {
+            if let Some(m) = shard_manifest(&self.path)? {
                 let split = self.split.initial().to_string();
-                return Ok(files
+                return Ok(shard_files(&self.path, &m)
                     .into_iter()
-                    .map(|p| SplitFile {
-                        key: p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-                        file: InputFile::Local(p),
-                        split: split.clone(),
-                    })
+                    .map(|(p, key)| SplitFile { key, file: InputFile::Local(p), split: split.clone() })
                     .collect());
             }
         }
         split_files(&self.path, self.splits.as_ref(), &self.split, EXTS, Partition::WHOLE)
+    }
+
+    /// When `path` is a bertpipe output folder and labels are read from its shards' `label`
+    /// column without a `label_map`: the names its manifest gives the ids (name → id), so the
+    /// shards' classes keep their ids and their names (`id2label` of the new manifest) instead
+    /// of becoming bare numbers.
+    pub(super) fn shard_label_names(&self) -> Result<Option<BTreeMap<String, i64>>> {
+        if self.label_map.is_some() || self.label_column.as_deref() != Some(SHARD_LABEL_COLUMN) {
+            return Ok(None);
+        }
+        Ok(shard_manifest(&self.path)?.as_ref().and_then(manifest_label_names))
     }
 
     pub fn read(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
@@ -189,7 +227,8 @@ impl ParquetSource {
             let ParquetInput { local, name, shown, split } = &inputs[k];
             let file = Path::new(shown);
             let size = file_size(local);
-            let f = File::open(local).with_context(|| format!("could not open '{}'", file.display()))?;
+            let f =
+                crate::contract::reads::open(local).with_context(|| format!("could not open '{}'", file.display()))?;
             let mut builder = ParquetRecordBatchReaderBuilder::try_new(f)
                 .with_context(|| format!("'{}' is not a readable Parquet file", file.display()))?;
             if let Some(groups) = row_groups {

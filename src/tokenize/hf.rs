@@ -38,8 +38,16 @@ impl std::fmt::Debug for HfTokenizer {
 
 impl HfTokenizer {
     /// `tokenizer`, read from `path` (whose bytes are `json`, with SHA-256 `sha`).
-    pub fn new(path: &Path, tokenizer: Tokenizer, json: &[u8], sha: String) -> Result<HfTokenizer> {
+    ///
+    /// A `tokenizer.json` saved with `truncation` or `padding` (many on the Hub are) keeps them in
+    /// the file; encoding through it would cut every document at that length, or pad it. bertpipe
+    /// builds sequences itself (`max_len`, windows, packing), as transformers does with its own
+    /// `max_length`, so both are turned off here: the padding settings only name the pad token.
+    pub fn new(path: &Path, mut tokenizer: Tokenizer, json: &[u8], sha: String) -> Result<HfTokenizer> {
         let named = |e: anyhow::Error| e.context(format!("tokenizer '{}'", path.display()));
+        let saved_pad = tokenizer.get_padding().map(|p| p.pad_id);
+        tokenizer.with_padding(None);
+        tokenizer.with_truncation(None).map_err(|e| named(anyhow::anyhow!("{e}")))?;
         let spec: Value = serde_json::from_slice(json).map_err(|e| named(e.into()))?;
         let vocab = tokenizer.get_vocab(true);
         let largest = vocab.values().copied().max().unwrap_or(0) as usize;
@@ -50,7 +58,7 @@ impl HfTokenizer {
                 vocab.len()
             );
         }
-        let special_ids = specials(&tokenizer, &spec).map_err(named)?;
+        let special_ids = specials(&tokenizer, &spec, saved_pad).map_err(named)?;
         let words = words(&tokenizer, &spec);
         let info = TokenizerInfo {
             vocab_sha256: sha,
@@ -117,9 +125,9 @@ impl HfTokenizer {
     }
 }
 
-/// The specials and the sequence layout, from the post-processor, the padding settings, the
-/// model and the added tokens.
-fn specials(t: &Tokenizer, spec: &Value) -> Result<SpecialIds> {
+/// The specials and the sequence layout, from the post-processor, the padding settings the file
+/// was saved with (`saved_pad`), the model and the added tokens.
+fn specials(t: &Tokenizer, spec: &Value, saved_pad: Option<u32>) -> Result<SpecialIds> {
     let added = t.get_added_tokens_decoder();
     let is_special = |id: u32| added.get(&id).is_some_and(|a| a.special);
     // Two ordinary tokens stand for the segments.
@@ -181,7 +189,7 @@ fn specials(t: &Tokenizer, spec: &Value) -> Result<SpecialIds> {
             )
         })
     };
-    let pad = find("padding", &["[PAD]", "<pad>", "<|padding|>"], t.get_padding().map(|p| p.pad_id))?;
+    let pad = find("padding", &["[PAD]", "<pad>", "<|padding|>"], saved_pad)?;
     let model = &spec["model"];
     let unk_of_model = match model["type"].as_str() {
         Some("Unigram") => model["unk_id"].as_u64().map(|id| id as u32),

@@ -198,7 +198,8 @@ impl TokenizerConfig {
         if !path.is_file() {
             return Ok(c);
         }
-        let text = std::fs::read(&path).with_context(|| format!("could not read '{}'", path.display()))?;
+        let text =
+            crate::contract::reads::read(&path).with_context(|| format!("could not read '{}'", path.display()))?;
         let v: Value = serde_json::from_slice(&text).with_context(|| format!("'{}' is not JSON", path.display()))?;
         match v.get("do_lower_case") {
             None | Some(Value::Null) => {}
@@ -250,11 +251,21 @@ pub fn hf_bert_tokenizer(vocab: &Path, lowercase: bool) -> Result<tokenizers::To
     Ok(t)
 }
 
+/// A `tokenizer.json`'s bytes as the `tokenizers` crate's tokenizer. The JSON is parsed first
+/// and the tokenizer read from the parsed value: the crate's own reader, fed the bytes, panics
+/// on some malformed `decoder`s (tokenizers 0.23 `decoders/mod.rs`: `.expect("Helper")` on a
+/// syntax error inside it), where an error naming the file is wanted.
+pub fn parse_tokenizer_json(bytes: &[u8]) -> Result<tokenizers::Tokenizer> {
+    let value: serde_json::Value = serde_json::from_slice(bytes)?;
+    Ok(serde_json::from_value(value)?)
+}
+
 fn load_tokenizer_json(path: &std::path::Path) -> Result<Encoder> {
     use tokenizers::{ModelWrapper, NormalizerWrapper, PreTokenizerWrapper};
-    let bytes = std::fs::read(path).with_context(|| format!("could not read tokenizer '{}'", path.display()))?;
+    let bytes =
+        crate::contract::reads::read(path).with_context(|| format!("could not read tokenizer '{}'", path.display()))?;
     let sha = hex::encode(Sha256::digest(&bytes));
-    let tokenizer = tokenizers::Tokenizer::from_bytes(&bytes)
+    let tokenizer = parse_tokenizer_json(&bytes)
         .map_err(|e| anyhow::anyhow!("'{}' is not a tokenizer.json: {e}", path.display()))?;
     // A BERT WordPiece tokenizer takes the fast path, with its own options.
     if let (

@@ -55,7 +55,8 @@ impl WordPiece {
         strip_accents: Option<bool>,
         max_word_chars: usize,
     ) -> Result<Self> {
-        let bytes = std::fs::read(path).with_context(|| format!("could not read vocab '{}'", path.display()))?;
+        let bytes =
+            crate::contract::reads::read(path).with_context(|| format!("could not read vocab '{}'", path.display()))?;
         let sha = hex::encode(Sha256::digest(&bytes));
         let text = String::from_utf8(bytes).with_context(|| format!("vocab '{}' is not UTF-8", path.display()))?;
         // As HF's `WordPiece::read_file`: each line without its trailing whitespace.

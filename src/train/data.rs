@@ -62,8 +62,10 @@ pub struct Batch {
 /// How rows become examples.
 #[derive(Clone)]
 pub enum RowKind {
-    /// Labels must lie in `0..num_labels`; rows without a label are skipped.
-    Classify { num_labels: usize },
+    /// Labels must lie in `0..num_labels`; rows without a label are skipped. `remap`: the
+    /// model's class of each of the shards' label ids, when a checkpoint's head has the shards'
+    /// label names in another order ([`crate::shards::match_labels`]).
+    Classify { num_labels: usize, remap: Option<Arc<Vec<usize>>> },
     /// `mask`: dynamic masking (shards hold unmasked ids).
     Pretrain { mask: Option<Arc<MaskSpec>> },
 }
@@ -119,21 +121,26 @@ impl LoaderSpec {
         let types = |xs: &[i8]| xs.iter().map(|&x| x as u32).collect::<Vec<u32>>();
         let mut out = Vec::new();
         match &self.kind {
-            RowKind::Classify { num_labels } => {
+            RowKind::Classify { num_labels, remap } => {
                 for (i, row) in self.shards.classify_shard(&self.split, shard)?.into_iter().enumerate() {
                     let Some(label) = row.label else { continue };
-                    if label < 0 || label as usize >= *num_labels {
+                    let class = match remap {
+                        Some(ids) => usize::try_from(label).ok().and_then(|l| ids.get(l).copied()),
+                        None => usize::try_from(label).ok(),
+                    };
+                    let Some(class) = class.filter(|c| c < num_labels) else {
                         bail!(
-                            "'{}' row {i} (id {}): label {label} is outside 0..{num_labels}; the model has {num_labels} classes",
+                            "'{}' row {i} (id {}): label {label} is outside 0..{}; the model has {num_labels} classes",
                             self.shard_file(shard).display(),
-                            row.id
+                            row.id,
+                            remap.as_ref().map_or(*num_labels, |ids| ids.len())
                         );
-                    }
+                    };
                     out.push(Example {
                         index: offset + i as u64,
                         input_ids: widen(&row.input_ids),
                         token_type_ids: types(&row.token_type_ids),
-                        label: Some(label as usize),
+                        label: Some(class),
                         doc_id: row.doc_id.unwrap_or_else(|| row.id.clone()),
                         id: row.id,
                         ..Default::default()
@@ -182,7 +189,11 @@ impl LoaderSpec {
     /// What the row store of this split is keyed by, beside the shards' digests.
     pub fn store_kind(&self) -> String {
         match &self.kind {
-            RowKind::Classify { num_labels } => format!("classify:{num_labels}"),
+            RowKind::Classify { num_labels, remap: None } => format!("classify:{num_labels}"),
+            // The row store holds the remapped labels: another mapping is another store.
+            RowKind::Classify { num_labels, remap: Some(ids) } => {
+                format!("classify:{num_labels}:{}", ids.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","))
+            }
             RowKind::Pretrain { mask: Some(_) } => "pretrain:dynamic".into(),
             RowKind::Pretrain { mask: None } => "pretrain:static".into(),
         }
@@ -210,6 +221,7 @@ impl LoaderSpec {
                 }
                 offset += info.rows;
                 bar.inc(info.rows);
+                super::order::pause_point(i + 1);
             }
             bar.finish_and_clear();
             Ok(())

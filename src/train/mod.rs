@@ -770,10 +770,18 @@ pub fn evaluate_checkpoint(
         BertWithHead::from_checkpoint(crate::model::ModelKind::SequenceClassification, checkpoint, None, &device, 0)?;
     let shards = crate::shards::ShardSet::open(data)?;
     let pad_id = shards.tokenizer()?.special_ids.pad;
+    // The rows' labels as the checkpoint's classes, by name.
+    let labels = crate::shards::match_labels(
+        &shards.class_names(),
+        &model.config.label_names(),
+        &format!("the shards in '{}'", data.display()),
+        &format!("the checkpoint '{}'", checkpoint.display()),
+        "evaluate a checkpoint trained on these labels",
+    )?;
     let spec = LoaderSpec {
         shards: Arc::new(shards),
         split: split.to_string(),
-        kind: data::RowKind::Classify { num_labels: model.config.num_labels() },
+        kind: data::RowKind::Classify { num_labels: model.config.num_labels(), remap: labels.remap().map(Arc::new) },
         batch_size,
         order: data::Order::InFileOrder,
         group_by_length: true,

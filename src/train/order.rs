@@ -13,11 +13,26 @@
 //!
 //! The store lives in bertpipe's cache folder under `rows/`, keyed by the shards' SHA-256s,
 //! the split and how rows become examples; a second run on the same shards reuses it.
+//!
+//! **Temporaries.** A store is built in `rows/.tmp-KEY-OWNER-PID-NANOS/` (`OWNER`: this host
+//! and pid namespace, [`owner_tag`]) and renamed into place whole. The folder is scratch
+//! ([`crate::contract::interrupt::scratch`]): removed when the build fails, panics or is ended
+//! by Ctrl-C or SIGTERM. One left by a process killed outright (SIGKILL, a power cut) is swept
+//! by the next training that opens a store there: at once when its owner ran on this host and
+//! that process is gone, else once nothing in it has been written for [`STALE_AFTER`].
+//!
+//! **Pruning** ([`stores_to_prune`]). A store is *used* when a training opens or builds it (its
+//! `store.json`'s modification time is set then). After each use `rows/` keeps the store in use
+//! and, most recently used first, at most [`KEEP_STORES`] stores in all, within [`KEEP_BYTES`]
+//! together; the first one past either limit goes, and every store used less recently than it.
+//! A store removed while another training reads it stays readable by that training (its files
+//! are open); the next run on those shards builds it again.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -93,6 +108,19 @@ const DATA: &str = "rows.bin";
 const META: &str = "store.json";
 /// No row of ours comes near this; a larger span means the store is damaged.
 const MAX_ROW_BYTES: u64 = 256 << 20;
+/// A store being built: `.tmp-KEY-OWNER-PID-NANOS`.
+const TMP_PREFIX: &str = ".tmp-";
+/// A store being removed: renamed to `.old-KEY-PID-NANOS` first, so no reader sees half of it.
+const OLD_PREFIX: &str = ".old-";
+/// The most stores `rows/` keeps, the one in use included (see the module's doc).
+pub const KEEP_STORES: usize = 4;
+/// The most bytes the stores `rows/` keeps may hold together; the store in use is kept even
+/// when it alone is larger.
+pub const KEEP_BYTES: u64 = 8 << 30;
+/// A temporary store whose owner cannot be asked (another host, or a name without an owner,
+/// as builds before owners were recorded left) is stale once nothing in it was written for
+/// this long; a live build writes its rows continuously.
+pub const STALE_AFTER: Duration = Duration::from_secs(6 * 3600);
 
 /// What a store's `store.json` records.
 #[derive(Debug, Serialize, Deserialize)]
@@ -117,35 +145,60 @@ pub struct RowStore {
 impl RowStore {
     /// The store for `key` (see [`store_key`]) under `base`: opened when a complete one is
     /// there, else built from `examples` (written aside and renamed into place, so a crash or
-    /// a concurrent run never leaves a half store where a whole one is expected).
+    /// a concurrent run never leaves a half store where a whole one is expected). Stale
+    /// temporaries of dead builds are swept first, and the stores past the keeping policy are
+    /// removed after (see the module's doc).
     pub fn open_or_build(
         base: &Path,
         key: &str,
         about: (&Path, &str),
         examples: impl FnOnce(&mut dyn FnMut(&Example) -> Result<()>) -> Result<()>,
     ) -> Result<RowStore> {
+        sweep(base, SystemTime::now());
         let dir = base.join(key);
-        if let Ok(store) = RowStore::open(&dir) {
-            return Ok(store);
-        }
+        let store = match RowStore::open(&dir) {
+            Ok(store) => store,
+            Err(_) => RowStore::build(base, key, about, examples)?,
+        };
+        store.touch();
+        prune(base, key);
+        Ok(store)
+    }
+
+    fn build(
+        base: &Path,
+        key: &str,
+        about: (&Path, &str),
+        examples: impl FnOnce(&mut dyn FnMut(&Example) -> Result<()>) -> Result<()>,
+    ) -> Result<RowStore> {
+        let dir = base.join(key);
         if dir.exists() {
-            std::fs::remove_dir_all(&dir)
+            retire(base, &dir)
                 .with_context(|| format!("could not remove the incomplete row store '{}'", dir.display()))?;
         }
         std::fs::create_dir_all(base).with_context(|| format!("could not create '{}'", base.display()))?;
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let tmp = base.join(format!(".tmp-{key}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&tmp).with_context(|| format!("could not create '{}'", tmp.display()))?;
-        let built = write_store(&tmp, about, examples);
-        if let Err(e) = built {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(e);
-        }
-        if std::fs::rename(&tmp, &dir).is_err() {
-            // Another run finished the same store first: use theirs.
-            let _ = std::fs::remove_dir_all(&tmp);
-        }
+        let nanos = SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        // Scratch until renamed: removed on an error, a panic, or a signal that ends the process.
+        let tmp = crate::contract::interrupt::scratch(base.join(format!(
+            "{TMP_PREFIX}{key}-{}-{}-{nanos}",
+            owner_tag(),
+            std::process::id()
+        )));
+        std::fs::create_dir_all(tmp.path()).with_context(|| format!("could not create '{}'", tmp.path().display()))?;
+        write_store(tmp.path(), about, examples)?;
+        // Another run that finished the same store first wins the rename: theirs is used, and
+        // ours goes with the guard.
+        let _ = std::fs::rename(tmp.path(), &dir);
+        drop(tmp);
         RowStore::open(&dir)
+    }
+
+    /// Marks the store used now (its `store.json`'s modification time), for [`prune`]'s order.
+    fn touch(&self) {
+        let meta = self.dir.join(META);
+        if let Ok(f) = std::fs::File::options().write(true).open(&meta) {
+            let _ = f.set_modified(SystemTime::now());
+        }
     }
 
     /// A complete store, checked for consistency (its files' sizes agree with its record).
@@ -211,6 +264,184 @@ pub fn store_key(split: &str, shard_digests: &[&str], kind: &str) -> String {
         h.update([0]);
     }
     hex::encode(h.finalize())[..24].to_string()
+}
+
+/// Test hook `BERTPIPE_PAUSE_AFTER_SHARDS=N`: a row store being built waits after copying the
+/// rows of N shards until the process is ended from outside (a second Ctrl-C, SIGTERM or
+/// SIGKILL; the first Ctrl-C of a training only asks it to stop at its next step), so a test
+/// can end a build at a known point and check what it leaves.
+pub fn pause_point(shards_copied: usize) {
+    if crate::contract::test_hook("BERTPIPE_PAUSE_AFTER_SHARDS") == Some(shards_copied as u64) {
+        eprintln!("row store paused after {shards_copied} shards (BERTPIPE_PAUSE_AFTER_SHARDS)");
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Who builds a temporary store, in its name: 8 hex digits of the host's name and this
+/// process's pid namespace, so a pid in the name is only looked up where it means something.
+pub fn owner_tag() -> &'static str {
+    static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAG.get_or_init(|| {
+        let mut buf = [0u8; 256];
+        // SAFETY: gethostname writes at most `buf.len()` bytes into the buffer it is given.
+        let host = if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
+            let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+            String::from_utf8_lossy(&buf[..end]).into_owned()
+        } else {
+            String::new()
+        };
+        let namespace = std::fs::read_link("/proc/self/ns/pid").map(|p| p.display().to_string()).unwrap_or_default();
+        let mut h = Sha256::new();
+        h.update(host.as_bytes());
+        h.update([0]);
+        h.update(namespace.as_bytes());
+        hex::encode(h.finalize())[..8].to_string()
+    })
+}
+
+/// The owner (tag, pid) a temporary store's name records; `None` for a name without one.
+fn tmp_owner(name: &str) -> Option<(&str, u32)> {
+    let parts: Vec<&str> = name.strip_prefix(TMP_PREFIX)?.split('-').collect();
+    match parts[..] {
+        [_key, tag, pid, _nanos] => Some((tag, pid.parse().ok()?)),
+        _ => None,
+    }
+}
+
+/// Whether a temporary store is stale: its owner is this host's (`here`) and its process is
+/// gone, or — owner elsewhere or unknown — nothing was written in it for [`STALE_AFTER`]. A live
+/// process on this host keeps its temporary however long it takes.
+pub fn is_stale(owner: Option<(&str, u32)>, here: &str, alive: impl Fn(u32) -> bool, idle: Duration) -> bool {
+    match owner {
+        Some((tag, pid)) if tag == here => !alive(pid),
+        _ => idle >= STALE_AFTER,
+    }
+}
+
+/// Whether process `pid` exists on this host (signal 0 checks without sending anything).
+fn pid_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill(2) with signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) }
+}
+
+/// How long since anything in `dir` (the folder or a file directly in it) was written.
+fn idle_for(dir: &Path, now: SystemTime) -> Duration {
+    let newest = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.metadata().ok()?.modified().ok())
+        .chain(std::fs::metadata(dir).ok().and_then(|m| m.modified().ok()))
+        .max();
+    newest.map_or(Duration::ZERO, |t| now.duration_since(t).unwrap_or(Duration::ZERO))
+}
+
+/// Removes what dead work left under `base`: stale temporary stores ([`is_stale`]) and stores
+/// whose removal was cut short (`.old-*`). Best effort: what cannot be removed stays.
+fn sweep(base: &Path, now: SystemTime) {
+    let Ok(entries) = std::fs::read_dir(base) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let path = e.path();
+        let gone = if name.starts_with(OLD_PREFIX) {
+            true
+        } else if name.starts_with(TMP_PREFIX) {
+            is_stale(tmp_owner(&name), owner_tag(), pid_alive, idle_for(&path, now))
+        } else {
+            false
+        };
+        if gone {
+            crate::contract::interrupt::remove_path(&path);
+        }
+    }
+}
+
+/// A complete store under `rows/`, as the keeping policy sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedStore {
+    /// The folder's name: the store's key.
+    pub name: String,
+    /// When a training last opened or built it.
+    pub last_used: SystemTime,
+    pub bytes: u64,
+}
+
+/// The keeping policy (the module's doc): the stores to remove, given the ones there and the
+/// one in use. The store in use always stays; the others, most recently used first (ties by
+/// name), stay while the kept ones number at most `keep` and hold at most `max_bytes`; the
+/// first that does not fit goes, and so does every store used less recently than it.
+pub fn stores_to_prune(stores: &[CachedStore], in_use: &str, keep: usize, max_bytes: u64) -> Vec<String> {
+    let mut others: Vec<&CachedStore> = stores.iter().filter(|s| s.name != in_use).collect();
+    others.sort_by(|a, b| b.last_used.cmp(&a.last_used).then_with(|| a.name.cmp(&b.name)));
+    let (mut count, mut bytes) = (1usize, stores.iter().find(|s| s.name == in_use).map_or(0, |s| s.bytes));
+    let mut full = false;
+    let mut gone = Vec::new();
+    for s in others {
+        full = full || count >= keep || bytes.saturating_add(s.bytes) > max_bytes;
+        if full {
+            gone.push(s.name.clone());
+        } else {
+            count += 1;
+            bytes += s.bytes;
+        }
+    }
+    gone
+}
+
+/// Whether `name` is a store's folder name (a [`store_key`]: 24 hex digits).
+fn is_store_name(name: &str) -> bool {
+    name.len() == 24 && name.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The complete stores under `base` (folders named like a key), with their last use and size.
+fn cached_stores(base: &Path) -> Vec<CachedStore> {
+    let Ok(entries) = std::fs::read_dir(base) else { return Vec::new() };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let path = e.path();
+        if !is_store_name(&name) || !path.is_dir() {
+            continue;
+        }
+        // A folder without a record (damaged) counts as used longest ago.
+        let last_used = std::fs::metadata(path.join(META)).and_then(|m| m.modified()).unwrap_or(std::time::UNIX_EPOCH);
+        let bytes = std::fs::read_dir(&path)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|f| f.metadata().ok())
+            .map(|m| m.len())
+            .sum();
+        out.push(CachedStore { name, last_used, bytes });
+    }
+    out
+}
+
+/// Applies the keeping policy to `base` after `in_use` was used. Best effort.
+fn prune(base: &Path, in_use: &str) {
+    for name in stores_to_prune(&cached_stores(base), in_use, KEEP_STORES, KEEP_BYTES) {
+        let _ = retire(base, &base.join(name));
+    }
+}
+
+/// Removes a store folder: renamed out of the way first (so a reader sees all of it or none),
+/// then deleted; a removal cut short is finished by the next [`sweep`].
+fn retire(base: &Path, dir: &Path) -> Result<()> {
+    let nanos = SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    let old = base.join(format!("{OLD_PREFIX}{name}-{}-{nanos}", std::process::id()));
+    match std::fs::rename(dir, &old) {
+        Ok(()) => std::fs::remove_dir_all(&old).with_context(|| format!("could not remove '{}'", old.display())),
+        // Gone already (another run retired it).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("could not move '{}' aside", dir.display())),
+    }
 }
 
 fn write_store(
@@ -388,5 +619,111 @@ mod tests {
         std::fs::OpenOptions::new().write(true).open(&data).unwrap().set_len(len - 3).unwrap();
         assert!(RowStore::open(&dir.path().join("k")).is_err());
         assert_eq!(build(&examples[..5]).rows(), 5);
+    }
+
+    fn store(name: &str, used_secs_ago: u64, bytes: u64) -> CachedStore {
+        let last_used = SystemTime::now() - Duration::from_secs(used_secs_ago);
+        CachedStore { name: name.into(), last_used, bytes }
+    }
+
+    #[test]
+    fn the_keeping_policy_keeps_the_store_in_use_and_the_most_recently_used_within_both_limits() {
+        let stores = [
+            store("a", 50, 10),
+            store("b", 10, 10),
+            store("c", 40, 10),
+            store("d", 30, 10),
+            store("e", 20, 10),
+            store("f", 60, 10),
+        ];
+        // Four in all: `a` (in use, however old), then b, e, d by last use.
+        let mut gone = stores_to_prune(&stores, "a", 4, u64::MAX);
+        gone.sort();
+        assert_eq!(gone, ["c", "f"]);
+        // The size cap: 35 bytes hold the store in use and two more; the first that does not
+        // fit goes with every store used before it, even one small enough to fit.
+        let sized = [store("in", 0, 15), store("new", 1, 10), store("big", 2, 100), store("small", 3, 1)];
+        let mut gone = stores_to_prune(&sized, "in", 10, 35);
+        gone.sort();
+        assert_eq!(gone, ["big", "small"]);
+        // The store in use stays even past the cap alone; with nothing else there, nothing goes.
+        assert_eq!(stores_to_prune(&[store("huge", 0, 1000)], "huge", 4, 10), Vec::<String>::new());
+        assert_eq!(stores_to_prune(&sized, "in", 1, u64::MAX).len(), 3);
+    }
+
+    #[test]
+    fn a_temporary_is_stale_when_its_process_is_gone_or_long_idle_elsewhere() {
+        let name = format!(".tmp-{}-{}-4242-17", "0".repeat(24), owner_tag());
+        assert_eq!(tmp_owner(&name), Some((owner_tag(), 4242)));
+        assert_eq!(tmp_owner(".tmp-0123-4242-17"), None, "a name from before owners were recorded");
+        let (here, hour) = (owner_tag(), Duration::from_secs(3600));
+        let dead = |_: u32| false;
+        let live = |_: u32| true;
+        assert!(is_stale(Some((here, 1)), here, dead, Duration::ZERO), "this host's dead process");
+        assert!(!is_stale(Some((here, 1)), here, live, 100 * hour), "a live process keeps its temporary");
+        assert!(!is_stale(Some(("elsewhere", 1)), here, dead, hour), "another host's: only by age");
+        assert!(is_stale(Some(("elsewhere", 1)), here, live, STALE_AFTER));
+        assert!(!is_stale(None, here, dead, hour) && is_stale(None, here, dead, STALE_AFTER));
+        assert!(pid_alive(std::process::id()) && !pid_alive(0) && !pid_alive(u32::MAX));
+    }
+
+    #[test]
+    fn opening_a_store_sweeps_dead_temporaries_and_prunes_the_least_recently_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        let one =
+            |i: u64| Example { index: i, input_ids: vec![1, 2, 3], token_type_ids: vec![0; 3], ..Default::default() };
+        let build = |key: &str| {
+            RowStore::open_or_build(base, key, (Path::new("data"), "train"), |put| {
+                (0..3).map(one).try_for_each(|e| put(&e))
+            })
+            .unwrap()
+        };
+        let keys: Vec<String> =
+            (0..6).map(|i| store_key("train", &[format!("shard-{i}").as_str()], "classify:2")).collect();
+        for (i, key) in keys.iter().enumerate() {
+            build(key.as_str());
+            // Distinct last uses, oldest first.
+            let meta = base.join(key).join(META);
+            let when = SystemTime::now() - Duration::from_secs(1000 - i as u64 * 10);
+            std::fs::File::options().write(true).open(&meta).unwrap().set_modified(when).unwrap();
+        }
+        let names = || {
+            let mut v: Vec<String> = std::fs::read_dir(base)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        let mut want: Vec<String> = keys[keys.len() - KEEP_STORES..].to_vec();
+        want.sort();
+        assert_eq!(names(), want, "{KEEP_STORES} stores kept, the most recently used");
+        // Opening the oldest again makes it the most recently used: when a store is built
+        // next (`keys[0]`, pruned before), the least recently used of the others goes.
+        build(keys[2].as_str());
+        build(keys[0].as_str());
+        assert!(base.join(&keys[0]).is_dir() && base.join(&keys[2]).is_dir(), "{:?}", names());
+        assert!(!base.join(&keys[3]).exists(), "{:?}", names());
+        // What dead work left: a temporary of a process gone on this host, a removal cut short.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone_pid = child.id();
+        child.wait().unwrap();
+        let dead = base.join(format!(".tmp-{}-{}-{gone_pid}-1", keys[1], owner_tag()));
+        let live = base.join(format!(".tmp-{}-{}-{}-2", keys[1], owner_tag(), std::process::id()));
+        let old = base.join(format!(".old-{}-1-2", keys[1]));
+        for d in [&dead, &live, &old] {
+            std::fs::create_dir_all(d).unwrap();
+            std::fs::write(d.join(DATA), b"rows").unwrap();
+        }
+        build(keys[5].as_str());
+        assert!(!dead.exists() && !old.exists(), "{:?}", names());
+        assert!(live.exists(), "a live build's temporary stays");
+        // A build that panics leaves no temporary behind.
+        let r = std::panic::catch_unwind(|| {
+            RowStore::open_or_build(base, &"f".repeat(24), (Path::new("data"), "train"), |_| panic!("mid-build"))
+        });
+        assert!(r.is_err());
+        assert!(!names().iter().any(|n| n.starts_with(".tmp-") && !live.ends_with(n)), "{:?}", names());
     }
 }

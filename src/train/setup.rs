@@ -30,28 +30,92 @@ fn pipeline_of(manifest: &Manifest) -> Option<Pipeline> {
     serde_json::from_value(manifest.config.clone()).ok()
 }
 
-/// Class names in label order: aclImdb folders, an inverted `label_map`, the label names the
-/// pipeline found (`id2label`), or `LABEL_i`. (What
-/// this and [`Loaders::new`] read of the manifest's `config` is part of a pipeline stage's
-/// identity in `experiment/stages/pipeline.rs`: keep the two in step.)
+/// Class names in label order: the shards' ([`crate::shards::class_names`]: aclImdb folders, an
+/// inverted `label_map`, the label names the pipeline found), then `LABEL_i` up to `max_label`.
+/// (What this and [`Loaders::new`] read of the manifest's `config` is part of a pipeline
+/// stage's identity in `experiment/stages/pipeline.rs`: keep the two in step.)
 fn label_names(manifest: &Manifest, max_label: usize) -> Vec<String> {
-    let source = manifest.config.get("source");
-    let mut names: Vec<String> = Vec::new();
-    if let Some(map) = source.and_then(|s| s.get("label_map")).and_then(|m| m.as_object()) {
-        let mut pairs: Vec<(i64, String)> = map.iter().filter_map(|(k, v)| Some((v.as_i64()?, k.clone()))).collect();
-        pairs.sort();
-        if pairs.iter().enumerate().all(|(i, (id, _))| *id == i as i64) {
-            names = pairs.into_iter().map(|(_, n)| n).collect();
-        }
-    } else if source.and_then(|s| s.get("type")).and_then(|t| t.as_str()) == Some("aclimdb") {
-        names = vec!["neg".into(), "pos".into()];
-    } else if manifest.id2label.keys().copied().eq(0..manifest.id2label.len() as i64) {
-        names = manifest.id2label.values().cloned().collect();
-    }
+    let mut names = crate::shards::class_names(&manifest.config, &manifest.id2label);
     while names.len() <= max_label {
         names.push(format!("LABEL_{}", names.len()));
     }
     names
+}
+
+/// The classes of a checkpoint's classification head, counted in its weights (`classifier.bias`,
+/// RoBERTa's `classifier.out_proj.bias`) from the `model.safetensors` header: `None` when it has
+/// none (a pretrained encoder, whose head training initialises) or no such file (loading it
+/// says why).
+fn head_classes(dir: &Path) -> Result<Option<usize>> {
+    use std::io::Read;
+    let path = dir.join("model.safetensors");
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let not_safetensors = |why: &str| format!("'{}' is not a safetensors file ({why})", path.display());
+    let mut f = crate::contract::reads::open(&path).with_context(|| format!("could not open '{}'", path.display()))?;
+    let mut len = [0u8; 8];
+    f.read_exact(&mut len).with_context(|| not_safetensors("shorter than its header"))?;
+    let len = u64::from_le_bytes(len);
+    // The format caps its header at 100 MB.
+    if len > 100 << 20 || len > f.metadata().map(|m| m.len()).unwrap_or(0) {
+        bail!(not_safetensors(&format!("a header of {len} bytes")));
+    }
+    let mut header = vec![0u8; len as usize];
+    f.read_exact(&mut header).with_context(|| not_safetensors("shorter than its header"))?;
+    let header: serde_json::Value =
+        serde_json::from_slice(&header).with_context(|| not_safetensors("its header is not JSON"))?;
+    for name in ["classifier.out_proj.bias", "classifier.bias"] {
+        if let Some(shape) = header.get(name).and_then(|t| t.get("shape")).and_then(|s| s.as_array()) {
+            return Ok(shape.first().and_then(|d| d.as_u64()).map(|d| d as usize));
+        }
+    }
+    Ok(None)
+}
+
+/// A checkpoint's classification head and the shards' labels, as training reads them: the
+/// labels to train on are the head's classes, matched by name ([`crate::shards::match_labels`]),
+/// so a head trained on `negative, neutral, positive` goes on predicting those whatever ids the
+/// shards give them. `None` when the checkpoint has no head (one is initialised for the shards'
+/// labels). `max_label`: the largest label of the training split.
+fn head_labels(cfg: &TrainConfig, dir: &Path, shards: &ShardSet, max_label: usize) -> Result<Option<HeadLabels>> {
+    let Some(classes) = head_classes(dir)? else { return Ok(None) };
+    let config = BertConfig::read(&dir.join("config.json"))?;
+    // A config.json whose id2label counts otherwise than the weights names nothing.
+    let head: Vec<String> = if config.num_labels() == classes {
+        config.label_names()
+    } else {
+        (0..classes).map(|i| format!("LABEL_{i}")).collect()
+    };
+    let ours = shards.class_names();
+    let matched = crate::shards::match_labels(
+        &ours,
+        &head,
+        &format!("the shards in '{}'", cfg.data.display()),
+        &format!("the checkpoint '{}'", dir.display()),
+        "train from a checkpoint with these labels, name the corpus's labels as the checkpoint does with the source's `label_map`, or start from one without a classification head",
+    )?;
+    if matched.by_name.is_none() && max_label >= classes {
+        bail!(
+            "split `{}` of '{}' has label {max_label}, but the classification head of the checkpoint '{}' has {classes} classes ({})",
+            cfg.train_split,
+            cfg.data.display(),
+            dir.display(),
+            head.join(", ")
+        );
+    }
+    // By name, or by number from a head without names: the head's names, unless the shards
+    // have the names it lacks.
+    let names = if matched.by_name.is_none() && !crate::shards::unnamed(&ours) { ours } else { head };
+    Ok(Some(HeadLabels { names, remap: matched.remap().map(Arc::new), note: matched.note }))
+}
+
+/// What [`head_labels`] found: the classes to train, the shards' labels as those classes when
+/// they differ, and how they were matched.
+struct HeadLabels {
+    names: Vec<String>,
+    remap: Option<Arc<Vec<usize>>>,
+    note: Option<String>,
 }
 
 impl Trainer {
@@ -70,6 +134,7 @@ impl Trainer {
             notes.push("shuffle_buffer no longer applies: every epoch is a permutation of the whole split".into());
         }
         let data = Loaders::new(cfg, &shards, opts.quiet)?;
+        notes.extend(data.label_note.clone());
         if cfg.dtype == super::config::ComputeDtype::Bf16 && dev.is_cpu() {
             notes.push(
                 "dtype bf16 on the CPU: the matrix products are rounded as on CUDA, but run slower than f32 (candle widens bf16 to f32 to multiply); bf16 is meant for CUDA".into(),
@@ -186,13 +251,14 @@ fn checkpoint_files(cfg: &TrainConfig, shards: &ShardSet) -> Result<Vec<(String,
         for name in ["vocab.txt", "tokenizer.json"] {
             let path = dir.join(name);
             if path.is_file() {
-                let bytes = std::fs::read(&path).with_context(|| format!("could not read '{}'", path.display()))?;
+                let bytes = crate::contract::reads::read(&path)
+                    .with_context(|| format!("could not read '{}'", path.display()))?;
                 files.push((name.to_string(), bytes));
             }
         }
     } else if let Some(v) = m.vocab_file() {
-        let bytes =
-            std::fs::read(&v).with_context(|| format!("could not read the shards' vocabulary '{}'", v.display()))?;
+        let bytes = crate::contract::reads::read(&v)
+            .with_context(|| format!("could not read the shards' vocabulary '{}'", v.display()))?;
         if sha256_hex(&bytes) != tok.vocab_sha256 {
             bail!(
                 "'{}' changed since the shards were written (sha256 differs from the manifest's {})",
@@ -247,7 +313,7 @@ fn hf_tokenizer_config(
         None => {
             let mut c = serde_json::json!({ "tokenizer_class": "PreTrainedTokenizerFast" });
             if let Some(json) = json {
-                let t = tokenizers::Tokenizer::from_bytes(json).map_err(|e| anyhow::anyhow!("tokenizer.json: {e}"))?;
+                let t = crate::tokenize::parse_tokenizer_json(json).context("tokenizer.json")?;
                 let s = tok.special_ids;
                 for (key, id) in [
                     ("cls_token", s.cls),
@@ -278,6 +344,9 @@ struct Loaders {
     /// Classification: training rows of each class.
     class_counts: Vec<u64>,
     label_names: Vec<String>,
+    /// How the shards' labels were matched to a checkpoint's classification head, when not
+    /// plainly.
+    label_note: Option<String>,
     model_kind: ModelKind,
     /// Pretraining shards the pipeline masked itself at its default rate (no `masked_lm_prob`).
     masked_at_default_rate: bool,
@@ -301,15 +370,26 @@ impl Loaders {
         if usable_rows == 0 {
             bail!("split `{}` of '{}' has no labelled rows to train on", cfg.train_split, cfg.data.display());
         }
-        let label_names = label_names(m, max_label);
+        let mut label_names = label_names(m, max_label);
+        // A checkpoint's classification head keeps its classes: the shards' labels become them.
+        let (mut remap, mut label_note): (Option<Arc<Vec<usize>>>, Option<String>) = (None, None);
+        if let (Objective::Classify, Some(dir)) = (cfg.task, &cfg.model.init_from) {
+            if let Some(head) = head_labels(cfg, dir, shards, max_label)? {
+                (label_names, remap, label_note) = (head.names, head.remap, head.note);
+            }
+        }
         let mut class_counts = vec![0u64; label_names.len()];
         for &l in &known {
-            if let Some(c) = usize::try_from(l).ok().and_then(|l| class_counts.get_mut(l)) {
+            let class = match &remap {
+                Some(ids) => usize::try_from(l).ok().and_then(|l| ids.get(l).copied()),
+                None => usize::try_from(l).ok(),
+            };
+            if let Some(c) = class.and_then(|c| class_counts.get_mut(c)) {
                 *c += 1;
             }
         }
         let kind = match cfg.task {
-            Objective::Classify => RowKind::Classify { num_labels: label_names.len() },
+            Objective::Classify => RowKind::Classify { num_labels: label_names.len(), remap },
             Objective::Pretrain => {
                 let step = pretrain_step.context("the shards' pipeline has no pretrain_sequences step")?;
                 let mask = if step.masking == Masking::Dynamic {
@@ -353,7 +433,7 @@ impl Loaders {
         };
         let masked_at_default_rate = cfg.task == Objective::Pretrain
             && pretrain_step.is_some_and(|p| p.masking == Masking::Static && p.masked_lm_prob.is_none());
-        Ok(Loaders { train, usable_rows, class_counts, label_names, model_kind, masked_at_default_rate })
+        Ok(Loaders { train, usable_rows, class_counts, label_names, label_note, model_kind, masked_at_default_rate })
     }
 }
 

@@ -44,15 +44,22 @@ pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs
     let p = match ctx.wire(&r.name, "pipeline", &pipeline, ppos, &[Kind::Pipeline], errs)? {
         Wire::Stage(name) => {
             deps.push(name.clone());
-            match &ctx.done.iter().find(|s| s.name == name)?.spec {
+            let p = match &ctx.done.iter().find(|s| s.name == name)?.spec {
                 Spec::Pipeline(p) => (**p).clone(),
                 _ => return None,
-            }
+            };
+            // It learns from the pipeline's source, not from its shards: text the tokenizer
+            // would change (a cased vocabulary, say) is read before the shards are written, so
+            // the corpus keys the stage, not only the shards' identity.
+            inputs.extend(p.source.input_paths());
+            p
         }
         Wire::Path(path) => match Pipeline::load(&path, &[]) {
             Ok(p) => {
                 inputs.push(path);
-                inputs.extend(super::pipeline::files_read(&p));
+                // The cleaning steps' text is what it learns from: the source, not the files
+                // the tokenize step names.
+                inputs.extend(p.source.input_paths());
                 p
             }
             Err(e) => {
