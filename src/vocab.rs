@@ -120,6 +120,10 @@ fn cleaning_steps(pipeline: &Pipeline) -> Vec<PipelineStep> {
 }
 
 pub fn train_vocab(pipeline: &Pipeline, opts: &VocabTrainOptions) -> Result<VocabReport> {
+    // Label names are found first, as a run finds them: a source whose label field holds names
+    // (`"label": "pos"`) otherwise rejects every document as an unknown label.
+    let found = pipeline.with_labels_found()?;
+    let pipeline: &Pipeline = &found;
     let steps = cleaning_steps(pipeline);
     let threads = crate::pipeline::threads_or_default(opts.threads);
     let normalizer = BertNormalizer::new(true, true, None, opts.lowercase);

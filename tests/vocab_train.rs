@@ -152,3 +152,46 @@ fn the_alphabet_cut_is_the_same_on_every_run() {
     assert!(cjk > 0 && cjk < 1200, "the alphabet was cut at 1,000 characters: {cjk} CJK tokens");
     assert!(vocabs.iter().all(|v| *v == vocabs[0]), "the vocabularies differ between runs");
 }
+
+/// A JSONL corpus whose label field holds names (`"label": "pos"`) trains a vocabulary: the
+/// label names are found first, as a pipeline run finds them (every document used to be
+/// rejected as an unknown label, and the vocabulary came out as the five specials).
+#[test]
+fn a_corpus_with_named_labels_trains_a_vocabulary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("r.jsonl");
+    let mut rng = bertpipe::rng::Rng(9);
+    let lines: String = (0..200)
+        .map(|i| {
+            let text = bertpipe::synth::review(&mut rng, None);
+            let label = ["neg", "pos"][i % 2];
+            format!("{}\n", serde_json::json!({"text": text, "label": label}))
+        })
+        .collect();
+    std::fs::write(&corpus, lines).unwrap();
+    let p = tmp.path().join("p.yaml");
+    std::fs::write(
+        &p,
+        format!(
+            "name: q\nsource: {{ type: jsonl, path: {} }}\nsteps: []\nsink: {{ type: parquet, path: x }}\n",
+            corpus.display()
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("v");
+    let o = bertpipe(&[
+        "vocab",
+        "train",
+        p.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--size",
+        "300",
+        "--min-frequency",
+        "1",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let tokens = std::fs::read_to_string(out.join("vocab.txt")).unwrap().lines().count();
+    assert!(tokens > 100, "{tokens} tokens");
+}

@@ -6,6 +6,11 @@
 //! model's external data, a corpus a vocabulary learns from, a hidden file a folder source
 //! reads). Bazel and Shake discover dependencies the same way; DVC records them as `deps`.
 //!
+//! Each file is noted with its [`Stamp`] — what `stat` said of it when it was opened — so a file
+//! changed while the command ran is told apart from the one it read (the chain then keys the
+//! stage as changed, never as the bytes found afterwards). A look for a file that is not there
+//! ([`is_file`]) is noted too: a file that appears where none was is a change.
+//!
 //! Recording is process-wide (a stage's readers run on many threads) and costs one relaxed
 //! atomic load per open when off. Caches and a command's own outputs are read with `std::fs`
 //! directly: they are not inputs.
@@ -17,11 +22,43 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+/// What `stat` says of a file, as far as telling a change goes: size, modification and
+/// status-change times (ns) and inode. The status-change time moves with any write and no user
+/// call sets it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Stamp {
+    pub size: u64,
+    pub mtime_ns: i128,
+    pub ctime_ns: i128,
+    pub ino: u64,
+}
+
+impl Stamp {
+    pub fn of(meta: &std::fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        let ns = |s: i64, n: i64| s as i128 * 1_000_000_000 + n as i128;
+        Stamp {
+            size: meta.len(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+            ino: meta.ino(),
+        }
+    }
+
+    /// The file's stamp now; `None` when it cannot be read.
+    pub fn now(path: &Path) -> Option<Stamp> {
+        std::fs::metadata(path).ok().filter(|m| m.is_file()).map(|m| Stamp::of(&m))
+    }
+}
+
 /// What one recording saw.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Recorded {
-    /// Files opened for reading (absolute paths).
-    pub files: BTreeSet<PathBuf>,
+    /// Files opened for reading (absolute paths), each with its stamp when it was first opened
+    /// (`None` when it could not be taken).
+    pub files: BTreeMap<PathBuf, Option<Stamp>>,
+    /// Files looked for and not found (absolute paths).
+    pub absent: BTreeSet<PathBuf>,
     /// Folders whose entries were listed (absolute paths).
     pub listings: BTreeSet<PathBuf>,
     /// Objects fetched from object storage: URL → the version read (ETag, version id or, for a
@@ -32,7 +69,10 @@ pub struct Recorded {
 impl Recorded {
     /// Adds what `other` saw (a task of an array, read back).
     pub fn merge(&mut self, other: Recorded) {
-        self.files.extend(other.files);
+        for (p, stamp) in other.files {
+            self.files.entry(p).or_insert(stamp);
+        }
+        self.absent.extend(other.absent);
         self.listings.extend(other.listings);
         self.objects.extend(other.objects);
     }
@@ -71,11 +111,30 @@ fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// Notes that `path` is read (for files another library opens: ONNX Runtime, safetensors).
+/// Notes that `path` is read (for files another library opens: ONNX Runtime, safetensors),
+/// stamped now.
 pub fn note_file(path: &Path) {
+    if recording() {
+        note_stamped(path, Stamp::now(path));
+    }
+}
+
+fn note_stamped(path: &Path, stamp: Option<Stamp>) {
     with(|r| {
-        r.files.insert(absolute(path));
+        r.files.entry(absolute(path)).or_insert(stamp);
     });
+}
+
+/// `path.is_file()`, noted: a file found is noted when it is read; a file looked for and not
+/// there is noted as absent.
+pub fn is_file(path: &Path) -> bool {
+    let found = path.is_file();
+    if !found {
+        with(|r| {
+            r.absent.insert(absolute(path));
+        });
+    }
+    found
 }
 
 /// Notes that the folder `path` is listed.
@@ -92,25 +151,27 @@ pub fn note_object(url: &str, version: &str) {
     });
 }
 
-/// `File::open`, noted.
+/// `File::open`, noted with the open file's stamp.
 pub fn open(path: &Path) -> io::Result<File> {
     let f = File::open(path)?;
-    note_file(path);
+    if recording() {
+        note_stamped(path, f.metadata().ok().map(|m| Stamp::of(&m)));
+    }
     Ok(f)
 }
 
-/// `std::fs::read`, noted.
+/// `std::fs::read`, noted with the file's stamp as it was read.
 pub fn read(path: &Path) -> io::Result<Vec<u8>> {
-    let b = std::fs::read(path)?;
-    note_file(path);
+    use std::io::Read;
+    let mut f = open(path)?;
+    let mut b = Vec::with_capacity(f.metadata().map_or(0, |m| m.len() as usize));
+    f.read_to_end(&mut b)?;
     Ok(b)
 }
 
-/// `std::fs::read_to_string`, noted.
+/// `std::fs::read_to_string`, noted with the file's stamp as it was read.
 pub fn read_to_string(path: &Path) -> io::Result<String> {
-    let s = std::fs::read_to_string(path)?;
-    note_file(path);
-    Ok(s)
+    String::from_utf8(read(path)?).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// `std::fs::read_dir`, noted as a listing.
@@ -135,10 +196,13 @@ mod tests {
         read(&b).unwrap();
         read_dir(dir.path()).unwrap();
         assert!(open(&dir.path().join("missing")).is_err());
+        assert!(!is_file(&dir.path().join("absent.json")));
         note_object("s3://bucket/x.jsonl", "\"etag\"");
         let seen = finish();
         read(&a).unwrap();
-        assert_eq!(seen.files.into_iter().collect::<Vec<_>>(), vec![b]);
+        assert_eq!(seen.files.keys().cloned().collect::<Vec<_>>(), vec![b.clone()]);
+        assert_eq!(seen.files[&b], Stamp::now(&b), "stamped when read");
+        assert_eq!(seen.absent.into_iter().collect::<Vec<_>>(), vec![dir.path().join("absent.json")]);
         assert_eq!(seen.listings.into_iter().collect::<Vec<_>>(), vec![dir.path().to_path_buf()]);
         assert_eq!(seen.objects.len(), 1);
         assert_eq!(finish(), Recorded::default());

@@ -229,15 +229,17 @@ impl Digests {
     /// there is nothing there.
     pub fn input(&mut self, path: &Path) -> Result<String> {
         if crate::storage::is_remote(path) {
+            // A prefix lists its objects; an object lists nothing and answers HEAD (asked
+            // second: some stores fail a HEAD of a prefix rather than say "not found").
             let remote = crate::storage::Remote::open(path)?;
-            if let Some(v) = remote.version("")? {
-                return Ok(format!("object {v}"));
-            }
             let all = remote.versions()?;
-            if all.is_empty() {
-                return Ok("missing".into());
+            if !all.is_empty() {
+                return Ok(format!("objects {}", digest_of_tree(&all.into_iter().collect())));
             }
-            return Ok(format!("objects {}", digest_of_tree(&all.into_iter().collect())));
+            return Ok(match remote.version("")? {
+                Some(v) => format!("object {v}"),
+                None => "missing".into(),
+            });
         }
         match std::fs::metadata(path) {
             Err(_) => Ok("missing".into()),

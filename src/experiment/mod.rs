@@ -38,7 +38,7 @@ pub mod digest;
 pub mod lock;
 pub mod stages;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -141,34 +141,70 @@ pub struct Record {
 /// What a stage's run read outside `OUT` ([`crate::contract::reads`]), with what each was.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReadSet {
-    /// Files read, by absolute path: their SHA-256.
+    /// Files read, by absolute path: their SHA-256 — or [`CHANGED_DURING_RUN`] for a file that
+    /// changed between the moment it was opened and the moment it was hashed.
     pub files: BTreeMap<PathBuf, String>,
+    /// Files looked for and not there.
+    pub absent: BTreeSet<PathBuf>,
     /// Folders listed, by absolute path: the digest of their entries' names ([`digest::listing`]).
     pub listings: BTreeMap<PathBuf, String>,
     /// Objects read, by URL: their version ([`crate::storage::version_of`]).
     pub objects: BTreeMap<String, String>,
 }
 
+/// The digest recorded for a file that changed while the stage ran: it never matches a file's,
+/// so the next run runs the stage again.
+const CHANGED_DURING_RUN: &str = "changed while the stage ran";
+
 impl ReadSet {
     /// What was recorded, digested now (right after the run): paths under `out` left out (the
     /// chain's own outputs), and files that are gone again (a run's own temporaries, such as an
-    /// object spooled to a local file).
+    /// object spooled to a local file). A file whose `stat` differs from when it was opened
+    /// changed under the run: it is recorded as such, not by the bytes found now.
     fn of(recorded: crate::contract::reads::Recorded, out: &Path, digests: &mut Digests) -> Result<ReadSet> {
+        use crate::contract::reads::Stamp;
         let outside = |p: &Path| !p.starts_with(out);
-        let files: Vec<(String, PathBuf)> = recorded
-            .files
-            .into_iter()
-            .filter(|p| outside(p) && p.is_file())
-            .map(|p| (p.display().to_string(), p))
-            .collect();
+        let mut moved = Vec::new();
+        let mut files = Vec::new();
+        for (p, stamp) in recorded.files.into_iter().filter(|(p, _)| outside(p)) {
+            let now = Stamp::now(&p);
+            match (stamp, now) {
+                (_, None) => {}
+                (Some(then), Some(now)) if then != now => moved.push(p),
+                _ => files.push((p.display().to_string(), p)),
+            }
+        }
         let by_name: BTreeMap<String, PathBuf> = files.iter().cloned().collect();
-        let files = digests.lookup_all(files)?.into_iter().map(|(name, sha)| (by_name[&name].clone(), sha)).collect();
+        let mut files: BTreeMap<PathBuf, String> =
+            digests.lookup_all(files)?.into_iter().map(|(name, sha)| (by_name[&name].clone(), sha)).collect();
+        for p in moved {
+            files.insert(p, CHANGED_DURING_RUN.into());
+        }
+        let absent = recorded.absent.into_iter().filter(|p| outside(p)).collect();
         let mut listings = BTreeMap::new();
         for p in recorded.listings.into_iter().filter(|p| outside(p)) {
             let d = digest::listing(&p)?;
             listings.insert(p, d);
         }
-        Ok(ReadSet { files, listings, objects: recorded.objects })
+        Ok(ReadSet { files, absent, listings, objects: recorded.objects })
+    }
+
+    /// Adds what `other` (a task of an array) read, as it was when that task read it.
+    fn merge(&mut self, other: ReadSet) {
+        for (p, sha) in other.files {
+            match self.files.get(&p) {
+                // Two readings that disagree: the file changed in between.
+                Some(mine) if mine != &sha => {
+                    self.files.insert(p, CHANGED_DURING_RUN.into());
+                }
+                _ => {
+                    self.files.insert(p, sha);
+                }
+            }
+        }
+        self.absent.extend(other.absent);
+        self.listings.extend(other.listings);
+        self.objects.extend(other.objects);
     }
 
     /// The first thing read that is not as it was, in words; `None` when all are.
@@ -178,11 +214,16 @@ impl ReadSet {
                 return Ok(Some(format!("the files in '{}' changed", p.display())));
             }
         }
-        let present: Vec<(String, PathBuf)> =
-            self.files.keys().filter(|p| p.is_file()).map(|p| (p.display().to_string(), p.clone())).collect();
+        if let Some(p) = self.absent.iter().find(|p| p.exists()) {
+            return Ok(Some(format!("'{}' appeared (its last run looked for it and found none)", p.display())));
+        }
+        if let Some((p, _)) = self.files.iter().find(|(_, sha)| sha.as_str() == CHANGED_DURING_RUN) {
+            return Ok(Some(format!("'{}' changed while its last run read it", p.display())));
+        }
         if let Some(gone) = self.files.keys().find(|p| !p.is_file()) {
             return Ok(Some(format!("'{}', which it read, is gone", gone.display())));
         }
+        let present: Vec<(String, PathBuf)> = self.files.keys().map(|p| (p.display().to_string(), p.clone())).collect();
         let now = digests.lookup_all(present)?;
         for (p, want) in &self.files {
             if now.get(&p.display().to_string()) != Some(want) {
@@ -452,16 +493,17 @@ fn run_one(
     let cx = RunCx { stage, exp, key, resume, forced, quiet: opts.quiet };
     crate::contract::reads::start();
     let outcome = stage.spec.kind().run(&cx);
-    let mut recorded = crate::contract::reads::finish();
+    let recorded = crate::contract::reads::finish();
     entry.seconds = started.elapsed().as_secs_f64();
     match outcome {
         Ok(Outcome::Done(figures)) => {
             crate::contract::kill_point();
-            // A task array's members read in their own processes: their read sets, merged.
-            for r in task_reads(records, &stage.name) {
-                recorded.merge(r);
+            let mut reads = ReadSet::of(recorded, &exp.out, digests)?;
+            // A task array's members read in their own processes: their read sets, as they
+            // were when each task read them.
+            for (_, r) in task_reads(records, &stage.name) {
+                reads.merge(r);
             }
-            let reads = ReadSet::of(recorded, &exp.out, digests)?;
             let kind = stage.spec.kind();
             let outputs = output_digests(kind, &stage.out, digests)?;
             let identity = kind.identity(&stage.out, &outputs)?;
@@ -578,14 +620,13 @@ pub fn run_task(
         bail!("--stage {name}: no such stage (stages: {})", names.join(", "));
     };
     check_writes(exp, stage)?;
-    let records = exp.out.join(STAGES_DIR);
     let p = match &stage.spec {
         Spec::Pipeline(p) => p,
         Spec::Eval(e) if !scan => {
             let _lock = lock::acquire(&exp.out, lock::Mode::Shared, false)?;
             crate::contract::reads::start();
             let part = crate::onnx::eval::run_task(&e.options(&stage.out, quiet), task);
-            save_task_reads(&records, name, &format!("{}-of-{}", task.index, task.count))?;
+            save_task_reads(exp, name, &format!("{}-of-{}", task.index, task.count))?;
             let part = part?;
             if !quiet {
                 eprintln!(
@@ -609,12 +650,12 @@ pub fn run_task(
     let tag = format!("{}{}-of-{}", if scan { "scan-" } else { "" }, task.index, task.count);
     if scan {
         let done = crate::pipeline::tasks::scan(p, task, 0, quiet);
-        save_task_reads(&records, name, &tag)?;
+        save_task_reads(exp, name, &tag)?;
         done?;
     } else {
         let opts = crate::pipeline::RunOptions { threads: 0, resume: false, overwrite: true, quiet, task: Some(task) };
         let s = crate::pipeline::run(p, &opts);
-        save_task_reads(&records, name, &tag)?;
+        save_task_reads(exp, name, &tag)?;
         let s = s?;
         if !quiet {
             eprintln!("{}", crate::pipeline::format_summary(&s));
@@ -628,40 +669,54 @@ fn task_reads_dir(records: &Path, stage: &str) -> PathBuf {
     records.join(format!("{stage}.reads"))
 }
 
-/// Stops the recording a task started and keeps what it read, for the run that merges the
-/// tasks (kept even when the task failed: a rerun of it overwrites the file).
-fn save_task_reads(records: &Path, stage: &str, tag: &str) -> Result<()> {
-    let r = crate::contract::reads::finish();
-    let v = json!({
-        "files": r.files,
-        "listings": r.listings,
-        "objects": r.objects,
-    });
-    let path = task_reads_dir(records, stage).join(format!("{tag}.json"));
-    crate::contract::write_file_atomic(&path, serde_json::to_string(&v)?.as_bytes())
+/// Stops the recording a task started and keeps what it read — digested now, in the task's
+/// process, so the merge (hours later, on a scheduler) records what the task read, not what is
+/// there then. Kept even when the task failed: a rerun of it overwrites the file.
+fn save_task_reads(exp: &Experiment, stage: &str, tag: &str) -> Result<()> {
+    let recorded = crate::contract::reads::finish();
+    let reads = ReadSet::of(recorded, &exp.out, &mut Digests::default())?;
+    let path = task_reads_dir(&exp.out.join(STAGES_DIR), stage).join(format!("{tag}.json"));
+    crate::contract::write_file_atomic(&path, serde_json::to_string(&reads)?.as_bytes())
 }
 
-/// What the tasks of a stage's array recorded ([`save_task_reads`]); an unreadable file is
-/// skipped (the stage's own reading of the task outputs is still recorded).
-fn task_reads(records: &Path, stage: &str) -> Vec<crate::contract::reads::Recorded> {
+/// What the tasks of a stage's array recorded ([`save_task_reads`]), by task; an unreadable
+/// file is an error naming it (a task whose reads are unknown cannot vouch for its output).
+fn task_reads(records: &Path, stage: &str) -> Vec<(String, ReadSet)> {
     let Ok(entries) = std::fs::read_dir(task_reads_dir(records, stage)) else { return Vec::new() };
     let mut out = Vec::new();
     for e in entries.flatten() {
-        let Ok(bytes) = std::fs::read(e.path()) else { continue };
-        let Ok(v) = serde_json::from_slice::<Value>(&bytes) else { continue };
-        let paths = |k: &str| -> std::collections::BTreeSet<PathBuf> {
-            serde_json::from_value(v[k].clone()).unwrap_or_default()
-        };
-        out.push(crate::contract::reads::Recorded {
-            files: paths("files"),
-            listings: paths("listings"),
-            objects: serde_json::from_value(v["objects"].clone()).unwrap_or_default(),
+        let name = e.file_name().to_string_lossy().into_owned();
+        let read = std::fs::read(e.path()).ok().and_then(|b| serde_json::from_slice::<ReadSet>(&b).ok());
+        // An unreadable record reads as one that changed: its array is not trusted.
+        let read = read.unwrap_or_else(|| {
+            let mut r = ReadSet::default();
+            r.files.insert(e.path(), CHANGED_DURING_RUN.into());
+            r
         });
+        out.push((name, read));
     }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
     out
 }
 
-fn remove_task_reads(records: &Path, stage: &str) {
+/// Why a task array left in a stage's folder cannot be merged as the stage's output: no task
+/// recorded what it read (an array merged before — its tasks' reads are dropped then — or one
+/// from an older bertpipe), or something a task read has changed since. `None` when every
+/// task's reads are as they were.
+pub(crate) fn task_array_stale(exp: &Experiment, stage: &str, digests: &mut Digests) -> Result<Option<String>> {
+    let reads = task_reads(&exp.out.join(STAGES_DIR), stage);
+    if reads.is_empty() {
+        return Ok(Some("its tasks recorded no reads (merged before, or from another bertpipe)".into()));
+    }
+    for (task, r) in reads {
+        if let Some(why) = r.changed(digests)? {
+            return Ok(Some(format!("{why} since task {} read it", task.trim_end_matches(".json"))));
+        }
+    }
+    Ok(None)
+}
+
+pub(crate) fn remove_task_reads(records: &Path, stage: &str) {
     let _ = std::fs::remove_dir_all(task_reads_dir(records, stage));
 }
 
@@ -761,4 +816,41 @@ pub fn format_summary(r: &Report) -> String {
         ));
     }
     out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::reads::{Recorded, Stamp};
+
+    #[test]
+    fn a_file_changed_while_the_stage_ran_is_recorded_as_changed_not_by_its_new_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.txt"), dir.path().join("b.txt"));
+        std::fs::write(&a, "read once").unwrap();
+        std::fs::write(&b, "read, then rewritten").unwrap();
+        let mut recorded = Recorded::default();
+        recorded.files.insert(a.clone(), Stamp::now(&a));
+        recorded.files.insert(b.clone(), Stamp::now(&b));
+        recorded.absent.insert(dir.path().join("tokenizer_config.json"));
+        // b changes after it was opened (same size: only the stamp's times tell; past a tick of
+        // the file system's coarse clock).
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let before = std::fs::metadata(&b).unwrap().modified().unwrap();
+        std::fs::write(&b, "read, then REWRITTEN").unwrap();
+        std::fs::File::options().write(true).open(&b).unwrap().set_modified(before).unwrap();
+        let out = dir.path().join("out");
+        let mut digests = Digests::default();
+        let set = ReadSet::of(recorded, &out, &mut digests).unwrap();
+        assert_eq!(set.files[&b], CHANGED_DURING_RUN);
+        assert_ne!(set.files[&a], CHANGED_DURING_RUN);
+        let why = set.changed(&mut digests).unwrap().unwrap();
+        assert!(why.contains("changed while its last run read it"), "{why}");
+        // Without b, the set holds until the file looked for appears.
+        let mut set = set;
+        set.files.remove(&b);
+        assert_eq!(set.changed(&mut digests).unwrap(), None);
+        std::fs::write(dir.path().join("tokenizer_config.json"), "{}").unwrap();
+        assert!(set.changed(&mut digests).unwrap().unwrap().contains("appeared"));
+    }
 }

@@ -105,7 +105,7 @@ pub struct ExportSettings {
     /// Run the export in ONNX Runtime and the checkpoint in candle on random and real
     /// (tokenized, padded) batches; fail on any non-finite logit or past the precision's
     /// bound on max |Δ logits|: < 1e-4 for fp32, 5e-3 + 1e-2·max|logit| for fp16, 0.1 +
-    /// 0.1·max|logit| for int8 on text (README, "Precision").
+    /// 0.1·max|logit| for int8 on text (docs/export-eval.md, "Precision").
     #[arg(long)]
     pub verify: bool,
     /// Emit ONNX Runtime's fused com.microsoft ops (EmbedLayerNormalization, Attention,
@@ -193,7 +193,7 @@ pub struct Exported {
 
 /// The vocabulary file of a checkpoint: vocab.txt, else tokenizer.json.
 pub fn checkpoint_vocab(dir: &Path) -> Option<PathBuf> {
-    ["vocab.txt", "tokenizer.json"].iter().map(|f| dir.join(f)).find(|p| p.is_file())
+    ["vocab.txt", "tokenizer.json"].iter().map(|f| dir.join(f)).find(|p| crate::contract::reads::is_file(p))
 }
 
 /// Loads a sequence-classification checkpoint on the CPU, refusing one without a trained
@@ -679,7 +679,7 @@ fn quantized(g: &mut Graph, name: &str, w: &Tensor) -> Result<(String, String, S
 /// before Cascade Lake / Zen 4), which adds two products in a saturating int16: 2·255·127
 /// overflows it, 2·255·63 = 32130 cannot. Full-range weights would be exact only on VNNI, ARM
 /// and GPUs; the 7-bit range is exact everywhere, for half a bit of weight precision per channel
-/// (measured in the README: no prediction changes on the sample, and logits closer to float32
+/// (measured in docs/export-eval.md: no prediction changes on the sample, and logits closer to float32
 /// than 8-bit weights gave on this AVX2 machine).
 pub const INT8_WEIGHT_MAX: f32 = 63.0;
 

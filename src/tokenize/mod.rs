@@ -195,7 +195,7 @@ impl TokenizerConfig {
         use serde_json::Value;
         let path = dir.join("tokenizer_config.json");
         let mut c = TokenizerConfig::default();
-        if !path.is_file() {
+        if !crate::contract::reads::is_file(&path) {
             return Ok(c);
         }
         let text =
@@ -223,7 +223,7 @@ impl TokenizerConfig {
 pub fn folder_vocab(dir: &Path) -> Result<Option<(PathBuf, VocabRef)>> {
     for name in ["tokenizer.json", "vocab.txt"] {
         let path = dir.join(name);
-        if path.is_file() {
+        if crate::contract::reads::is_file(&path) {
             let vocab = file_vocab(&path, &TokenizerConfig::read(dir)?)?;
             return Ok(Some((path, vocab)));
         }

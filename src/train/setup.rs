@@ -250,7 +250,7 @@ fn checkpoint_files(cfg: &TrainConfig, shards: &ShardSet) -> Result<Vec<(String,
         let dir = cfg.model.init_from.as_ref().expect("a checkpoint folder");
         for name in ["vocab.txt", "tokenizer.json"] {
             let path = dir.join(name);
-            if path.is_file() {
+            if crate::contract::reads::is_file(&path) {
                 let bytes = crate::contract::reads::read(&path)
                     .with_context(|| format!("could not read '{}'", path.display()))?;
                 files.push((name.to_string(), bytes));
@@ -304,10 +304,11 @@ fn hf_tokenizer_config(
     max_len: usize,
 ) -> Result<serde_json::Value> {
     use serde_json::Value;
-    let existing = beside.map(|d| d.join("tokenizer_config.json")).filter(|p| p.is_file());
+    let existing = beside.map(|d| d.join("tokenizer_config.json")).filter(|p| crate::contract::reads::is_file(p));
     let mut config = match existing {
         Some(p) => {
-            let bytes = std::fs::read(&p).with_context(|| format!("could not read '{}'", p.display()))?;
+            let bytes =
+                crate::contract::reads::read(&p).with_context(|| format!("could not read '{}'", p.display()))?;
             serde_json::from_slice::<Value>(&bytes).with_context(|| format!("'{}' is not JSON", p.display()))?
         }
         None => {

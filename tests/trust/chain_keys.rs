@@ -291,3 +291,100 @@ fn links_under_a_source_folder_are_read_as_the_reader_reads_them_and_hash_nothin
     assert_ok(&run(&exp, &[], &[]));
     assert_eq!(statuses(&out)["data"], "ran");
 }
+
+/// A task array's tasks record what they read, digested in their own processes: a merge records
+/// that (not what is there when it merges), a corpus changed between the tasks and the merge —
+/// or after a merge — discards the array and runs the stage as one process, and an array once
+/// merged is never merged again as a later run's output.
+#[test]
+fn a_task_array_merges_only_what_its_tasks_read_and_only_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    std::fs::write(corpus.join("a.jsonl"), jsonl(30, "a")).unwrap();
+    std::fs::write(corpus.join("b.jsonl"), jsonl(30, "b")).unwrap();
+    let exp = folder_chain(dir.path());
+    let out = dir.path().join("out");
+    let e = exp.to_str().unwrap();
+    let tasks = || {
+        for i in ["0", "1"] {
+            assert_ok(&bertpipe(
+                &["run", e, "--quiet", "--stage", "data", "--task-index", i, "--task-count", "2"],
+                &[],
+            ));
+        }
+    };
+    let docs = || manifest(&out.join("data"))["splits"]["train"]["docs_in"].as_u64().unwrap();
+    tasks();
+    assert_ok(&run(&exp, &[], &[]));
+    assert_eq!((statuses(&out)["data"].as_str(), docs()), ("ran", 60));
+    let rec: Value = serde_json::from_str(&std::fs::read_to_string(out.join(".stages/data.json")).unwrap()).unwrap();
+    let read: Vec<&String> = rec["reads"]["files"].as_object().unwrap().keys().collect();
+    assert!(read.iter().any(|k| k.ends_with("a.jsonl")) && read.iter().any(|k| k.ends_with("b.jsonl")), "{rec}");
+
+    // After the merge, a new file: the old tasks are not merged again; the stage reads it all.
+    std::fs::write(corpus.join("c.jsonl"), jsonl(5, "c")).unwrap();
+    assert_ok(&run(&exp, &[], &[]));
+    assert_eq!((statuses(&out)["data"].as_str(), docs()), ("ran", 65));
+
+    // A file changed (same size) between the tasks and the merge: the array is discarded.
+    // (Tasks write into a folder no single run has written: a fresh `out`.)
+    std::fs::remove_dir_all(&out).unwrap();
+    tasks();
+    let text = std::fs::read_to_string(corpus.join("a.jsonl")).unwrap();
+    std::fs::write(corpus.join("a.jsonl"), text.replace("a review 0 ", "A review 0 ")).unwrap();
+    let o = bertpipe(&["run", e], &[]);
+    assert_ok(&o);
+    assert!(crate::common::stderr(&o).contains("discarding the task array"), "{}", crate::common::stderr(&o));
+    let texts = crate::common::strings(&out.join("data"), "train", "id");
+    assert_eq!(texts.len(), 65);
+    assert_ok(&run(&exp, &[], &[]));
+    assert_eq!(statuses(&out)["data"], "up to date");
+}
+
+/// A file a stage looked for and did not find is in its read set too: a `tokenizer_config.json`
+/// that appears beside the pipeline's `tokenizer.json` (which the training reads to write its
+/// checkpoint's) runs the stages that looked for it, and a change to it runs them again.
+#[test]
+fn a_file_that_appears_where_a_stage_looked_for_one_runs_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = dir.path().join("tok");
+    std::fs::create_dir_all(&tok).unwrap();
+    let fixture = root().join("tests/fixtures/tokenizers/roberta");
+    std::fs::copy(fixture.join("tokenizer.json"), tok.join("tokenizer.json")).unwrap();
+    let exp = dir.path().join("chain.yaml");
+    std::fs::write(
+        &exp,
+        format!(
+            "name: tok\nout: out\nstages:
+  data:
+    base: {imdb}
+    steps[6]: {{ type: tokenize, tokenizer: {tok} }}
+    steps[7].max_len: 64
+    steps[7].truncation: head
+  finetune:
+    base: {finetune}
+    max_steps: 1
+    save_steps: 1
+    eval_split: none
+",
+            imdb = root().join("pipelines/imdb.yaml").display(),
+            tok = tok.join("tokenizer.json").display(),
+            finetune = root().join("pipelines/imdb-finetune.yaml").display(),
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    assert_ok(&run(&exp, &[], &[]));
+    let loader = bertpipe::experiment::load(&exp, &[]).unwrap();
+    assert!(plan(&loader).values().all(|s| s == "up to date"));
+    std::fs::copy(fixture.join("tokenizer_config.json"), tok.join("tokenizer_config.json")).unwrap();
+    let got = plan(&loader);
+    assert_eq!(got["finetune"], "will run", "{got:?}");
+    assert_ok(&run(&exp, &[], &[]));
+    assert_ok(&run(&exp, &[], &[]));
+    assert!(statuses(&out).values().all(|s| s == "up to date"));
+    let text = std::fs::read_to_string(tok.join("tokenizer_config.json")).unwrap();
+    std::fs::write(tok.join("tokenizer_config.json"), text.replacen('{', "{ ", 1)).unwrap();
+    assert_eq!(plan(&loader)["finetune"], "will run");
+}

@@ -90,9 +90,10 @@ impl<T: StageKind + ?Sized> StageKind for Box<T> {
 }
 
 /// A task array left in a stage's folder (`OUT/<stage>/tasks/`, from `bertpipe run … --stage NAME
-/// --task-index I`): removed when the stage is forced or `stale` says it ran another
-/// configuration (`why` says how, and the stage then runs as one process); otherwise `merge`d,
-/// and a merge that fails — an array not complete — says what to do.
+/// --task-index I`): removed when the stage is forced, `stale` says it ran another
+/// configuration (`why` says how), or what its tasks read is unknown or has changed since
+/// ([`super::task_array_stale`]) — the stage then runs as one process; otherwise `merge`d, and
+/// a merge that fails — an array not complete — says what to do.
 pub(super) fn leftover_array<T>(
     cx: &RunCx,
     why: &str,
@@ -103,16 +104,22 @@ pub(super) fn leftover_array<T>(
     if !tasks.is_dir() {
         return Ok(None);
     }
-    if cx.forced || stale()? {
+    // Stale: forced away, run with another configuration (`stale`), or its tasks' reads are
+    // unknown or no longer what is there (a merge would record shards of yesterday's corpus).
+    let because = if cx.forced {
+        Some("--force".to_string())
+    } else if stale()? {
+        Some(why.to_string())
+    } else {
+        super::task_array_stale(cx.exp, &cx.stage.name, &mut super::digest::Digests::default())?
+    };
+    if let Some(because) = because {
         if !cx.quiet {
-            eprintln!(
-                "`{}`: discarding the task array in '{}' ({})",
-                cx.stage.name,
-                tasks.display(),
-                if cx.forced { "--force" } else { why }
-            );
+            eprintln!("`{}`: discarding the task array in '{}' ({because})", cx.stage.name, tasks.display());
         }
         std::fs::remove_dir_all(&tasks).with_context(|| format!("could not remove '{}'", tasks.display()))?;
+        // What those tasks read is not what the stage's own run will read.
+        super::remove_task_reads(&cx.exp.out.join(super::STAGES_DIR), &cx.stage.name);
         return Ok(None);
     }
     match merge() {
