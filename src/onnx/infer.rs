@@ -271,11 +271,13 @@ impl Session {
                 let _ = tx.send(Err(e));
             }
         });
-        let progress = crate::contract::progress::bar(
+        let progress = crate::contract::progress::Counter::new(
             self.opts.quiet,
-            Some(task_rows),
+            task_rows,
             4,
             "eval [{elapsed_precise}] {wide_bar:.cyan/blue} {pos}/{len} rows ETA {eta}",
+            "eval",
+            "rows",
         );
         let mut part = Part {
             version: env!("CARGO_PKG_VERSION").to_string(),
@@ -357,7 +359,7 @@ impl Session {
         }
         thread.join().map_err(|_| anyhow::anyhow!("the shard reader panicked"))?;
         let wall = start.elapsed().as_secs_f64();
-        progress.finish_and_clear();
+        progress.finish();
         writer.finish()?;
         if let Some(w) = base_writer {
             w.finish()?;

@@ -100,7 +100,7 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     let kept_shards = kept.values().map(Vec::len).sum();
     let journal =
         if opts.resume { Journal::append(&output.out)? } else { Journal::create(&output.out, &config_sha256)? };
-    let progress = Progress::new(opts.quiet, "run");
+    let progress = Progress::new(opts.quiet, "run").log_as("pipeline");
     let plan = RowPlan::of(&steps, sink, tokenizer.as_ref());
     // Pretraining rows are built within a task (NSP partners and packed rows never cross a
     // task's boundary); later tasks draw their choices from their own stream, so task k's row

@@ -208,11 +208,13 @@ impl LoaderSpec {
         let base = crate::contract::cache_dir().join("rows");
         let total: u64 = infos.iter().map(|s| s.rows).sum();
         RowStore::open_or_build(&base, &key, (self.shards.root(), &self.split), |put| {
-            let bar = crate::contract::progress::bar(
+            let bar = crate::contract::progress::Counter::new(
                 quiet,
-                Some(total),
+                total,
                 4,
                 "rows [{elapsed_precise}] {wide_bar:.cyan/blue} {human_pos}/{human_len} rows copied for shuffled reads",
+                "row store",
+                "rows",
             );
             let mut offset = 0;
             for (i, info) in infos.iter().enumerate() {
@@ -223,7 +225,7 @@ impl LoaderSpec {
                 bar.inc(info.rows);
                 super::order::pause_point(i + 1);
             }
-            bar.finish_and_clear();
+            bar.finish();
             Ok(())
         })
     }

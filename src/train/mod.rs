@@ -162,7 +162,7 @@ impl Trainer {
     /// micro-batches (or at an epoch's end) an optimiser step, then log, evaluate, checkpoint.
     fn run(&mut self) -> Result<TrainSummary> {
         let started = Instant::now();
-        let bar = self.progress_bar();
+        let bar = self.progress();
         let accum = self.cfg.gradient_accumulation_steps as u64;
         let mut tally = RunTally::default();
         'epochs: while self.state.global_step < self.total_steps {
@@ -201,7 +201,7 @@ impl Trainer {
                 );
             }
         }
-        bar.finish_and_clear();
+        bar.bar.finish_and_clear();
         self.finish(started, tally)
     }
 
@@ -251,13 +251,14 @@ impl Trainer {
 
     /// What follows an optimiser step: progress, the log line, evaluation and checkpoints when
     /// due, and whether to stop (the last step, or Ctrl-C).
-    fn after_step(&mut self, epoch_done: bool, lr: f64, bar: &ProgressBar, tally: &mut RunTally) -> Result<Flow> {
+    fn after_step(&mut self, epoch_done: bool, lr: f64, bar: &StepProgress, tally: &mut RunTally) -> Result<Flow> {
         let step = self.state.global_step;
         let last = step == self.total_steps;
-        bar.set_position(step);
-        bar.set_message(tally.window.status(lr));
+        bar.bar.set_position(step);
+        bar.bar.set_message(tally.window.status(lr));
         if step % self.cfg.logging_steps == 0 || last {
             let line = tally.window.take(step, self.epoch_progress(), lr);
+            bar.step_line(step, &line);
             self.log(line)?;
         }
         let eval_now = match self.cfg.eval_strategy() {
@@ -266,8 +267,10 @@ impl Trainer {
             EvalStrategy::No => false,
         };
         if eval_now && self.eval.is_some() {
-            let metrics = self.evaluate(bar)?;
+            let eval_started = Instant::now();
+            let metrics = self.evaluate(&bar.bar)?;
             memory::trace(step, "after evaluation");
+            bar.eval_line(step, &metrics, &self.cfg.best_metric().0, eval_started.elapsed());
             self.log(metrics.clone())?;
             let improved = self.track_best(&metrics)?;
             tally.last_eval = Some(metrics);
@@ -463,15 +466,23 @@ impl Trainer {
         self.state.epoch_index as f64 + self.state.batch_in_epoch as f64 / self.batches_per_epoch.max(1) as f64
     }
 
-    fn progress_bar(&self) -> ProgressBar {
+    /// The bar on a terminal; in a log, plain lines instead (see [`StepProgress`]).
+    fn progress(&self) -> StepProgress {
+        let lines = crate::contract::progress::plain_lines(self.opts.quiet);
         let bar = crate::contract::progress::bar(
-            self.opts.quiet,
+            self.opts.quiet || lines,
             Some(self.total_steps),
             4,
             "train [{elapsed_precise}] {wide_bar:.cyan/blue} {pos}/{len} steps ETA {eta} {msg}",
         );
         bar.set_position(self.state.global_step);
-        bar
+        StepProgress {
+            bar,
+            lines,
+            started: Instant::now(),
+            first_step: self.state.global_step,
+            total_steps: self.total_steps,
+        }
     }
 
     /// Loss and metric curves as SVG + PNG next to `metrics.jsonl`.
@@ -621,6 +632,75 @@ fn put_metrics(record: &mut Value, prefix: &str, metrics: &Value) {
 
 fn round4(x: f64) -> f64 {
     (x * 1e4).round() / 1e4
+}
+
+/// The loop's progress: the bar on a terminal; when stderr is not one (a log under a scheduler
+/// or `nohup`, where the bar is hidden) and not `--quiet`, a plain line at every `logging_steps`
+/// record instead, with the figures of that `metrics.jsonl` record,
+///
+/// `[train] step 120/500 (24%)  loss 0.4312  lr 2.00e-3  3.1 steps/s  24.8 samples/s  3,174 tokens/s  elapsed 0:40  eta 2:02`
+///
+/// (loss, samples/s and tokens/s over the steps since the last line; steps/s, elapsed and eta
+/// over this process's run, evaluations included), and one after each evaluation,
+///
+/// `[train] eval at step 120/500  split test  eval_loss 0.3912  eval_accuracy 0.8750  took 0:12`.
+struct StepProgress {
+    bar: ProgressBar,
+    /// Plain lines instead of the (hidden) bar.
+    lines: bool,
+    started: Instant,
+    /// The step this process started from (a resumed run's checkpoint).
+    first_step: u64,
+    total_steps: u64,
+}
+
+impl StepProgress {
+    /// The line of a `logging_steps` record (`step`, `loss`, `learning_rate`, rates).
+    fn step_line(&self, step: u64, record: &Value) {
+        use crate::contract::progress::{clock, emit, eta, percent, rate, thousands};
+        if !self.lines {
+            return;
+        }
+        let field = |k: &str| record.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+        let elapsed = self.started.elapsed();
+        let done = step.saturating_sub(self.first_step);
+        let left = self.total_steps.saturating_sub(self.first_step);
+        emit(&format!(
+            "[train] step {step}/{total} ({pct}%)  loss {loss:.4}  lr {lr:.2e}  {steps} steps/s  {samples} samples/s  {tokens} tokens/s  elapsed {elapsed}  eta {eta}",
+            total = self.total_steps,
+            pct = percent(step, self.total_steps),
+            loss = field("loss"),
+            lr = field("learning_rate"),
+            steps = rate(done as f64 / elapsed.as_secs_f64().max(1e-3)),
+            samples = rate(field("samples_per_second")),
+            tokens = thousands(field("tokens_per_second").max(0.0).round() as u64),
+            elapsed = clock(elapsed),
+            eta = eta(done, left, elapsed),
+        ));
+    }
+
+    /// The line after an evaluation: its split, `eval_loss`, the metric that picks the best
+    /// model (`metric`, without `eval_`), and how long it took.
+    fn eval_line(&self, step: u64, metrics: &Value, metric: &str, took: std::time::Duration) {
+        if !self.lines {
+            return;
+        }
+        let mut line = format!("[train] eval at step {step}/{}", self.total_steps);
+        if let Some(split) = metrics.get("split").and_then(Value::as_str) {
+            line.push_str(&format!("  split {split}"));
+        }
+        let mut keys = vec!["eval_loss".to_string()];
+        if metric != "loss" {
+            keys.push(format!("eval_{metric}"));
+        }
+        for key in keys {
+            if let Some(v) = metrics.get(&key).and_then(Value::as_f64) {
+                line.push_str(&format!("  {key} {v:.4}"));
+            }
+        }
+        line.push_str(&format!("  took {}", crate::contract::progress::clock(took)));
+        crate::contract::progress::emit(&line);
+    }
 }
 
 /// Whether the loop goes on after an optimiser step.
