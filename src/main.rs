@@ -591,7 +591,7 @@ fn doctor(args: bertpipe::cli::DoctorArgs) -> ExitCode {
 
 fn config_failure(e: &ConfigErrors) -> ExitCode {
     eprintln!("{e}");
-    let n = e.0.len();
+    let n = e.problems();
     eprintln!("error: {n} configuration problem{}", if n == 1 { "" } else { "s" });
     ExitCode::from(EXIT_CONFIG)
 }

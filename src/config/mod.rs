@@ -48,6 +48,21 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// The `file` of a note ([`ConfigError::note`]).
+const NOTE: &str = "note";
+
+impl ConfigError {
+    /// A line printed after the problems that is not one of them: `note: MESSAGE` (the stages
+    /// of an experiment left unchecked because they depend on one with errors). Not counted.
+    pub fn note(message: String) -> ConfigError {
+        ConfigError { file: NOTE.to_string(), pos: None, message }
+    }
+
+    pub fn is_note(&self) -> bool {
+        self.pos.is_none() && self.file == NOTE
+    }
+}
+
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.pos {
@@ -76,10 +91,15 @@ impl fmt::Display for ConfigErrors {
 impl std::error::Error for ConfigErrors {}
 
 impl ConfigErrors {
-    /// In reading order: by file, then line and column.
+    /// In reading order: by file, then line and column; notes last.
     pub fn sorted(mut self) -> Self {
-        self.0.sort_by_key(|e| (e.file.clone(), e.pos.map(|p| (p.line, p.col))));
+        self.0.sort_by_key(|e| (e.is_note(), e.file.clone(), e.pos.map(|p| (p.line, p.col))));
         self
+    }
+
+    /// How many problems there are: the lines without the notes.
+    pub fn problems(&self) -> usize {
+        self.0.iter().filter(|e| !e.is_note()).count()
     }
 }
 

@@ -5,7 +5,14 @@
 //! training file (typed, `--set` applied), or for vocab, export and eval stages the settings
 //! struct the command's flags are (`VocabSettings`, `ExportSettings`, `EvalSettings`). What
 //! this file adds is the wiring — which stages and paths each stage reads — and the names:
-//! a stage name is `[A-Za-z0-9_-]+`, as it names the folder `OUT/<stage>/`.
+//! a stage name is `[A-Za-z0-9_-]+`, as it names the folder `OUT/<stage>/`. What the chain sets
+//! anyway a stage need not write: a pipeline's `name` (the stage's) and sink (Parquet; its path
+//! is `OUT/<stage>`), a training's `output_dir` and, when wired, its `data`.
+//!
+//! One mistake, one error: a stage that reads one that failed to resolve (by name, or as the
+//! nearest of a kind) is not checked — what it would report follows from that stage's errors —
+//! and a note after the errors names it once ("note: export and eval not checked: they depend
+//! on `data`").
 //!
 //! ```yaml
 //! name: imdb-sentiment
@@ -19,7 +26,7 @@
 //!   eval: { split: test }           # the nearest earlier export, on its training data
 //! ```
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -410,32 +417,77 @@ fn resolve_stages(
         }
     };
     let mut stages: Vec<Stage> = Vec::new();
-    // Stages that did not resolve, or resolved reading one that did not.
-    let mut tainted: Vec<(String, Kind, usize)> = Vec::new();
+    // Stages that did not resolve, or read one that did not — first those whose kind could not
+    // be told (one may be what a later stage reads, by name or as the nearest of its kind: the
+    // one a misspelt `kind:` was suggested, else any).
+    let mut tainted: Vec<Tainted> = raws
+        .iter()
+        .zip(&kinds)
+        .enumerate()
+        .filter(|(_, (_, k))| k.is_none())
+        .map(|(i, (r, _))| {
+            let meant = map_get(&r.node, "kind")
+                .and_then(|(k, _)| as_str(k))
+                .and_then(|k| suggest(&k, KINDS))
+                .and_then(|k| Kind::parse(&k));
+            Tainted { name: r.name.clone(), kind: meant, index: i, roots: vec![r.name.clone()] }
+        })
+        .collect();
+    // The stages left unchecked because they read a tainted one: (place, name, the stages whose
+    // errors they wait on).
+    let mut unchecked: Vec<(usize, String, Vec<String>)> = Vec::new();
     for i in order {
         let (r, Some(kind)) = (&raws[i], kinds[i]) else { continue };
         let before = errs.list.len();
-        let ctx = Ctx {
-            file,
-            base,
-            out,
-            known: &known,
-            index: i,
-            done: &stages,
-            tainted: &tainted,
-            leaned: Cell::new(false),
+        let (stage, leaned_on) = {
+            let ctx = Ctx {
+                file,
+                base,
+                out,
+                known: &known,
+                index: i,
+                done: &stages,
+                tainted: &tainted,
+                leaned_on: RefCell::new(Vec::new()),
+            };
+            let stage = resolve_stage(&ctx, r, kind, errs);
+            (stage, ctx.leaned_on.into_inner())
         };
-        let stage = resolve_stage(&ctx, r, kind, errs);
-        let leaned = ctx.leaned.get();
-        if leaned || stage.is_none() {
-            tainted.push((r.name.clone(), kind, i));
+        if !leaned_on.is_empty() {
+            // It reads a stage that failed (or read one that did): what it would add — `no train
+            // stage before it` when the train stage had an error, a training's `data:` falling
+            // back to its file's own path when its pipeline had one — follows from that stage's
+            // errors, which say what to fix, once. It is checked when they are fixed.
+            errs.list.truncate(before);
+            let mut roots: Vec<String> = Vec::new();
+            for t in tainted.iter().filter(|t| leaned_on.contains(&t.name)) {
+                for n in &t.roots {
+                    if !roots.contains(n) {
+                        roots.push(n.clone());
+                    }
+                }
+            }
+            unchecked.push((i, r.name.clone(), roots.clone()));
+            tainted.push(Tainted { name: r.name.clone(), kind: Some(kind), index: i, roots });
+        } else if stage.is_none() {
+            tainted.push(Tainted { name: r.name.clone(), kind: Some(kind), index: i, roots: vec![r.name.clone()] });
         }
-        match stage {
-            Some(s) => stages.push(s),
-            // It failed reading a stage that failed (`no train stage before it` when the train
-            // stage had an error): that stage's own errors say what to fix, once.
-            None if leaned => errs.list.truncate(before),
-            None => {}
+        if let Some(s) = stage {
+            stages.push(s);
+        }
+    }
+    // Once per group of stages waiting on the same ones, after the problems: not one of them.
+    if !errs.list.is_empty() {
+        unchecked.sort_by_key(|(i, _, _)| *i);
+        let mut groups: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+        for (_, name, roots) in unchecked {
+            match groups.iter_mut().find(|(r, _)| *r == roots) {
+                Some((_, names)) => names.push(name),
+                None => groups.push((roots, vec![name])),
+            }
+        }
+        for (roots, names) in groups {
+            errs.list.push(ConfigError::note(not_checked(&names, &roots)));
         }
     }
     // The run order comes from what each stage was resolved to read, not from the wires named
@@ -452,6 +504,31 @@ fn resolve_stages(
             Err(ConfigErrors(std::mem::take(&mut errs.list)))
         }
     }
+}
+
+/// The note for stages left unchecked: "finetune, export and eval not checked: they depend on
+/// `data`".
+fn not_checked(names: &[String], roots: &[String]) -> String {
+    fn and(items: Vec<String>) -> String {
+        match items.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            _ => items.concat(),
+        }
+    }
+    let roots = and(roots.iter().map(|r| format!("`{r}`")).collect());
+    let who = if names.len() == 1 { "it depends" } else { "they depend" };
+    format!("{} not checked: {who} on {roots}", and(names.to_vec()))
+}
+
+/// A stage that did not resolve, or read one that did not.
+pub(super) struct Tainted {
+    pub(super) name: String,
+    /// `None`: its kind could not be told (a misspelt `kind:` counts as the one suggested).
+    pub(super) kind: Option<Kind>,
+    /// Its place in the file.
+    pub(super) index: usize,
+    /// The stages whose own errors it follows from: itself when it failed on its own.
+    pub(super) roots: Vec<String>,
 }
 
 /// Resolved stages in run order: each after every stage it reads, otherwise as they are.
@@ -528,15 +605,26 @@ pub(super) struct Ctx<'a> {
     pub(super) index: usize,
     /// The stages resolved so far (those before this one in the file).
     pub(super) done: &'a [Stage],
-    /// The stages that did not resolve, or resolved reading one that did not: (name, kind,
-    /// place in the file).
-    pub(super) tainted: &'a [(String, Kind, usize)],
-    /// Set when this stage reads (by name, or as the nearest of a kind) a tainted stage: its
-    /// errors then follow from that stage's.
-    pub(super) leaned: Cell<bool>,
+    /// The stages that did not resolve, or read one that did not.
+    pub(super) tainted: &'a [Tainted],
+    /// The tainted stages this one reads (by name, or as the nearest of a kind): its errors then
+    /// follow from theirs.
+    pub(super) leaned_on: RefCell<Vec<String>>,
 }
 
 impl Ctx<'_> {
+    /// Whether this stage reads a tainted stage (so far).
+    pub(super) fn leans(&self) -> bool {
+        !self.leaned_on.borrow().is_empty()
+    }
+
+    fn lean_on(&self, name: &str) {
+        let mut on = self.leaned_on.borrow_mut();
+        if !on.iter().any(|n| n == name) {
+            on.push(name.to_string());
+        }
+    }
+
     /// `value` at `key` names a stage (of one of `want`) or is a path. A bare word that is
     /// neither a stage nor an existing path is an unknown stage, with the names that would fit.
     pub(super) fn wire(
@@ -548,8 +636,12 @@ impl Ctx<'_> {
         want: &[Kind],
         errs: &mut Errors,
     ) -> Option<Wire> {
-        if self.tainted.iter().any(|(n, _, _)| n == value) {
-            self.leaned.set(true);
+        if self.tainted.iter().any(|t| t.name == value) {
+            self.lean_on(value);
+            if !self.known.iter().any(|(n, _, _)| n == value) {
+                // Its kind could not be told (that is its error): nothing to check the wire by.
+                return None;
+            }
         }
         if let Some((n, k, _)) = self.known.iter().find(|(n, _, _)| n == value) {
             if n == stage {
@@ -617,14 +709,16 @@ impl Ctx<'_> {
     }
 
     /// The nearest stage before this one in the file, of kind `kind`, passing `ok`. A tainted
-    /// stage of the kind at or after it (one that may have been the nearest) marks this stage
-    /// as leaning on it.
+    /// stage of the kind (or of a kind not told) at or after it — one that may have been the
+    /// nearest — marks this stage as leaning on it.
     pub(super) fn nearest(&self, kind: Kind, ok: impl Fn(&Stage) -> bool) -> Option<&Stage> {
         let found =
             self.done.iter().filter(|s| s.index < self.index && s.kind == kind && ok(s)).max_by_key(|s| s.index);
         let from = found.map(|s| s.index);
-        if self.tainted.iter().any(|(_, k, i)| *k == kind && *i < self.index && from.is_none_or(|f| *i >= f)) {
-            self.leaned.set(true);
+        for t in &self.tainted[..] {
+            if t.kind.is_none_or(|k| k == kind) && t.index < self.index && from.is_none_or(|f| t.index >= f) {
+                self.lean_on(&t.name);
+            }
         }
         found
     }
@@ -835,7 +929,9 @@ pub(super) fn wire_vocab(
     for (i, step) in steps.iter().enumerate() {
         let Some((v, pos)) = map_get(step, "vocab") else { continue };
         let Some(value) = as_str(v) else { continue };
-        if ctx.known.iter().any(|(n, k, _)| n == &value && *k == Kind::Vocab) {
+        let vocab_stage = ctx.known.iter().any(|(n, k, _)| n == &value && *k == Kind::Vocab);
+        // A stage that failed may be the vocab stage meant: `wire` leans on it.
+        if vocab_stage || ctx.tainted.iter().any(|t| t.name == value) {
             if let Some(Wire::Stage(name)) =
                 ctx.wire(&r.name, &format!("steps[{i}].vocab"), &value, pos, &[Kind::Vocab], errs)
             {

@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
 use super::{Outcome, RunCx, StageKind};
+use crate::config::yaml::{Node, PathSeg};
 use crate::config::Pipeline;
 use crate::contract::manifest::{MANIFEST, TASKS_DIR};
 use crate::experiment::config::{json_str, stage_doc, wire_vocab, Ctx, Errors, Raw, Reads, Spec};
@@ -92,11 +93,12 @@ fn leftover_tasks(p: &Pipeline, cx: &RunCx) -> Result<Option<crate::contract::ma
 }
 
 /// Reads a pipeline stage: its file (or `base:` and keys), a tokenize step's `vocab:` naming a
-/// vocab stage wired to that stage's vocab.txt, `sink.path` set to `OUT/<stage>`. It reads its
-/// source and every file a step names.
+/// vocab stage wired to that stage's vocab.txt, `sink.path` set to `OUT/<stage>`; `name` and
+/// the sink's `type` default ([`defaults`]). It reads its source and every file a step names.
 pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs: &mut Errors) -> Option<Spec> {
     let Reads { out, deps, inputs } = reads;
     let (mut doc, file, base) = stage_doc(ctx, r, &[], errs)?;
+    defaults(&mut doc, &r.name);
     let pending = wire_vocab(ctx, r, &mut doc, deps, errs);
     let mut overrides = r.overrides.clone();
     overrides.push(format!("sink.path={}", json_str(out)));
@@ -109,6 +111,29 @@ pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs
     };
     inputs.extend(files_read(&p));
     Some(Spec::Pipeline(Box::new(p)))
+}
+
+/// What a pipeline stage need not write, as the chain fills it in: `name` (the stage's, for the
+/// manifest and the logs) and a Parquet sink (`sink: { type: parquet }`; its `path` is always
+/// `OUT/<stage>`). Each only where the document has none, so a stage's file or `base:` keeps its
+/// own. A pipeline file run by `bertpipe pipeline run` still names both.
+fn defaults(doc: &mut Node, stage: &str) {
+    if !matches!(doc, Node::Map(..)) {
+        // Not a mapping: reported as such when the pipeline is read.
+        return;
+    }
+    let at = doc.pos();
+    let here = |v: &str| Node::Scalar(Value::String(v.to_string()), at);
+    if doc.get("name").is_none() {
+        let _ = doc.set(&[PathSeg::Key("name".into())], here(stage));
+    }
+    let sink_type = match doc.get("sink") {
+        None => true,
+        Some(sink) => matches!(sink, Node::Map(..)) && sink.get("type").is_none(),
+    };
+    if sink_type {
+        let _ = doc.set(&[PathSeg::Key("sink".into()), PathSeg::Key("type".into())], here("parquet"));
+    }
 }
 
 /// The files a pipeline reads: its source and every file a step names (a vocabulary, a

@@ -7,9 +7,10 @@ use anyhow::Result;
 use serde_json::{json, Value};
 
 use super::{Outcome, RunCx, StageKind};
+use crate::config::yaml::{self, Node, Pos};
 use crate::config::YamlFile;
 use crate::experiment::config::{
-    as_str, json_str, map_get, pipeline_task, stage_doc, train_config, Ctx, Errors, Kind, Raw, Reads, Spec, Wire,
+    as_str, map_get, pipeline_task, stage_doc, train_config, Ctx, Errors, Kind, Raw, Reads, Spec, Wire,
 };
 use crate::train::config::TrainConfig;
 
@@ -85,20 +86,32 @@ impl StageKind for TrainConfig {
 pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs: &mut Errors) -> Option<Spec> {
     let Reads { out, deps, inputs } = reads;
     let (doc, file, base) = stage_doc(ctx, r, &["init_from"], errs)?;
-    let mut overrides = r.overrides.clone();
-    overrides.push(format!("output_dir={}", json_str(out)));
     let task = map_get(&doc, "task").and_then(|(n, _)| as_str(n));
+    fn path_value(p: &Path) -> Value {
+        Value::String(p.display().to_string())
+    }
+    // What the chain sets over the document after the `--set`s (its wires win), each placed where
+    // it was written — a wire's value in the experiment file, else the key it replaces — so an
+    // error about it is reported there, never against a `--set` nobody typed. `output_dir` is
+    // always `OUT/<stage>`, `data` the wired shards: a stage need not give either.
+    let mut sets: Vec<(&str, Value, Option<Pos>)> = vec![("output_dir", path_value(out), None)];
     // data: the mapping's (a stage or a path), else the nearest earlier pipeline of
     // this task's shards, else the file's own path.
-    let explicit = map_get(&r.node, "data").and_then(|(n, p)| Some((as_str(n)?, p)));
+    let explicit = map_get(&r.node, "data").and_then(|(n, p)| Some((as_str(n)?, p, n.pos())));
     let data = match explicit {
-        Some((v, pos)) => Some((ctx.wire(&r.name, "data", &v, pos, &[Kind::Pipeline], errs)?, Some(pos))),
-        None => ctx
-            .nearest(Kind::Pipeline, |s| pipeline_task(s).as_deref() == task.as_deref())
-            .map(|s| (Wire::Stage(s.name.clone()), None)),
+        Some((v, pos, at)) => Some((ctx.wire(&r.name, "data", &v, pos, &[Kind::Pipeline], errs)?, Some(pos), Some(at))),
+        None => {
+            let nearest = ctx.nearest(Kind::Pipeline, |s| pipeline_task(s).as_deref() == task.as_deref());
+            if ctx.leans() {
+                // The nearest pipeline stage of its task may be one that did not resolve: neither
+                // the file's own `data:` nor an older stage's shards stand in for its.
+                return None;
+            }
+            nearest.map(|s| (Wire::Stage(s.name.clone()), None, None))
+        }
     };
     match data {
-        Some((Wire::Stage(name), pos)) => {
+        Some((Wire::Stage(name), pos, at)) => {
             let up = ctx.done.iter().find(|s| s.name == name)?;
             if let (Some(t), Some(have)) = (task.as_deref(), pipeline_task(up)) {
                 if t != have {
@@ -108,33 +121,53 @@ pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs
                     );
                 }
             }
+            sets.push(("data", path_value(&up.out), at));
             deps.push(name);
-            overrides.push(format!("data={}", json_str(&up.out)));
         }
-        Some((Wire::Path(p), _)) => {
-            inputs.push(p.clone());
-            overrides.push(format!("data={}", json_str(&p)));
+        Some((Wire::Path(p), _, at)) => {
+            sets.push(("data", path_value(&p), at));
+            inputs.push(p);
+        }
+        // Nothing wired and no path of its own: say what would fill it in.
+        None if map_get(&doc, "data").is_none() && !r.overrides.iter().any(|o| o.starts_with("data=")) => {
+            let shards = task.as_deref().map(|t| format!("{t} shards")).unwrap_or_else(|| "shards".into());
+            errs.at(
+                Some(r.pos),
+                format!(
+                    "{}: no pipeline stage of {shards} before it to train on; give `data:` (a pipeline stage or a shard folder)",
+                    r.name
+                ),
+            );
+            return None;
         }
         None => {}
     }
     let init = map_get(&r.node, "init_from")
         .or_else(|| map_get(&r.node, "model.init_from"))
-        .and_then(|(n, p)| Some((as_str(n)?, p)));
-    if let Some((v, pos)) = init {
-        match ctx.wire(&r.name, "init_from", &v, pos, &[Kind::Train], errs)? {
+        .and_then(|(n, p)| Some((as_str(n)?, p, n.pos())));
+    if let Some((v, pos, at)) = init {
+        let from = match ctx.wire(&r.name, "init_from", &v, pos, &[Kind::Train], errs)? {
             Wire::Stage(name) => {
-                deps.push(name.clone());
-                overrides.push(format!("model.init_from={}", json_str(&ctx.stage_out(&name).join("final"))));
+                let p = ctx.stage_out(&name).join("final");
+                deps.push(name);
+                p
             }
             Wire::Path(p) => {
                 inputs.push(p.clone());
-                overrides.push(format!("model.init_from={}", json_str(&p)));
+                p
             }
-        }
-        overrides.push("model.preset=null".into());
-        overrides.push("model.config=null".into());
+        };
+        sets.push(("model.init_from", path_value(&from), Some(at)));
+        sets.push(("model.preset", Value::Null, Some(at)));
+        sets.push(("model.config", Value::Null, Some(at)));
     }
-    let y = YamlFile::from_node(doc, &file, &base, &overrides);
+    let mut y = YamlFile::from_node(doc, &file, &base, &r.overrides);
+    for (key, value, at) in sets {
+        let path = yaml::parse_path(key).expect("a train config key");
+        let pos = at.unwrap_or_else(|| y.root.locate(&path));
+        // A document that is not a mapping is reported as such when it is read.
+        let _ = y.root.set(&path, Node::Scalar(value, pos));
+    }
     let mut c = match train_config(y, deps) {
         Ok(c) => c,
         Err(e) => {
