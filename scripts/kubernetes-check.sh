@@ -4,7 +4,7 @@
 # (1.29: `backoffLimitPerIndex`, beta and on by default) and a current one — offline, with the
 # schemas the PyPI package `kubernetes-validate` bundles (installed into a venv of its own from
 # the registries, once). No cluster is run here: that the Jobs schedule, retry per index and
-# resume is NOT checked (see the README).
+# resume is NOT checked (see docs/scale.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV=${BERTPIPE_K8S_VENV:-$HOME/.cache/bertpipe-k8s-venv}

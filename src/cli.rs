@@ -320,7 +320,7 @@ pub struct StatsArgs {
     /// Also report each split or label separately.
     #[arg(long, value_enum)]
     pub by: Option<crate::stats::By>,
-    /// Print the report as JSON (stable keys, documented in the README).
+    /// Print the report as JSON (stable keys, documented in docs/statistics.md).
     #[arg(long, conflicts_with = "csv")]
     pub json: bool,
     /// Print the report as CSV: group,metric,stat,value.

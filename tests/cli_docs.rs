@@ -1,6 +1,6 @@
-//! The README's "Command line" section is the command line: every command there is one
-//! `bertpipe` has, every command `bertpipe` has is there, and each command's flags there are
-//! exactly the flags its `--help` lists (help and version aside): the flags are read from the
+//! The "Command line" section of `docs/command-line.md` is the command line: every command there
+//! is one `bertpipe` has, every command `bertpipe` has is there, and each command's flags there
+//! are exactly the flags its `--help` lists (help and version aside): the flags are read from the
 //! output of `bertpipe … --help` itself, and must equal the clap definitions' visible flags.
 
 mod common;
@@ -9,11 +9,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use clap::CommandFactory;
 
-/// The lines of the README's command-line block, joined per command: `["pipeline", "run"]` →
+/// The page that lists the command line, under its `## Command line` heading.
+const PAGE: &str = "docs/command-line.md";
+
+/// The lines of the page's command-line block, joined per command: `["pipeline", "run"]` →
 /// the text of its usage lines.
-fn readme_commands() -> BTreeMap<Vec<String>, String> {
-    let readme = std::fs::read_to_string(common::root().join("README.md")).unwrap();
-    let section = readme.split("\n## Command line\n").nth(1).expect("a `## Command line` section");
+fn documented_commands() -> BTreeMap<Vec<String>, String> {
+    let page = std::fs::read_to_string(common::root().join(PAGE)).unwrap_or_else(|e| panic!("{PAGE}: {e}"));
+    let section = page.split("\n## Command line\n").nth(1).expect("a `## Command line` section");
     let block = section.split("```").nth(1).expect("a code block in it");
     let cli = bertpipe::cli::Cli::command();
     let mut out: BTreeMap<Vec<String>, String> = BTreeMap::new();
@@ -32,8 +35,8 @@ fn readme_commands() -> BTreeMap<Vec<String>, String> {
                     None => break,
                 }
             }
-            assert!(!path.is_empty(), "README: `{line}` names no bertpipe command");
-            assert!(!out.contains_key(&path), "README lists `bertpipe {}` twice", path.join(" "));
+            assert!(!path.is_empty(), "{PAGE}: `{line}` names no bertpipe command");
+            assert!(!out.contains_key(&path), "{PAGE} lists `bertpipe {}` twice", path.join(" "));
             out.insert(path.clone(), rest.to_string());
             current = Some(path);
         } else if line.starts_with(' ') {
@@ -114,29 +117,29 @@ fn help_flags(path: &[String]) -> BTreeSet<String> {
 }
 
 #[test]
-fn the_readme_command_line_section_lists_every_command_with_exactly_its_flags() {
-    let readme = readme_commands();
+fn the_command_line_page_lists_every_command_with_exactly_its_flags() {
+    let documented = documented_commands();
     let leaves = leaf_commands();
     let mut problems = Vec::new();
     for (path, defined) in &leaves {
         let name = path.join(" ");
         let flags = help_flags(path);
         assert_eq!(&flags, defined, "`bertpipe {name} --help` prints other flags than its definition has");
-        let Some(text) = readme.get(path) else {
-            problems.push(format!("`bertpipe {name}` is missing from the README's Command line section"));
+        let Some(text) = documented.get(path) else {
+            problems.push(format!("`bertpipe {name}` is missing from the Command line section of {PAGE}"));
             continue;
         };
-        let documented = long_flags(text);
-        for f in flags.difference(&documented) {
-            problems.push(format!("`bertpipe {name}`: --{f} is in --help but not in the README"));
+        let listed = long_flags(text);
+        for f in flags.difference(&listed) {
+            problems.push(format!("`bertpipe {name}`: --{f} is in --help but not in {PAGE}"));
         }
-        for f in documented.difference(&flags) {
-            problems.push(format!("`bertpipe {name}`: the README lists --{f}, which --help does not have"));
+        for f in listed.difference(&flags) {
+            problems.push(format!("`bertpipe {name}`: {PAGE} lists --{f}, which --help does not have"));
         }
     }
-    for path in readme.keys() {
+    for path in documented.keys() {
         if !leaves.contains_key(path) {
-            problems.push(format!("the README lists `bertpipe {}`, which is not a command", path.join(" ")));
+            problems.push(format!("{PAGE} lists `bertpipe {}`, which is not a command", path.join(" ")));
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));

@@ -304,7 +304,7 @@ fn key_of(words: &[u64]) -> u64 {
 /// bucket as a chain through the documents — a table from a band key to the bucket's latest
 /// document, and per document and band the one before it. A document costs 224 bytes of
 /// signature, one `u32` per band, and its share of the table (about 0.5 KB in all with the
-/// default 14 × 8, measured in the README). Band keys come with the caller's [`Sketch`]
+/// default 14 × 8, measured in docs/pipelines.md). Band keys come with the caller's [`Sketch`]
 /// ([`MinHasher::sketch`]), from the pipeline's workers rather than its ordered stage.
 #[derive(Debug)]
 pub struct LshIndex {

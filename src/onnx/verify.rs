@@ -17,7 +17,7 @@ pub const TOLERANCE: f32 = 1e-4;
 /// The largest difference `--verify` allows for a precision: `abs + rel · max |logit|` of the
 /// case (candle's float32 logits), so a model with large logits is not held to a smaller share
 /// of them. float32 is exact to rounding. int8 and fp16 change every weight; their bounds come
-/// from measurements (README, "Precision"), with headroom: on real text (the tokenized
+/// from measurements (docs/export-eval.md, "Precision"), with headroom: on real text (the tokenized
 /// sentences) and, looser for int8, on random token ids — inputs no corpus has, whose
 /// activations per-tensor quantisation represents worst (MiniLM-L6 with a trained head: mean
 /// |Δ| 0.14 over 240 random rows, worst 0.54 at |logit| ≈ 1; ONNX Runtime's own

@@ -201,7 +201,7 @@ impl Histogram {
     }
 }
 
-/// The whole report. Keys are stable; see the README's `stats` section.
+/// The whole report. Keys are stable; see docs/statistics.md.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Report {
     pub format: &'static str,

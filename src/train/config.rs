@@ -123,7 +123,7 @@ pub struct TrainConfig {
     /// Default: true for everything but losses and perplexity.
     #[serde(default)]
     pub greater_is_better: Option<bool>,
-    /// No longer used: every epoch is a permutation of the whole split (README, "Training
+    /// No longer used: every epoch is a permutation of the whole split (docs/training.md, "Training
     /// order"). Accepted so older files load; a value set gets a note.
     #[serde(default)]
     pub shuffle_buffer: Option<usize>,
@@ -135,7 +135,7 @@ pub struct TrainConfig {
     pub pad_to_max_length: bool,
     /// Recompute each layer's activations in the backward pass instead of keeping them
     /// (HF's name): activation memory of one layer instead of all, for one more forward pass
-    /// of compute (on 2 CPU cores the measured wall moved by a few percent: README). Gradients
+    /// of compute (on 2 CPU cores the measured wall moved by a few percent: docs/training.md). Gradients
     /// are the same.
     #[serde(default)]
     pub gradient_checkpointing: bool,
