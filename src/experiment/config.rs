@@ -715,7 +715,7 @@ impl Ctx<'_> {
         let found =
             self.done.iter().filter(|s| s.index < self.index && s.kind == kind && ok(s)).max_by_key(|s| s.index);
         let from = found.map(|s| s.index);
-        for t in &self.tainted[..] {
+        for t in self.tainted {
             if t.kind.is_none_or(|k| k == kind) && t.index < self.index && from.is_none_or(|f| t.index >= f) {
                 self.lean_on(&t.name);
             }
