@@ -135,9 +135,15 @@ impl Remote {
 
     /// Every object under the prefix: (path relative to it, size), in key order.
     pub fn list(&self) -> Result<Vec<(String, u64)>> {
+        Ok(self.metas()?.into_iter().map(|(rel, meta)| (rel, meta.size)).collect())
+    }
+
+    /// Every object under the prefix with what the store says of it, by path relative to the
+    /// prefix, in key order.
+    fn metas(&self) -> Result<Vec<(String, object_store::ObjectMeta)>> {
         let store = self.store.clone();
         let prefix = self.prefix.clone();
-        let mut found: Vec<(String, u64)> = runtime()
+        let mut found: Vec<(String, object_store::ObjectMeta)> = runtime()
             .block_on(async move {
                 let mut stream = store.list(Some(&prefix));
                 let mut out = Vec::new();
@@ -148,13 +154,13 @@ impl Remote {
                         .prefix_match(&prefix)
                         .map(|parts| parts.map(|p| p.as_ref().to_string()).collect::<Vec<_>>().join("/"));
                     if let Some(rel) = rel {
-                        out.push((rel, meta.size));
+                        out.push((rel, meta));
                     }
                 }
                 Ok::<_, object_store::Error>(out)
             })
             .map_err(|e| explain(e, &self.url))?;
-        found.sort();
+        found.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(found)
     }
 
@@ -208,27 +214,7 @@ impl Remote {
     /// Every object under the prefix with its version, in key order: what a chain stage that
     /// reads the prefix is keyed by.
     pub fn versions(&self) -> Result<Vec<(String, String)>> {
-        let store = self.store.clone();
-        let prefix = self.prefix.clone();
-        let mut found: Vec<(String, String)> = runtime()
-            .block_on(async move {
-                let mut stream = store.list(Some(&prefix));
-                let mut out = Vec::new();
-                while let Some(meta) = stream.next().await {
-                    let meta = meta?;
-                    let rel = meta
-                        .location
-                        .prefix_match(&prefix)
-                        .map(|parts| parts.map(|p| p.as_ref().to_string()).collect::<Vec<_>>().join("/"));
-                    if let Some(rel) = rel {
-                        out.push((rel, version_of(&meta)));
-                    }
-                }
-                Ok::<_, object_store::Error>(out)
-            })
-            .map_err(|e| explain(e, &self.url))?;
-        found.sort();
-        Ok(found)
+        Ok(self.metas()?.into_iter().map(|(rel, meta)| (rel, version_of(&meta))).collect())
     }
 
     /// Writes `bytes` as the object `rel`, whole or not at all.

@@ -174,6 +174,18 @@ pub fn read_to_string(path: &Path) -> io::Result<String> {
     String::from_utf8(read(path)?).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
+/// `path.is_dir()`, noted: a folder found is noted when it is listed; a folder looked for and
+/// not there is noted as absent.
+pub fn is_dir(path: &Path) -> bool {
+    let found = path.is_dir();
+    if !found {
+        with(|r| {
+            r.absent.insert(absolute(path));
+        });
+    }
+    found
+}
+
 /// `std::fs::read_dir`, noted as a listing.
 pub fn read_dir(path: &Path) -> io::Result<std::fs::ReadDir> {
     let d = std::fs::read_dir(path)?;

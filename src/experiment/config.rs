@@ -140,6 +140,15 @@ impl Experiment {
     }
 }
 
+/// "an" before a kind's name that starts with a vowel (`an export`, `an eval`), else "a".
+fn article(kind: &str) -> &'static str {
+    if kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    }
+}
+
 /// Whether `name` can name a stage: it becomes the folder `OUT/<name>/`, so only letters,
 /// digits, `_` and `-` (no separators, no `.` or `..`, nothing absolute).
 pub fn valid_stage_name(name: &str) -> bool {
@@ -655,9 +664,10 @@ impl Ctx<'_> {
                 errs.at(
                     Some(pos),
                     format!(
-                        "{stage}.{key}: `{value}` is {} {} stage; {key} must name a {} stage{}",
-                        if k.name().starts_with('e') { "an" } else { "a" },
+                        "{stage}.{key}: `{value}` is {} {} stage; {key} must name {} {} stage{}",
+                        article(k.name()),
                         k.name(),
+                        article(kinds[0]),
                         kinds.join(" or "),
                         if fits.is_empty() { String::new() } else { format!(" ({})", fits.join(", ")) }
                     ),

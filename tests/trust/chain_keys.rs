@@ -388,3 +388,29 @@ fn a_file_that_appears_where_a_stage_looked_for_one_runs_it() {
     std::fs::write(tok.join("tokenizer_config.json"), text.replacen('{', "{ ", 1)).unwrap();
     assert_eq!(plan(&loader)["finetune"], "will run");
 }
+
+/// An aclImdb label folder that may be missing (`test/unsup`) and was, is in the read set as
+/// absent: one that appears runs the stage.
+#[test]
+fn a_label_folder_that_appears_runs_the_stage_that_found_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("imdb");
+    copy_tree(&root().join("data/aclImdb-sample"), &corpus);
+    assert!(!corpus.join("test/unsup").exists());
+    let exp = dir.path().join("chain.yaml");
+    std::fs::write(
+        &exp,
+        format!(
+            "name: unsup\nout: out\nstages:\n  data:\n    source: {{ type: aclimdb, path: {}, splits: [train, test], labels: [neg, pos, unsup] }}\n    steps:\n      - {{ type: tokenize, vocab: {} }}\n      - {{ type: classify_sequences, max_len: 32 }}\n",
+            corpus.display(),
+            root().join("data/vocab/bert-base-uncased.txt").display()
+        ),
+    )
+    .unwrap();
+    assert_ok(&run(&exp, &[], &[]));
+    let loaded = bertpipe::experiment::load(&exp, &[]).unwrap();
+    assert_eq!(plan(&loaded)["data"], "up to date");
+    std::fs::create_dir_all(corpus.join("test/unsup")).unwrap();
+    std::fs::write(corpus.join("test/unsup/9999_0.txt"), "An unlabelled review of a film.").unwrap();
+    assert_eq!(plan(&loaded)["data"], "will run");
+}
