@@ -196,3 +196,30 @@ fn a_training_stage_s_wires_are_located_in_the_experiment() {
     );
     assert_eq!(problems(&err).len(), 1, "{err}");
 }
+
+/// A wire naming a *later* stage of the wrong kind (`data: export`) is the one mistake, at that
+/// wire — not "export: no train stage before it", which it once made the export report.
+#[test]
+fn a_wire_to_a_later_stage_of_the_wrong_kind_is_one_error_at_the_wire() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = write(
+        dir.path(),
+        "wirekind.yaml",
+        &format!(
+            "  data: {}\n  finetune: {{ base: {}, data: export }}\n  export: {{ optimize: false }}\n  eval: {{ split: test }}\n",
+            pipelines("imdb.yaml"),
+            pipelines("imdb-finetune.yaml")
+        ),
+    );
+    let o = dry_run(&exp);
+    assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(problems(&err).len(), 1, "{err}");
+    assert!(
+        problems(&err)[0].contains("wirekind.yaml:5:")
+            && problems(&err)[0]
+                .contains("finetune.data: `export` is an export stage; data must name a pipeline stage"),
+        "{err}"
+    );
+    assert!(!err.contains("no train stage"), "{err}");
+}

@@ -61,12 +61,18 @@ pub fn plain_lines(quiet: bool) -> bool {
 pub fn line_interval() -> Duration {
     static EVERY: OnceLock<Duration> = OnceLock::new();
     *EVERY.get_or_init(|| {
-        std::env::var("BERTPIPE_PROGRESS_SECS")
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            .map(|s| Duration::from_secs_f64(s.min(1e9)))
-            .unwrap_or(Duration::from_secs(30))
+        let default = Duration::from_secs(30);
+        let Ok(v) = std::env::var("BERTPIPE_PROGRESS_SECS") else { return default };
+        match v.trim().parse::<f64>() {
+            Ok(s) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s.min(1e9)),
+            // Said once, not ignored: a log without the lines its owner asked for misleads.
+            _ => {
+                emit(&format!(
+                    "warning: BERTPIPE_PROGRESS_SECS={v:?} is not a number of seconds ≥ 0; progress lines every 30 s"
+                ));
+                default
+            }
+        }
     })
 }
 

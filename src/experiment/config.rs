@@ -968,24 +968,34 @@ pub(super) fn json_str(p: &Path) -> String {
 
 /// The names a raw stage's wires give (`data`, `init_from`, `from`, `model`, `pipeline`,
 /// `baseline`, a tokenize step's `vocab`) that are stages.
+/// A wire naming a stage of a kind it cannot read (`data: export`) orders nothing: the stage is
+/// resolved in its place in the file, where that wire is reported as the one mistake.
 fn named_wires(r: &Raw, known: &[(String, Kind, Pos)]) -> Vec<String> {
     let mut out = Vec::new();
-    let mut take = |n: &Node| {
+    let mut take = |n: &Node, want: Kind| {
         if let Some(v) = as_str(n) {
-            if v != r.name && known.iter().any(|(k, _, _)| k == &v) {
+            if v != r.name && known.iter().any(|(k, kind, _)| k == &v && *kind == want) {
                 out.push(v);
             }
         }
     };
-    for key in ["data", "init_from", "model.init_from", "from", "model", "pipeline", "baseline"] {
+    for (key, want) in [
+        ("data", Kind::Pipeline),
+        ("init_from", Kind::Train),
+        ("model.init_from", Kind::Train),
+        ("from", Kind::Train),
+        ("model", Kind::Export),
+        ("pipeline", Kind::Pipeline),
+        ("baseline", Kind::Export),
+    ] {
         if let Some((n, _)) = map_get(&r.node, key) {
-            take(n);
+            take(n, want);
         }
     }
     if let Node::Map(entries, _) = &r.node {
         for (k, _, v) in entries {
             if path_key_matches("steps[*].vocab", k) {
-                take(v);
+                take(v, Kind::Vocab);
             }
         }
     }
