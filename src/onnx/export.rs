@@ -331,7 +331,8 @@ pub fn stage(opts: &ExportOptions) -> Result<Staged> {
         .with_context(|| format!("could not read the vocabulary '{}'", vocab_file.display()))?
         .info();
     check_vocab_fits(&tokenizer, &vocab_file, model.config.vocab_size, &opts.checkpoint, opts.vocab.is_some())?;
-    let vocab = crate::tokenize::file_vocab(&vocab_file, &tokenizer_config)?;
+    // The tokenizer just loaded is the vocabulary the model records: not read a second time.
+    let vocab = tokenizer.vocab();
     let max_len = match opts.max_len {
         Some(n) => n,
         None => tokenizer_config.model_max_length.unwrap_or(model.config.max_sequence()),
