@@ -48,10 +48,16 @@ impl ShardSet {
     /// Reads the manifest and checks that every shard it lists exists with the recorded size.
     ///
     /// A folder in a bucket (`s3://…`) is downloaded once into the local cache, every shard
-    /// checked against the manifest's SHA-256 (see [`crate::sink::remote::fetch_shards`]).
+    /// checked against the manifest's SHA-256 (see [`crate::sink::remote::fetch_shards`]),
+    /// showing its progress: [`ShardSet::open_with`] takes the command's `--quiet`.
     pub fn open(root: &Path) -> Result<ShardSet> {
+        ShardSet::open_with(root, false)
+    }
+
+    /// As [`ShardSet::open`], a bucket's download silent with `quiet`.
+    pub fn open_with(root: &Path, quiet: bool) -> Result<ShardSet> {
         if crate::storage::is_remote(root) {
-            return ShardSet::open(&crate::sink::remote::fetch_shards(root)?);
+            return ShardSet::open_with(&crate::sink::remote::fetch_shards_with(root, quiet)?, quiet);
         }
         let manifest = Manifest::read(root)?;
         for (split, stats) in &manifest.splits {

@@ -9,14 +9,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::chain::{bertpipe, command, eval_by_hand, report, run, statuses};
+use common::chain::{bertpipe, command, eval_by_hand, pipelines, report, run, statuses, write_experiment};
 use common::{assert_ok, manifest, root, stderr};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-
-fn pipelines(f: &str) -> String {
-    root().join("pipelines").join(f).display().to_string()
-}
 
 /// The classification shards of the sample, short rows (fast to train on).
 fn data_stage() -> String {
@@ -43,10 +39,9 @@ fn small_chain(dir: &Path) -> PathBuf {
     )
 }
 
+/// The experiment `faults` with `stages`, as `dir/chain.yaml`.
 fn write_chain(dir: &Path, stages: &str) -> PathBuf {
-    let path = dir.join("chain.yaml");
-    std::fs::write(&path, format!("name: faults\nout: out\nstages:\n{stages}")).unwrap();
-    path
+    write_experiment(dir, "chain.yaml", "faults", stages)
 }
 
 #[track_caller]
@@ -263,12 +258,15 @@ fn stage_names_cannot_leave_out_and_a_bucket_out_is_refused() {
     let parent_file = dir.path().join("keep.txt");
     std::fs::write(&parent_file, "mine").unwrap();
     for name in ["../../escaped", "..", "/abs", "a/b", "."] {
-        let exp = dir.path().join("bad.yaml");
-        std::fs::write(
-            &exp,
-            format!("name: bad\nout: out\nstages:\n  ok: {{ kind: eval, model: m.onnx, data: d }}\n  \"{name}\":\n    base: {}\n", pipelines("imdb-finetune.yaml")),
-        )
-        .unwrap();
+        let exp = write_experiment(
+            dir.path(),
+            "bad.yaml",
+            "bad",
+            &format!(
+                "  ok: {{ kind: eval, model: m.onnx, data: d }}\n  \"{name}\":\n    base: {}\n",
+                pipelines("imdb-finetune.yaml")
+            ),
+        );
         let o = bertpipe(&["run", exp.to_str().unwrap(), "--quiet"], &[]);
         assert_eq!(o.status.code(), Some(78), "{name}: {}", stderr(&o));
         let e = stderr(&o);

@@ -269,6 +269,27 @@ fn a_tarball_in_a_bucket_to_shards_in_a_bucket_gives_the_bytes_written_on_disk()
     );
     assert_ok(&o);
     assert!(train_out.join("final/model.safetensors").is_file());
+
+    // Fetching the shards says how far it is in a log (a `[fetch]` line at every shard here),
+    // like any other progress, and nothing with --quiet.
+    let logged: Vec<(String, String)> =
+        env.iter().cloned().chain([("BERTPIPE_PROGRESS_SECS".to_string(), "0".to_string())]).collect();
+    let data = format!("data=s3://{BUCKET}/out/imdb");
+    let dry_out = format!("output_dir={}", tmp.path().join("dry").display());
+    let dry_run = |quiet: bool| {
+        let mut args: Vec<&str> =
+            vec!["train", "pipelines/imdb-finetune.yaml", "--dry-run", "--set", &data, "--set", &dry_out];
+        if quiet {
+            args.push("--quiet");
+        }
+        let o = run(&logged, &args);
+        assert_ok(&o);
+        stderr(&o)
+    };
+    let err = dry_run(false);
+    assert!(err.lines().any(|l| l.starts_with("[fetch] ") && l.contains(" shards/s ")), "{err}");
+    let err = dry_run(true);
+    assert!(!err.contains("[fetch]"), "--quiet prints no progress:\n{err}");
 }
 
 #[test]
@@ -527,14 +548,14 @@ fn a_chain_stage_over_a_bucket_is_keyed_by_the_objects_it_read() {
         std::fs::write(server.file("chain/a.jsonl"), text).unwrap();
     };
     write("one");
-    let exp = tmp.path().join("chain.yaml");
-    std::fs::write(
-        &exp,
-        format!(
-            "name: bucket\nout: out\nstages:\n  data:\n    name: b\n    source: {{ type: jsonl, path: 's3://{BUCKET}/chain' }}\n    steps:\n      - {{ type: punctuation }}\n    sink: {{ type: parquet, path: ignored, keep_text: true }}\n"
+    let exp = common::chain::write_experiment(
+        tmp.path(),
+        "chain.yaml",
+        "bucket",
+        &format!(
+            "  data:\n    name: b\n    source: {{ type: jsonl, path: 's3://{BUCKET}/chain' }}\n    steps:\n      - {{ type: punctuation }}\n    sink: {{ type: parquet, path: ignored, keep_text: true }}\n"
         ),
-    )
-    .unwrap();
+    );
     let out = tmp.path().join("out");
     let status = |out: &Path| -> String {
         let r: serde_json::Value =

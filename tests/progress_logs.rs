@@ -7,6 +7,7 @@ mod common;
 
 use std::path::Path;
 
+use common::chain::{pipelines, write_experiment};
 use common::{assert_ok, bertpipe, bertpipe_env, run_pipeline, stderr};
 use serde_json::Value;
 
@@ -170,17 +171,16 @@ fn a_pipeline_in_a_log_prints_plain_progress_lines_on_its_interval() {
 #[test]
 fn a_chain_in_a_log_shows_each_stage_progress_under_its_header() {
     let dir = tempfile::tempdir().unwrap();
-    let root = common::root();
-    let exp = dir.path().join("chain.yaml");
-    std::fs::write(
-        &exp,
-        format!(
-            "name: logs\nout: out\nstages:\n  data:\n    base: {}\n  finetune: {{ base: {}, max_steps: 3, logging_steps: 1, eval_split: none }}\n",
-            root.join("pipelines/imdb.yaml").display(),
-            root.join("pipelines/imdb-finetune.yaml").display()
+    let exp = write_experiment(
+        dir.path(),
+        "chain.yaml",
+        "logs",
+        &format!(
+            "  data:\n    base: {}\n  finetune: {{ base: {}, max_steps: 3, logging_steps: 1, eval_split: none }}\n",
+            pipelines("imdb.yaml"),
+            pipelines("imdb-finetune.yaml")
         ),
-    )
-    .unwrap();
+    );
     let exp = exp.to_str().unwrap();
     let o = bertpipe_env(&["run", exp], &[("BERTPIPE_PROGRESS_SECS", "0")]);
     assert_ok(&o);

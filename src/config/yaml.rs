@@ -25,12 +25,22 @@ pub const MAX_DEPTH: usize = 128;
 pub struct Pos {
     pub line: usize,
     pub col: usize,
+    /// Which file the line and column are of, in a document put together from more than one
+    /// (an experiment stage's `base:` file with the stage's keys set over it): 0 the file being
+    /// read, another number a file it included, as the includer numbered it
+    /// ([`Node::read_from`]) — so an error is reported against the file its line is in.
+    pub doc: u32,
 }
 
 impl Pos {
+    /// Line `line`, column `col` of the file being read.
+    pub fn at(line: usize, col: usize) -> Pos {
+        Pos { line, col, doc: 0 }
+    }
+
     /// Where the `index`-th `--set` of a command line put a value.
     pub fn of_override(index: usize) -> Pos {
-        Pos { line: 0, col: index + 1 }
+        Pos::at(0, index + 1)
     }
 
     /// The index of the `--set` that wrote the node here, if one did.
@@ -135,6 +145,26 @@ impl Node {
         }
     }
 
+    /// Marks this node and everything under it (keys included) as read from file number `doc`
+    /// ([`Pos::doc`]): a document another is set over keeps, in each position, which of the
+    /// two files it came from.
+    pub fn read_from(&mut self, doc: u32) {
+        match self {
+            Node::Scalar(_, p) => p.doc = doc,
+            Node::Seq(items, p) => {
+                p.doc = doc;
+                items.iter_mut().for_each(|n| n.read_from(doc));
+            }
+            Node::Map(entries, p) => {
+                p.doc = doc;
+                for (_, kp, v) in entries {
+                    kp.doc = doc;
+                    v.read_from(doc);
+                }
+            }
+        }
+    }
+
     /// Sets the node at `path`, creating mapping keys on the way. Used by `--set`. A key it
     /// creates is placed where the value came from (a `--set` argument: [`Pos::of_override`]),
     /// not at its parent mapping, so a misspelt key is reported against what wrote it.
@@ -224,12 +254,12 @@ pub fn parse(src: &str) -> Result<Node, YamlError> {
             Some(Ok(ev)) => ev,
             Some(Err(e)) => {
                 return Err(YamlError {
-                    pos: Pos { line: e.marker().line(), col: e.marker().col() + 1 },
+                    pos: Pos::at(e.marker().line(), e.marker().col() + 1),
                     message: e.info().to_string(),
                 })
             }
         };
-        let pos = Pos { line: span.start.line(), col: span.start.col() + 1 };
+        let pos = Pos::at(span.start.line(), span.start.col() + 1);
         let done: Option<(Node, usize, Shape)> = match event {
             Event::StreamEnd => break,
             Event::DocumentStart(_) => {
@@ -366,7 +396,7 @@ pub fn parse(src: &str) -> Result<Node, YamlError> {
             },
         }
     }
-    Ok(root.unwrap_or(Node::Map(Vec::new(), Pos { line: 1, col: 1 })))
+    Ok(root.unwrap_or(Node::Map(Vec::new(), Pos::at(1, 1))))
 }
 
 /// Refuses a list or mapping opened at `pos` that would nest past [`MAX_DEPTH`]; else the
@@ -529,9 +559,9 @@ mod tests {
             _ => unreachable!(),
         });
         let step = step.as_ref().unwrap();
-        assert_eq!(step.key_pos("max_nosie"), Some(Pos { line: 4, col: 5 }));
+        assert_eq!(step.key_pos("max_nosie"), Some(Pos::at(4, 5)));
         let path = parse_path("steps[0].max_nosie").unwrap();
-        assert_eq!(n.locate(&path), Pos { line: 4, col: 16 });
+        assert_eq!(n.locate(&path), Pos::at(4, 16));
     }
 
     #[test]
@@ -553,12 +583,23 @@ mod tests {
     }
 
     #[test]
+    fn a_document_set_over_another_keeps_which_file_each_position_is_of() {
+        let mut base = parse("lr: 1\nmodel:\n  preset: tiny\n").unwrap();
+        base.read_from(1);
+        let over = parse("x: 0\nlr: 2\n").unwrap();
+        base.set(&parse_path("lr").unwrap(), over.get("lr").unwrap().clone()).unwrap();
+        assert_eq!(base.locate(&parse_path("lr").unwrap()), Pos::at(2, 5));
+        assert_eq!(base.locate(&parse_path("model.preset").unwrap()), Pos { line: 3, col: 11, doc: 1 });
+        assert_eq!(base.key_pos("model"), Some(Pos { line: 2, col: 1, doc: 1 }));
+    }
+
+    #[test]
     fn keys_a_set_adds_are_placed_where_the_value_came_from() {
         let mut n = parse("sink:\n  path: out\n").unwrap();
         let at = Pos::of_override(2);
         n.set(&parse_path("sink.pathh").unwrap(), Node::Scalar(Value::String("x".into()), at)).unwrap();
         assert_eq!(n.get("sink").unwrap().key_pos("pathh"), Some(at));
-        assert_eq!(n.get("sink").unwrap().key_pos("path"), Some(Pos { line: 2, col: 3 }));
+        assert_eq!(n.get("sink").unwrap().key_pos("path"), Some(Pos::at(2, 3)));
         n.set(&parse_path("extra.deep").unwrap(), Node::Scalar(Value::Null, at)).unwrap();
         assert_eq!(n.key_pos("extra"), Some(at));
         assert_eq!(n.get("extra").unwrap().key_pos("deep"), Some(at));
@@ -596,7 +637,7 @@ mod tests {
     fn an_alias_bomb_is_refused_at_the_alias_that_crosses_the_bound() {
         // 74718 nodes made by line 5; `*e` repeats e's 66430.
         let e = parse(&(alias_bomb(5) + "f: [*e]\n")).unwrap_err();
-        assert_eq!(e.pos, Pos { line: 6, col: 5 }, "{e:?}");
+        assert_eq!(e.pos, Pos::at(6, 5), "{e:?}");
         assert_eq!(
             e.message,
             format!(
@@ -610,7 +651,7 @@ mod tests {
         let text = format!("s: &s \"{}\"\nl: [{}]\n", "x".repeat(2000), ["*s"; 6000].join(","));
         let e = parse(&text).unwrap_err();
         // The 5001st alias takes the copies past 10 MB (5001 × 2000 bytes).
-        assert_eq!(e.pos, Pos { line: 2, col: 5 + 3 * 5000 }, "{e:?}");
+        assert_eq!(e.pos, Pos::at(2, 5 + 3 * 5000), "{e:?}");
         assert!(e.message.starts_with("alias `*s` would copy 2000 bytes of text"), "{e:?}");
         assert!(e.message.contains(&format!("past the limit of {MAX_ALIAS_BYTES}")), "{e:?}");
     }
@@ -621,12 +662,12 @@ mod tests {
         let nested = |n: usize| format!("a: {}{}\n", "[".repeat(n), "]".repeat(n));
         assert!(parse(&nested(MAX_DEPTH - 1)).is_ok());
         let e = parse(&nested(MAX_DEPTH)).unwrap_err();
-        assert_eq!(e.pos, Pos { line: 1, col: 3 + MAX_DEPTH }, "{e:?}");
+        assert_eq!(e.pos, Pos::at(1, 3 + MAX_DEPTH), "{e:?}");
         assert!(e.message.contains(&format!("more than {MAX_DEPTH} levels")), "{e:?}");
         // An alias nests its anchor's levels where it stands: 41 + 100.
         let text = format!("a: &a {}{}\nb: {}*a{}\n", "[".repeat(100), "]".repeat(100), "[".repeat(40), "]".repeat(40));
         let e = parse(&text).unwrap_err();
-        assert_eq!(e.pos, Pos { line: 2, col: 44 }, "{e:?}");
+        assert_eq!(e.pos, Pos::at(2, 44), "{e:?}");
         assert!(e.message.starts_with("alias `*a` would nest lists and mappings 141 levels deep"), "{e:?}");
     }
 

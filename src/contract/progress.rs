@@ -11,6 +11,7 @@
 //! [pipeline] 212/600 files (35%)  1,410 files/s  2.10 MiB/s  elapsed 0:00  eta 0:00
 //! [stats] 12.00 MiB/48.00 MiB (25%)  12,000 docs  2,310 docs/s  2.40 MiB/s  elapsed 0:05  eta 0:16
 //! [eval] 1,200/25,000 rows (4%)  310 rows/s  elapsed 0:04  eta 1:17
+//! [fetch] 3.00 MiB/6.00 MiB (50%)  3 shards  1.5 shards/s  1.50 MiB/s  elapsed 0:02  eta 0:02
 //! [train] step 120/500 (24%)  loss 0.4312  lr 2.00e-3  3.1 steps/s  24.8 samples/s  3,174 tokens/s  elapsed 0:40  eta 2:02
 //! ```
 //!
@@ -231,6 +232,9 @@ pub struct Progress {
     bytes: AtomicU64,
     /// The bar counts files (documents), not bytes.
     by_files: AtomicBool,
+    /// What [`Progress::advance`]'s count is of, by bytes: `docs`, or another unit
+    /// ([`Progress::counting`]).
+    unit: String,
     /// In a log: plain lines instead of the (hidden) bar.
     lines: Option<Lines>,
 }
@@ -253,8 +257,15 @@ impl Progress {
             docs: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             by_files: AtomicBool::new(false),
+            unit: "docs".to_string(),
             lines,
         }
+    }
+
+    /// Names what is counted beside the bytes (`docs` unless told): a download counts `shards`.
+    pub fn counting(mut self, unit: &str) -> Progress {
+        self.unit = unit.to_string();
+        self
     }
 
     /// Tags the plain lines `[tag]` instead of the bar's prefix (`pipeline run`'s bar says
@@ -298,7 +309,7 @@ impl Progress {
             self.bar.set_message(if by_files {
                 format!("{n} docs ({rate:.0}/s, {}/s)", HumanBytes((read as f64 / secs) as u64))
             } else {
-                format!("{n} docs ({rate:.0}/s)")
+                format!("{n} {} ({rate:.0}/s)", self.unit)
             });
         }
     }
@@ -319,8 +330,8 @@ impl Progress {
                 Some(t) => format!("{}/{} ({}%)", HumanBytes(read), HumanBytes(t), percent(read, t)),
                 None => HumanBytes(read).to_string(),
             });
-            fields.push(format!("{} docs", thousands(docs)));
-            fields.push(format!("{} docs/s", rate(docs as f64 / secs)));
+            fields.push(format!("{} {}", thousands(docs), self.unit));
+            fields.push(format!("{} {}/s", rate(docs as f64 / secs), self.unit));
         }
         if read > 0 {
             fields.push(format!("{}/s", HumanBytes((read as f64 / secs) as u64)));
@@ -378,6 +389,18 @@ mod tests {
         assert_eq!(eta(500, 500, Duration::from_secs(40)), "0:00");
         assert_eq!(amount(12_000, Some(50_000), "docs"), "12,000/50,000 docs (24%)");
         assert_eq!(amount(12_000, None, "docs"), "12,000 docs");
+    }
+
+    #[test]
+    fn a_download_s_line_counts_what_it_fetches() {
+        let p = Progress::new(true, "fetch").counting("shards");
+        p.set_total(Total::Bytes(6 << 20));
+        assert_eq!(
+            p.line("fetch", 3, 3 << 20, false, Duration::from_secs(2)),
+            "[fetch] 3.00 MiB/6.00 MiB (50%)  3 shards  1.5 shards/s  1.50 MiB/s  elapsed 0:02  eta 0:02"
+        );
+        let docs = Progress::new(true, "stats");
+        assert!(docs.line("stats", 12, 1 << 20, false, Duration::from_secs(1)).contains("  12 docs  12.0 docs/s  "));
     }
 
     #[test]

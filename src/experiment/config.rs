@@ -12,7 +12,9 @@
 //! One mistake, one error: a stage that reads one that failed to resolve (by name, or as the
 //! nearest of a kind) is not checked — what it would report follows from that stage's errors —
 //! and a note after the errors names it once ("note: export and eval not checked: they depend
-//! on `data`").
+//! on `data`"). A misspelt top-level key is not also a missing one; a stage whose name cannot
+//! be a folder is still read (its own mistakes reported, what reads it checked). A problem in a
+//! stage's `base:` file is located in that file, naming the stage that read it.
 //!
 //! ```yaml
 //! name: imdb-sentiment
@@ -201,12 +203,22 @@ impl Raw {
 }
 
 /// Collects errors located in the experiment file — or, for what a `--set` wrote, in that
-/// argument.
+/// argument; for a line of a stage's `base:` file, in that file.
 pub(super) struct Errors {
     pub(super) file: String,
     pub(super) list: Vec<ConfigError>,
     /// The command line's `--set`s, as typed: a position [`Pos::of_override`] made names one.
     pub(super) overrides: Vec<String>,
+    /// The `base:` files read so far: a position whose [`Pos::doc`] is `n` is in the `n`-th.
+    pub(super) bases: Vec<Base>,
+}
+
+/// A stage's `base:` file, as its errors name it.
+pub(super) struct Base {
+    pub(super) file: String,
+    pub(super) stage: String,
+    /// Where the experiment file names it.
+    pub(super) at: Pos,
 }
 
 impl Errors {
@@ -226,8 +238,10 @@ impl Errors {
         }
     }
 
-    /// `e`, or — when it is about a node a `--set` wrote — `e` against that argument.
+    /// `e`, or — when it is about a node a `--set` wrote — `e` against that argument; when it
+    /// is about a line of a `base:` file, against that file.
     fn placed(&self, e: ConfigError) -> ConfigError {
+        let e = self.in_base(e);
         match e.pos.and_then(Pos::override_index).and_then(|i| self.overrides.get(i)) {
             Some(o) => ConfigError { file: format!("--set {o}"), pos: None, message: e.message },
             None => e,
@@ -235,14 +249,36 @@ impl Errors {
     }
 
     /// A stage's own errors: those about a `--set` name it as typed, `--set STAGE.key=value`
-    /// (the stage's loader saw only `key=value`).
+    /// (the stage's loader saw only `key=value`); those about a line of its `base:` file are
+    /// reported against that file.
     pub(super) fn extend_stage(&mut self, stage: &str, e: ConfigErrors) {
-        self.list.extend(e.0.into_iter().map(|mut err| {
+        for mut err in e.0 {
             if let Some(set) = err.file.strip_prefix("--set ") {
                 err.file = format!("--set {stage}.{set}");
             }
-            err
-        }));
+            let err = self.in_base(err);
+            self.list.push(err);
+        }
+    }
+
+    /// `e`, or — when its position is a line of a `base:` file ([`Pos::doc`]) — `e` at that
+    /// line of that file, saying which stage of the experiment read it: the stage's document is
+    /// the base with the stage's keys set over it, and the loader that found the problem saw
+    /// one document, not which of the two files each line is of.
+    fn in_base(&self, e: ConfigError) -> ConfigError {
+        let Some(pos) = e.pos.filter(|p| p.doc > 0) else { return e };
+        let Some(b) = self.bases.get(pos.doc as usize - 1) else { return e };
+        ConfigError {
+            file: b.file.clone(),
+            pos: Some(Pos { doc: 0, ..pos }),
+            message: format!("{}: {}", self.base_of(&b.stage, b.at), e.message),
+        }
+    }
+
+    /// The clause that says which stage read a `base:` file, and where the experiment names it:
+    /// "base of stage `finetune` (exp.yaml:5:19)".
+    fn base_of(&self, stage: &str, at: Pos) -> String {
+        format!("base of stage `{stage}` ({}:{}:{})", self.file, at.line, at.col)
     }
 }
 
@@ -274,31 +310,38 @@ pub fn load(path: &Path, overrides: &[String]) -> Result<Experiment, ConfigError
     let root = yaml::parse(&text)
         .map_err(|e| ConfigErrors(vec![ConfigError { file: file.clone(), pos: Some(e.pos), message: e.message }]))?;
     let base = std::path::absolute(path.parent().unwrap_or(Path::new("."))).unwrap_or_default();
-    let mut errs = Errors { file: file.clone(), list: Vec::new(), overrides: overrides.to_vec() };
+    let mut errs = Errors { file: file.clone(), list: Vec::new(), overrides: overrides.to_vec(), bases: Vec::new() };
     let Node::Map(entries, _) = &root else {
         errs.at(Some(root.pos()), "an experiment must be a mapping with name, out and stages".into());
         return Err(ConfigErrors(errs.list));
     };
+    // A misspelt key (`outt:`) is the one mistake: the key it was meant to be is not reported
+    // missing as well.
+    let mut meant: Vec<&str> = Vec::new();
     for (k, pos, _) in entries {
         if !TOP_KEYS.contains(&k.as_str()) {
-            let hint = suggest(k, TOP_KEYS).map(|s| format!(", did you mean `{s}`?")).unwrap_or_default();
+            let fit = suggest(k, TOP_KEYS);
+            let hint = fit.as_deref().map(|s| format!(", did you mean `{s}`?")).unwrap_or_default();
             errs.at(Some(*pos), format!("unknown top-level key `{k}`{hint} (valid: {})", TOP_KEYS.join(", ")));
+            meant.extend(TOP_KEYS.iter().copied().filter(|t| fit.as_deref() == Some(*t)));
         }
     }
-    let mut raws = read_stages(&root, &mut errs);
+    let mut raws = read_stages(&root, meant.contains(&"stages"), &mut errs);
     let mut top = Top {
         name: map_get(&root, "name").and_then(|(n, _)| as_str(n)).unwrap_or_default(),
         out: map_get(&root, "out").and_then(|(n, p)| Some((as_str(n)?, Some(p)))),
     };
     apply_sets(overrides, &mut raws, &mut top, &mut errs);
-    if top.name.is_empty() {
+    if top.name.is_empty() && !meant.contains(&"name") {
         errs.at(Some(root.pos()), "missing `name`".into());
     }
-    let Some(out) = out_folder(&top, &base, root.pos(), &mut errs) else {
-        return Err(ConfigErrors(errs.list).sorted());
-    };
-    let stages = resolve_stages(&raws, &file, &base, &out, &mut errs)?;
-    if !errs.list.is_empty() {
+    // Without a usable `out` (its error recorded) the stages are still read, under a stand-in
+    // folder, so that their own mistakes are reported with it rather than one run later.
+    let out = out_folder(&top, &base, root.pos(), meant.contains(&"out"), &mut errs);
+    let usable = out.is_some();
+    let out = out.unwrap_or_else(|| base.join("out"));
+    let stages = resolve_stages(&raws, &file, &base, &out, &mut errs).map_err(ConfigErrors::sorted)?;
+    if !errs.list.is_empty() || !usable {
         return Err(ConfigErrors(errs.list).sorted());
     }
     Ok(Experiment { file: path.to_path_buf(), name: top.name, out, stages })
@@ -312,20 +355,31 @@ struct Top {
 }
 
 /// The `stages:` mapping, each stage as read; a name that cannot be a folder is an error.
-fn read_stages(root: &Node, errs: &mut Errors) -> Vec<Raw> {
+/// `misspelt`: a misspelt top-level key meant `stages` (reported already, not again as missing).
+fn read_stages(root: &Node, misspelt: bool, errs: &mut Errors) -> Vec<Raw> {
     let mut raws: Vec<Raw> = Vec::new();
     match map_get(root, "stages") {
         Some((Node::Map(stages, _), _)) => {
+            let names: Vec<&str> = stages.iter().map(|(k, _, _)| k.as_str()).collect();
             for (k, pos, node) in stages {
                 if !valid_stage_name(k) {
+                    // A name fit for a folder, when one is near and not another stage's.
+                    let fit = folder_name(k);
+                    let hint = if fit.is_empty() || names.contains(&fit.as_str()) {
+                        String::new()
+                    } else {
+                        format!(", did you mean `{fit}`?")
+                    };
                     errs.at(
                         Some(*pos),
                         format!(
-                            "stage name `{k}`: use letters, digits, `_` and `-` only (a stage writes the folder OUT/<name>/, so a name cannot be a path)"
+                            "stage name `{k}`: use letters, digits, `_` and `-` only{hint} (a stage writes the folder OUT/<name>/, so a name cannot be a path)"
                         ),
                     );
-                    continue;
                 }
+                // Read all the same (under a stand-in folder, `Ctx::stage_out`): its own
+                // mistakes are reported with its name's, and the stages that read it find it —
+                // rather than "no train stage before it" for the export after a misnamed one.
                 raws.push(Raw {
                     name: k.clone(),
                     pos: *pos,
@@ -334,14 +388,31 @@ fn read_stages(root: &Node, errs: &mut Errors) -> Vec<Raw> {
                     set_at: Vec::new(),
                 });
             }
+            if raws.is_empty() {
+                errs.at(Some(root.pos()), "`stages` is empty".into());
+            }
         }
+        // `stages:` with nothing after it.
+        Some((Node::Scalar(Value::Null, pos), _)) => errs.at(Some(*pos), "`stages` is empty".into()),
         Some((other, _)) => errs.at(Some(other.pos()), "`stages` must be a mapping of stage names".into()),
+        None if misspelt => {}
         None => errs.at(Some(root.pos()), "missing `stages`".into()),
     }
-    if raws.is_empty() && map_get(root, "stages").is_some() {
-        errs.at(Some(root.pos()), "`stages` is empty".into());
-    }
     raws
+}
+
+/// `name` made a stage name: each run of other characters one `_`, none at either end
+/// (`fine tune` → `fine_tune`, `../x` → `x`); empty when nothing of it is left.
+fn folder_name(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+            out.push(c);
+        } else if !out.is_empty() && !out.ends_with('_') {
+            out.push('_');
+        }
+    }
+    out.trim_end_matches('_').to_string()
 }
 
 /// `--set STAGE.key=value` reaches into a stage; `--set out=…` / `name=…` the experiment.
@@ -385,9 +456,12 @@ fn apply_sets(overrides: &[String], raws: &mut [Raw], top: &mut Top, errs: &mut 
 /// gave it. The records, the lock and the digest cache live beside the outputs, on a local file
 /// system; a bucket is for a pipeline's shards (`bertpipe pipeline run` with a bucket
 /// `sink.path`), not for a chain's folder.
-fn out_folder(top: &Top, base: &Path, root: Pos, errs: &mut Errors) -> Option<PathBuf> {
+/// `misspelt`: a misspelt top-level key meant `out` (reported already, not again as missing).
+fn out_folder(top: &Top, base: &Path, root: Pos, misspelt: bool, errs: &mut Errors) -> Option<PathBuf> {
     let Some((out, at)) = &top.out else {
-        errs.at(Some(root), "missing `out` (the folder every stage writes under)".into());
+        if !misspelt {
+            errs.at(Some(root), "missing `out` (the folder every stage writes under)".into());
+        }
         return None;
     };
     if out.contains("://") {
@@ -435,10 +509,12 @@ fn resolve_stages(
         .enumerate()
         .filter(|(_, (_, k))| k.is_none())
         .map(|(i, (r, _))| {
-            let meant = map_get(&r.node, "kind")
-                .and_then(|(k, _)| as_str(k))
-                .and_then(|k| suggest(&k, KINDS))
-                .and_then(|k| Kind::parse(&k));
+            // The kind a misspelt `kind:` was suggested — or, without one, a misspelt name.
+            let given = match map_get(&r.node, "kind") {
+                Some((k, _)) => as_str(k),
+                None => Some(r.name.clone()),
+            };
+            let meant = given.and_then(|k| suggest(&k, KINDS)).and_then(|k| Kind::parse(&k));
             Tainted { name: r.name.clone(), kind: meant, index: i, roots: vec![r.name.clone()] }
         })
         .collect();
@@ -565,8 +641,10 @@ fn stage_kind(r: &Raw, base: &Path, errs: &mut Errors) -> Option<Kind> {
         return Some(k);
     }
     let doc = match (&r.node, map_get(&r.node, "base")) {
-        (Node::Scalar(Value::String(p), _), _) => read_doc(&absolute(p, base), errs, r.pos, &r.name)?,
-        (_, Some((b, _))) => read_doc(&absolute(&as_str(b).unwrap_or_default(), base), errs, r.pos, &r.name)?,
+        (Node::Scalar(Value::String(p), _), _) => read_doc(&absolute(p, base), errs, r.pos, &r.name, None)?,
+        (_, Some((b, _))) => {
+            read_doc(&absolute(&as_str(b).unwrap_or_default(), base), errs, r.pos, &r.name, Some(b.pos()))?
+        }
         (node, None) => node.clone(),
     };
     if map_get(&doc, "source").is_some() || map_get(&doc, "steps").is_some() {
@@ -574,19 +652,25 @@ fn stage_kind(r: &Raw, base: &Path, errs: &mut Errors) -> Option<Kind> {
     } else if map_get(&doc, "task").is_some() {
         Some(Kind::Train)
     } else {
-        errs.at(
-            Some(r.pos),
-            format!(
-                "stage `{}`: cannot tell what it is; name it after its kind or add `kind: {}`",
-                r.name,
-                KINDS.join(" | ")
+        let kinds = KINDS.join(" | ");
+        let message = match suggest(&r.name, KINDS) {
+            // A name one letter or two from a kind's (`exprot`) is that kind's, misspelt.
+            Some(k) => format!(
+                "stage `{}`: cannot tell what it is; did you mean `{k}`? (a stage is named after its kind, or says `kind: {kinds}`)",
+                r.name
             ),
-        );
+            None => {
+                format!("stage `{}`: cannot tell what it is; name it after its kind or add `kind: {kinds}`", r.name)
+            }
+        };
+        errs.at(Some(r.pos), message);
         None
     }
 }
 
-fn read_doc(path: &Path, errs: &mut Errors, pos: Pos, stage: &str) -> Option<Node> {
+/// A stage's file, or (`base_at`: where the experiment names it) its `base:` file: a syntax
+/// error is at its line of that file, and for a base says which stage read it.
+fn read_doc(path: &Path, errs: &mut Errors, pos: Pos, stage: &str, base_at: Option<Pos>) -> Option<Node> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) => {
@@ -597,7 +681,11 @@ fn read_doc(path: &Path, errs: &mut Errors, pos: Pos, stage: &str) -> Option<Nod
     match yaml::parse(&text) {
         Ok(n) => Some(n),
         Err(e) => {
-            errs.list.push(ConfigError { file: path.display().to_string(), pos: Some(e.pos), message: e.message });
+            let message = match base_at {
+                Some(at) => format!("{}: {}", errs.base_of(stage, at), e.message),
+                None => e.message,
+            };
+            errs.list.push(ConfigError { file: path.display().to_string(), pos: Some(e.pos), message });
             None
         }
     }
@@ -645,6 +733,7 @@ impl Ctx<'_> {
         want: &[Kind],
         errs: &mut Errors,
     ) -> Option<Wire> {
+        let value = named(self.known, value).map_or(value, |(n, _, _)| n.as_str());
         if self.tainted.iter().any(|t| t.name == value) {
             self.lean_on(value);
             if !self.known.iter().any(|(n, _, _)| n == value) {
@@ -734,7 +823,12 @@ impl Ctx<'_> {
     }
 
     pub(super) fn stage_out(&self, name: &str) -> PathBuf {
-        self.out.join(name)
+        // A name that cannot be a folder is an error already; the stage is read under one its
+        // name cannot lead out of `out` (nothing runs: the file has an error).
+        match valid_stage_name(name) {
+            true => self.out.join(name),
+            false => self.out.join(format!("{}_", folder_name(name))),
+        }
     }
 }
 
@@ -749,17 +843,18 @@ pub(super) fn stage_doc(ctx: &Ctx, r: &Raw, reserved: &[&str], errs: &mut Errors
     let (mut doc, file, base) = match (&r.node, map_get(&r.node, "base")) {
         (Node::Scalar(Value::String(p), _), _) => {
             let path = absolute(p, ctx.base);
-            let doc = read_doc(&path, errs, r.pos, &r.name)?;
+            let doc = read_doc(&path, errs, r.pos, &r.name, None)?;
             return Some((doc, path.display().to_string(), path.parent().unwrap_or(Path::new("")).to_path_buf()));
         }
         (_, Some((b, _))) => {
             let path = absolute(&as_str(b).unwrap_or_default(), ctx.base);
-            let doc = read_doc(&path, errs, r.pos, &r.name)?;
-            (
-                doc,
-                format!("{} (stage `{}`, base '{}')", ctx.file, r.name, path.display()),
-                path.parent().unwrap_or(Path::new("")).to_path_buf(),
-            )
+            let mut doc = read_doc(&path, errs, r.pos, &r.name, Some(b.pos()))?;
+            // The document is the base with the mapping's keys set over it: each position of
+            // the base says it is of that file ([`Errors::in_base`] reports a problem there
+            // against the base, at its own line), the rest are the experiment file's.
+            errs.bases.push(Base { file: path.display().to_string(), stage: r.name.clone(), at: b.pos() });
+            doc.read_from(errs.bases.len() as u32);
+            (doc, ctx.file.to_string(), path.parent().unwrap_or(Path::new("")).to_path_buf())
         }
         (Node::Map(..), None) => (Node::Map(Vec::new(), r.node.pos()), ctx.file.to_string(), ctx.base.to_path_buf()),
         (other, None) => {
@@ -776,7 +871,7 @@ pub(super) fn stage_doc(ctx: &Ctx, r: &Raw, reserved: &[&str], errs: &mut Errors
             }
             let mut v = v.clone();
             if PATH_KEYS.iter().any(|p| path_key_matches(p, k)) {
-                if let Some(s) = as_str(&v).filter(|s| !ctx.known.iter().any(|(n, _, _)| n == s)) {
+                if let Some(s) = as_str(&v).filter(|s| named(ctx.known, s).is_none()) {
                     let p = absolute(&s, ctx.base);
                     v = Node::Scalar(Value::String(p.display().to_string()), v.pos());
                 }
@@ -939,7 +1034,7 @@ pub(super) fn wire_vocab(
     for (i, step) in steps.iter().enumerate() {
         let Some((v, pos)) = map_get(step, "vocab") else { continue };
         let Some(value) = as_str(v) else { continue };
-        let vocab_stage = ctx.known.iter().any(|(n, k, _)| n == &value && *k == Kind::Vocab);
+        let vocab_stage = named(ctx.known, &value).is_some_and(|(_, k, _)| *k == Kind::Vocab);
         // A stage that failed may be the vocab stage meant: `wire` leans on it.
         if vocab_stage || ctx.tainted.iter().any(|t| t.name == value) {
             if let Some(Wire::Stage(name)) =
@@ -973,9 +1068,9 @@ pub(super) fn json_str(p: &Path) -> String {
 fn named_wires(r: &Raw, known: &[(String, Kind, Pos)]) -> Vec<String> {
     let mut out = Vec::new();
     let mut take = |n: &Node, want: Kind| {
-        if let Some(v) = as_str(n) {
-            if v != r.name && known.iter().any(|(k, kind, _)| k == &v && *kind == want) {
-                out.push(v);
+        if let Some((name, kind, _)) = as_str(n).and_then(|v| named(known, &v)) {
+            if *name != r.name && *kind == want {
+                out.push(name.clone());
             }
         }
     };
@@ -1000,6 +1095,16 @@ fn named_wires(r: &Raw, known: &[(String, Kind, Pos)]) -> Vec<String> {
         }
     }
     out
+}
+
+/// The stage `value` names: the stage of that name — or a misnamed one (`fine tune`, its name
+/// no folder) by the name its error suggests (`fine_tune`). The name is the one mistake,
+/// reported at the stage; a wire already written with the name it is to have reads it.
+pub(super) fn named<'a>(known: &'a [(String, Kind, Pos)], value: &str) -> Option<&'a (String, Kind, Pos)> {
+    known
+        .iter()
+        .find(|(n, _, _)| n == value)
+        .or_else(|| known.iter().find(|(n, _, _)| !valid_stage_name(n) && !value.is_empty() && folder_name(n) == value))
 }
 
 /// Stage indices in resolution order: each after the stages it names, otherwise in file order

@@ -484,9 +484,9 @@ pub fn task_shards(rows: &[u64], task: TaskSpec) -> std::ops::Range<usize> {
 }
 
 /// The shards to evaluate on: classification shards, tokenized with the model's vocabulary,
-/// verified against their manifest.
+/// verified against their manifest (a bucket's download silent with `--quiet`).
 fn open_shards(opts: &EvalOptions, model: &Model) -> Result<ShardSet> {
-    let shards = ShardSet::open(&opts.data)?;
+    let shards = ShardSet::open_with(&opts.data, opts.quiet)?;
     if shards.manifest.task != "classify" {
         bail!(
             "'{}' holds `{}` shards; eval needs classification shards (a pipeline with classify_sequences)",

@@ -118,8 +118,16 @@ impl RemoteOut {
 
 /// A shard folder in a bucket, for readers: downloaded once into the local cache (each shard
 /// checked against the manifest's SHA-256 as it arrives; shards already there and intact are
-/// not fetched again), then read from disk. Returns the local folder.
+/// not fetched again), then read from disk. Returns the local folder. Its progress is shown:
+/// [`fetch_shards_with`] takes the command's `--quiet`.
 pub fn fetch_shards(url: &Path) -> Result<PathBuf> {
+    fetch_shards_with(url, false)
+}
+
+/// As [`fetch_shards`], with the download's progress — a bar on a terminal, a plain `[fetch]`
+/// line every [`line_interval`](crate::contract::progress::line_interval) in a log — silenced
+/// by `quiet` (the `--quiet` of the command that reads the shards).
+pub fn fetch_shards_with(url: &Path, quiet: bool) -> Result<PathBuf> {
     let remote = Remote::open(url)?;
     let local = crate::storage::local_folder(remote.url()).join("shards");
     std::fs::create_dir_all(&local).with_context(|| format!("could not create '{}'", local.display()))?;
@@ -135,7 +143,7 @@ pub fn fetch_shards(url: &Path) -> Result<PathBuf> {
     let manifest = Manifest::from_json(&manifest_bytes, &remote.url_of(MANIFEST))?;
     let shards: Vec<&ShardInfo> =
         manifest.splits.values().flat_map(|s| &s.shards).chain(&manifest.rejects.shards).collect();
-    let progress = Progress::new(false, "fetch");
+    let progress = Progress::new(quiet, "fetch").counting("shards");
     progress.set_total(Total::Bytes(shards.iter().map(|s| s.bytes).sum()));
     for shard in shards {
         let to = local.join(&shard.file);

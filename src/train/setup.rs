@@ -127,7 +127,7 @@ impl Trainer {
             std::env::set_var("RAYON_NUM_THREADS", cfg.threads.to_string());
         }
         let dev = device::open(opts.device.as_deref().unwrap_or(&cfg.device))?;
-        let shards = open_shards(cfg)?;
+        let shards = open_shards(cfg, opts.quiet)?;
         let extra_files = checkpoint_files(cfg, &shards)?;
         let mut notes = Vec::new();
         if cfg.shuffle_buffer.is_some() {
@@ -213,9 +213,10 @@ fn class_weights(cfg: &TrainConfig, data: &Loaders, notes: &mut Vec<String>) -> 
     Ok(Some(weights))
 }
 
-/// The shards, verified against their manifest and of the kind the objective trains on.
-fn open_shards(cfg: &TrainConfig) -> Result<Arc<ShardSet>> {
-    let shards = Arc::new(ShardSet::open(&cfg.data)?);
+/// The shards, verified against their manifest and of the kind the objective trains on; a
+/// bucket's download shows its progress unless `quiet`.
+fn open_shards(cfg: &TrainConfig, quiet: bool) -> Result<Arc<ShardSet>> {
+    let shards = Arc::new(ShardSet::open_with(&cfg.data, quiet)?);
     shards.verify()?;
     let m = &shards.manifest;
     let want = match cfg.task {

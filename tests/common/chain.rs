@@ -1,7 +1,7 @@
-//! Running `bertpipe run` from tests and reading its report.
+//! Writing experiments, running `bertpipe run` from tests and reading its report.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -18,6 +18,25 @@ pub fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
 
 pub fn bertpipe(args: &[&str], env: &[(&str, &str)]) -> Output {
     command(args, env).output().expect("run bertpipe")
+}
+
+/// `pipelines/FILE` of the checkout by absolute path, as a YAML value: the sample pipelines
+/// for an experiment written in a temporary folder.
+pub fn pipelines(file: &str) -> String {
+    super::root().join("pipelines").join(file).display().to_string()
+}
+
+/// Writes `dir/FILE`: the experiment `name: NAME`, `out: out` (beside it) with `stages` (the
+/// stages' lines, indented two spaces); returns its path.
+pub fn write_experiment(dir: &Path, file: &str, name: &str, stages: &str) -> PathBuf {
+    let path = dir.join(file);
+    std::fs::write(&path, format!("name: {name}\nout: out\nstages:\n{stages}")).unwrap();
+    path
+}
+
+/// `bertpipe run EXP --dry-run`: the plan, or the configuration errors.
+pub fn dry_run(exp: &Path) -> Output {
+    bertpipe(&["run", exp.to_str().unwrap(), "--dry-run"], &[])
 }
 
 /// `bertpipe run EXP --quiet EXTRA…`.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::common::chain::{bertpipe, report, run, statuses};
+use crate::common::chain::{bertpipe, pipelines, report, run, statuses, write_experiment};
 use crate::common::{assert_ok, manifest, root};
 
 /// Copies `from` (a folder) to `to`, recursively.
@@ -88,13 +88,11 @@ struct Chain {
 }
 
 impl Chain {
-    fn stages(&self, with_path_eval: bool) -> String {
+    /// Writes the experiment (`keys`), with the eval of the model outside `out` or without.
+    fn write(&self, with_path_eval: bool) {
         let d = self.dir.path();
-        let imdb = root().join("pipelines/imdb.yaml");
-        let finetune = root().join("pipelines/imdb-finetune.yaml");
         let mut s = format!(
-            "name: keys\nout: out\nstages:
-  data:
+            "  data:
     base: {imdb}
     source.path: {corpus}
     steps[6].vocab: {vocab}
@@ -109,10 +107,10 @@ impl Chain {
   export: {{ optimize: false, external_data: true }}
   eval: {{ split: test }}
 ",
-            imdb = imdb.display(),
+            imdb = pipelines("imdb.yaml"),
             corpus = self.corpus.display(),
             vocab = d.join("vocab/bert-base-uncased.txt").display(),
-            finetune = finetune.display(),
+            finetune = pipelines("imdb-finetune.yaml"),
         );
         if with_path_eval {
             s.push_str(&format!(
@@ -120,7 +118,7 @@ impl Chain {
                 d.join("ext/model.onnx").display()
             ));
         }
-        s
+        write_experiment(d, "chain.yaml", "keys", &s);
     }
 
     fn new() -> Chain {
@@ -133,13 +131,13 @@ impl Chain {
         let exp = dir.path().join("chain.yaml");
         let out = dir.path().join("out");
         let c = Chain { dir, corpus, exp, out };
-        std::fs::write(&c.exp, c.stages(false)).unwrap();
+        c.write(false);
         assert_ok(&run(&c.exp, &[], &[]));
         // A model outside `out`, its weights in external data, evaluated by path.
         let ext = c.dir.path().join("ext/model.onnx");
         let (ck, m) = (c.out.join("finetune/final").display().to_string(), ext.display().to_string());
         assert_ok(&bertpipe(&["export", "onnx", "--checkpoint", &ck, "--out", &m, "--external-data"], &[]));
-        std::fs::write(&c.exp, c.stages(true)).unwrap();
+        c.write(true);
         assert_ok(&run(&c.exp, &[], &[]));
         assert!(statuses(&c.out).values().all(|s| s == "up to date" || s == "ran"), "{:?}", statuses(&c.out));
         c
@@ -216,12 +214,12 @@ fn a_byte_changed_in_any_file_a_stage_read_reruns_exactly_the_stages_that_read_i
 
 /// A chain of one pipeline stage over a JSONL folder.
 fn folder_chain(dir: &Path) -> PathBuf {
-    let exp = dir.join("chain.yaml");
-    std::fs::write(
-        &exp,
-        format!(
-            "name: folder\nout: out\nstages:
-  data:
+    write_experiment(
+        dir,
+        "chain.yaml",
+        "folder",
+        &format!(
+            "  data:
     name: corpus
     source: {{ type: jsonl, path: {} }}
     steps:
@@ -233,8 +231,6 @@ fn folder_chain(dir: &Path) -> PathBuf {
             root().join("data/vocab/bert-base-uncased.txt").display()
         ),
     )
-    .unwrap();
-    exp
 }
 
 fn jsonl(n: usize, tag: &str) -> String {
@@ -352,12 +348,12 @@ fn a_file_that_appears_where_a_stage_looked_for_one_runs_it() {
     std::fs::create_dir_all(&tok).unwrap();
     let fixture = root().join("tests/fixtures/tokenizers/roberta");
     std::fs::copy(fixture.join("tokenizer.json"), tok.join("tokenizer.json")).unwrap();
-    let exp = dir.path().join("chain.yaml");
-    std::fs::write(
-        &exp,
-        format!(
-            "name: tok\nout: out\nstages:
-  data:
+    let exp = write_experiment(
+        dir.path(),
+        "chain.yaml",
+        "tok",
+        &format!(
+            "  data:
     base: {imdb}
     steps[6]: {{ type: tokenize, tokenizer: {tok} }}
     steps[7].max_len: 64
@@ -368,12 +364,11 @@ fn a_file_that_appears_where_a_stage_looked_for_one_runs_it() {
     save_steps: 1
     eval_split: none
 ",
-            imdb = root().join("pipelines/imdb.yaml").display(),
+            imdb = pipelines("imdb.yaml"),
             tok = tok.join("tokenizer.json").display(),
-            finetune = root().join("pipelines/imdb-finetune.yaml").display(),
+            finetune = pipelines("imdb-finetune.yaml"),
         ),
-    )
-    .unwrap();
+    );
     let out = dir.path().join("out");
     assert_ok(&run(&exp, &[], &[]));
     let loader = bertpipe::experiment::load(&exp, &[]).unwrap();
@@ -397,16 +392,16 @@ fn a_label_folder_that_appears_runs_the_stage_that_found_none() {
     let corpus = dir.path().join("imdb");
     copy_tree(&root().join("data/aclImdb-sample"), &corpus);
     assert!(!corpus.join("test/unsup").exists());
-    let exp = dir.path().join("chain.yaml");
-    std::fs::write(
-        &exp,
-        format!(
-            "name: unsup\nout: out\nstages:\n  data:\n    source: {{ type: aclimdb, path: {}, splits: [train, test], labels: [neg, pos, unsup] }}\n    steps:\n      - {{ type: tokenize, vocab: {} }}\n      - {{ type: classify_sequences, max_len: 32 }}\n",
+    let exp = write_experiment(
+        dir.path(),
+        "chain.yaml",
+        "unsup",
+        &format!(
+            "  data:\n    source: {{ type: aclimdb, path: {}, splits: [train, test], labels: [neg, pos, unsup] }}\n    steps:\n      - {{ type: tokenize, vocab: {} }}\n      - {{ type: classify_sequences, max_len: 32 }}\n",
             corpus.display(),
             root().join("data/vocab/bert-base-uncased.txt").display()
         ),
-    )
-    .unwrap();
+    );
     assert_ok(&run(&exp, &[], &[]));
     let loaded = bertpipe::experiment::load(&exp, &[]).unwrap();
     assert_eq!(plan(&loaded)["data"], "up to date");

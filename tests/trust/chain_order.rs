@@ -3,7 +3,7 @@
 //! what it reads runs after it, instead of failing mid-run after earlier stages (training
 //! included) have run.
 
-use crate::common::chain::{bertpipe, report, run, statuses};
+use crate::common::chain::{dry_run, pipelines, report, run, statuses, write_experiment};
 use crate::common::{assert_ok, root, stderr};
 
 fn plan_order(o: &std::process::Output, names: &[&str]) -> Vec<String> {
@@ -14,14 +14,12 @@ fn plan_order(o: &std::process::Output, names: &[&str]) -> Vec<String> {
 #[test]
 fn a_gate_listed_before_its_baseline_runs_after_it() {
     let dir = tempfile::tempdir().unwrap();
-    let imdb = root().join("pipelines/imdb.yaml");
-    let finetune = root().join("pipelines/imdb-finetune.yaml");
-    let exp = dir.path().join("chain.yaml");
-    std::fs::write(
-        &exp,
-        format!(
-            "name: order\nout: out\nstages:
-  data:
+    let exp = write_experiment(
+        dir.path(),
+        "chain.yaml",
+        "order",
+        &format!(
+            "  data:
     base: {imdb}
     steps[7].max_len: 64
     steps[7].truncation: head
@@ -30,13 +28,12 @@ fn a_gate_listed_before_its_baseline_runs_after_it() {
   export: {{ optimize: false }}
   base: {{ kind: export, from: finetune, optimize: false }}
 ",
-            imdb = imdb.display(),
-            finetune = finetune.display()
+            imdb = pipelines("imdb.yaml"),
+            finetune = pipelines("imdb-finetune.yaml")
         ),
-    )
-    .unwrap();
+    );
     let names = ["data", "finetune", "gate", "export", "base"];
-    let o = bertpipe(&["run", exp.to_str().unwrap(), "--dry-run"], &[]);
+    let o = dry_run(&exp);
     assert_ok(&o);
     let order = plan_order(&o, &names);
     assert_eq!(order, ["data", "finetune", "export", "base", "gate"], "{}", String::from_utf8_lossy(&o.stdout));
@@ -58,17 +55,17 @@ fn a_vocab_stage_named_inside_a_pipeline_file_runs_before_that_pipeline() {
         .replace("../data/aclImdb-sample", &root().join("data/aclImdb-sample").display().to_string());
     let file = dir.path().join("data.yaml");
     std::fs::write(&file, text).unwrap();
-    let exp = dir.path().join("chain.yaml");
-    std::fs::write(
-        &exp,
-        format!(
-            "name: order\nout: out\nstages:\n  data: {}\n  words: {{ kind: vocab, pipeline: {}, size: 500, min_frequency: 2 }}\n",
+    let exp = write_experiment(
+        dir.path(),
+        "chain.yaml",
+        "order",
+        &format!(
+            "  data: {}\n  words: {{ kind: vocab, pipeline: {}, size: 500, min_frequency: 2 }}\n",
             file.display(),
             imdb.display()
         ),
-    )
-    .unwrap();
-    let o = bertpipe(&["run", exp.to_str().unwrap(), "--dry-run"], &[]);
+    );
+    let o = dry_run(&exp);
     assert_ok(&o);
     assert_eq!(plan_order(&o, &["data", "words"]), ["words", "data"], "{}", String::from_utf8_lossy(&o.stdout));
 }

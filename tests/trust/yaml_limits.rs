@@ -9,10 +9,11 @@
 //!   `FILE:1:1`), and in `bertpipe run` with follow-on errors from the stages after it; it is
 //!   reported once, against the argument as typed, with the nearest valid key.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::chain::{pipelines, write_experiment};
 use crate::common::{bertpipe, root, stderr};
 
 /// Nine levels of nine aliases, each of the level before: 9^9 scalars once expanded.
@@ -81,8 +82,7 @@ fn an_alias_bomb_is_refused_at_the_alias_that_crosses_the_bound() {
     let bomb = dir.path().join("bomb.yaml");
     std::fs::write(&bomb, alias_bomb()).unwrap();
     // An experiment whose stage is the bomb reads it too.
-    let exp = dir.path().join("exp.yaml");
-    std::fs::write(&exp, "name: e\nout: out\nstages:\n  data: bomb.yaml\n").unwrap();
+    let exp = write_experiment(dir.path(), "exp.yaml", "e", "  data: bomb.yaml\n");
     let (b, e) = (bomb.to_str().unwrap(), exp.to_str().unwrap());
     // Lines a–e: aliases make 74718 nodes; the first `*e` of line 6 (`f: &f [*e, …`, column 8)
     // would repeat e's 66430 more.
@@ -102,11 +102,6 @@ fn an_alias_bomb_is_refused_at_the_alias_that_crosses_the_bound() {
         assert_eq!(code, Some(78), "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: {err}");
     }
-}
-
-/// The sample pipelines, by absolute path (for an experiment written elsewhere).
-fn pipelines(file: &str) -> PathBuf {
-    root().join("pipelines").join(file)
 }
 
 #[test]
@@ -138,16 +133,16 @@ fn a_misspelt_set_key_is_reported_once_against_the_argument() {
     // An experiment's stages: once, as typed, and without the errors of the stages after it
     // (an export with no train stage before it, an eval with no export).
     let dir = tempfile::tempdir().unwrap();
-    let exp = dir.path().join("exp.yaml");
-    std::fs::write(
-        &exp,
-        format!(
-            "name: e\nout: out\nstages:\n  data: '{}'\n  training: '{}'\n  export: {{ optimize: false }}\n  eval: {{ split: test }}\n",
-            pipelines("imdb.yaml").display(),
-            pipelines("imdb-finetune.yaml").display()
+    let exp = write_experiment(
+        dir.path(),
+        "exp.yaml",
+        "e",
+        &format!(
+            "  data: '{}'\n  training: '{}'\n  export: {{ optimize: false }}\n  eval: {{ split: test }}\n",
+            pipelines("imdb.yaml"),
+            pipelines("imdb-finetune.yaml")
         ),
-    )
-    .unwrap();
+    );
     let e = exp.to_str().unwrap();
     let o = bertpipe(&["run", e, "--dry-run", "--set", "training.lerning_rate=1"]);
     assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
