@@ -16,7 +16,8 @@
 //!
 //! The model half (`model`, `train`, `onnx`, `metrics`) reads shards through [`shards`] and
 //! the manifest through [`contract::manifest`]; [`experiment`] (`bertpipe run`) chains the
-//! commands of both, and `cli` and `main` sit on top.
+//! commands of both, `page` draws their results as one self-contained `report.html`, and `cli`
+//! and `main` sit on top.
 
 #[macro_use]
 mod tagged;
@@ -32,6 +33,7 @@ pub mod fuzz;
 pub mod metrics;
 pub mod model;
 pub mod onnx;
+pub mod page;
 pub mod pipeline;
 pub mod rng;
 pub mod sequence;

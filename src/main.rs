@@ -307,8 +307,15 @@ fn stats(args: bertpipe::cli::StatsArgs) -> ExitCode {
     };
     print!("{text}");
     if let Some(dir) = &args.plot {
-        match stats::plot::write_all(&report, dir) {
-            Ok(files) if !args.quiet => eprintln!("plots: {} files in {}", files.len(), dir.display()),
+        let page = dir.join(bertpipe::page::REPORT_PAGE);
+        let written = stats::plot::write_all(&report, dir).and_then(|files| {
+            bertpipe::page::write_stats_page(&report, &page, bertpipe::page::stats_images_in(dir)?)?;
+            Ok(files)
+        });
+        match written {
+            Ok(files) if !args.quiet => {
+                eprintln!("plots: {} files in {}; the report as a page: {}", files.len(), dir.display(), page.display())
+            }
             Ok(_) => {}
             Err(e) => {
                 eprintln!("error: {e:#}");
@@ -400,7 +407,11 @@ fn run_experiment(args: bertpipe::cli::ExperimentArgs) -> ExitCode {
                 println!("{}", experiment::format_summary(&r));
             } else {
                 eprintln!("{}", experiment::format_summary(&r));
-                eprintln!("report: {}", r.out.join("report.md").display());
+                let page = r.out.join(bertpipe::page::REPORT_PAGE);
+                match page.is_file() {
+                    true => eprintln!("report: {} (and {})", page.display(), r.out.join("report.md").display()),
+                    false => eprintln!("report: {}", r.out.join("report.md").display()),
+                }
             }
             if r.interrupted {
                 eprintln!("interrupted; run the same command to continue");

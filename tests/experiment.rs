@@ -9,19 +9,15 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::chain::{bertpipe, eval_by_hand, report, run, statuses};
-use common::{assert_ok, root, stderr};
+use common::chain::{bertpipe, eval_by_hand, pipelines, report, run, statuses, write_experiment};
+use common::{assert_ok, stderr};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The sample chain with small training runs, written into `dir`, writing under `dir/out`.
 fn experiment(dir: &Path) -> PathBuf {
-    let p = |f: &str| root().join("pipelines").join(f).display().to_string();
-    let yaml = format!(
-        "name: sample-chain
-out: out
-stages:
-  pretrain_data: {}
+    let stages = format!(
+        "  pretrain_data: {}
   pretrain:
     base: {}
     max_steps: 20
@@ -36,14 +32,12 @@ stages:
   export: {{ optimize: false }}
   eval: {{ split: test }}
 ",
-        p("imdb-pretrain.yaml"),
-        p("imdb-mlm.yaml"),
-        p("imdb.yaml"),
-        p("imdb-finetune.yaml")
+        pipelines("imdb-pretrain.yaml"),
+        pipelines("imdb-mlm.yaml"),
+        pipelines("imdb.yaml"),
+        pipelines("imdb-finetune.yaml")
     );
-    let path = dir.join("chain.yaml");
-    std::fs::write(&path, yaml).unwrap();
-    path
+    write_experiment(dir, "chain.yaml", "sample-chain", &stages)
 }
 
 /// A digest of every file under each stage's folder.
@@ -60,6 +54,44 @@ fn folder_digests(out: &Path) -> BTreeMap<String, String> {
         }
     }
     m
+}
+
+/// `OUT/report.html` of the chain: a section per stage, the corpus charts of both pipelines,
+/// the curves of both trainings, the evaluation's three charts and tables, all inlined; it
+/// renders in headless Chromium with every picture loaded and nothing wider than the page.
+fn assert_report_page(out: &Path, stages: &[&str]) -> String {
+    let page = out.join("report.html");
+    let html = std::fs::read_to_string(&page).unwrap();
+    for s in stages {
+        assert!(html.contains(&format!(">{s} (")), "no section for `{s}`");
+    }
+    for part in [
+        "Confusion matrix",
+        "ROC curve",
+        "Reliability diagram",
+        "Training and evaluation loss",
+        "Splits and labels",
+        "By length",
+    ] {
+        assert!(html.contains(part), "{part} is not on the page");
+    }
+    assert!(!html.contains("Not shown:"), "a section could not be shown");
+    // The pretraining shards: tokens and NSP labels (no noise column); the classification
+    // shards: tokens, noise and labels; each training: loss and eval curves; eval: confusion,
+    // ROC and calibration.
+    let images = html.matches("src=\"data:image/png;base64,").count();
+    assert_eq!(images, 2 + 3 + 2 * 2 + 3, "pictures on the page");
+    if let Some(r) = common::browser::check_page(&page, "experiment-sample-chain") {
+        assert_eq!(r.images.len(), images);
+    }
+    html
+}
+
+/// The page without the parts that say how this run went (status badges, seconds, reasons).
+fn strip_status(html: &str) -> String {
+    let stages = html.find("<h2 id=\"stages\"").unwrap();
+    let first = html[stages + 1..].find("<h2").unwrap() + stages + 1;
+    html[first..].lines().filter(|l| !l.contains("class=\"badge")).collect::<Vec<_>>().join("\n")
 }
 
 fn expect(statuses: &BTreeMap<String, String>, want: &[(&str, &str)]) {
@@ -113,6 +145,7 @@ fn a_chain_runs_is_then_up_to_date_and_a_change_reruns_exactly_what_is_downstrea
         serde_json::from_str(&std::fs::read_to_string(out.join(format!(".stages/{s}.json"))).unwrap()).unwrap()
     };
     assert_eq!(record("export")["parts"]["upstream"]["finetune"], record("finetune")["identity"]);
+    let page = assert_report_page(&out, &all);
 
     // Again: nothing runs, nothing changes.
     let before = folder_digests(&out);
@@ -121,6 +154,8 @@ fn a_chain_runs_is_then_up_to_date_and_a_change_reruns_exactly_what_is_downstrea
     expect(&statuses(&out), &all.map(|s| (s, "up to date")));
     assert_eq!(folder_digests(&out), before);
     assert!(stderr(&o).contains("up to date"), "{}", stderr(&o));
+    // The page of an up-to-date chain shows every stage as fully as the run that built it.
+    assert_eq!(strip_status(&assert_report_page(&out, &all)), strip_status(&page));
 
     // --dry-run after a cleaning change: what would run and the first reason, nothing run.
     let change = ["--set", "data.steps[4].max_noise=12"];
@@ -210,10 +245,9 @@ fn a_chain_killed_during_finetune_continues_to_the_same_weights_and_figures() {
 #[test]
 fn cycles_bad_wires_and_unknown_stages_are_located_configuration_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let p = |f: &str| root().join("pipelines").join(f).display().to_string();
-    let check = |name: &str, yaml: String, want: &[&str]| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, yaml).unwrap();
+    // `file`: the experiment `name` with `stages`; `want`: what its errors must say.
+    let check = |file: &str, name: &str, stages: String, want: &[&str]| {
+        let path = write_experiment(dir.path(), file, name, &stages);
         for args in
             [vec!["run", path.to_str().unwrap(), "--dry-run"], vec!["pipeline", "validate", path.to_str().unwrap()]]
         {
@@ -226,38 +260,47 @@ fn cycles_bad_wires_and_unknown_stages_are_located_configuration_errors() {
     };
     check(
         "cycle.yaml",
+        "c",
         format!(
-            "name: c\nout: out\nstages:\n  a: {{ base: {0}, init_from: b }}\n  b: {{ base: {0}, init_from: a }}\n",
-            p("imdb-finetune.yaml")
+            "  a: {{ base: {0}, init_from: b }}\n  b: {{ base: {0}, init_from: a }}\n",
+            pipelines("imdb-finetune.yaml")
         ),
         &["cycle.yaml:4:3: stages form a cycle: a → b → a"],
     );
     check(
         "wire.yaml",
-        format!("name: w\nout: out\nstages:\n  data: {}\n  export: {{ checkpoint: /nowhere }}\n  finetune: {{ base: {}, data: export }}\n", p("imdb.yaml"), p("imdb-finetune.yaml")),
+        "w",
+        format!(
+            "  data: {}\n  export: {{ checkpoint: /nowhere }}\n  finetune: {{ base: {}, data: export }}\n",
+            pipelines("imdb.yaml"),
+            pipelines("imdb-finetune.yaml")
+        ),
         &["wire.yaml:6:", "finetune.data: `export` is an export stage; data must name a pipeline stage (data)"],
     );
     check(
         "unknown.yaml",
+        "u",
         format!(
-            "name: u\nout: out\nstages:\n  pretrain: {}\n  finetune: {{ base: {}, init_from: pretrian }}\n",
-            p("imdb-mlm.yaml"),
-            p("imdb-finetune.yaml")
+            "  pretrain: {}\n  finetune: {{ base: {}, init_from: pretrian }}\n",
+            pipelines("imdb-mlm.yaml"),
+            pipelines("imdb-finetune.yaml")
         ),
         &["unknown.yaml:5:", "finetune.init_from: no stage `pretrian` and no such path, did you mean `pretrain`?"],
     );
     check(
         "kind.yaml",
-        "name: k\nout: out\nstages:\n  score: { kind: evl }\n".into(),
+        "k",
+        "  score: { kind: evl }\n".into(),
         &["kind.yaml:4:12: score.kind: unknown kind `evl`, did you mean `eval`?"],
     );
     // A stage's own file keeps its own located errors.
     check(
         "inner.yaml",
+        "i",
         format!(
-            "name: i\nout: out\nstages:\n  data: {}\n  finetune: {{ base: {}, learning_rat: 1 }}\n",
-            p("imdb.yaml"),
-            p("imdb-finetune.yaml")
+            "  data: {}\n  finetune: {{ base: {}, learning_rat: 1 }}\n",
+            pipelines("imdb.yaml"),
+            pipelines("imdb-finetune.yaml")
         ),
         &["unknown field `learning_rat`", "did you mean `learning_rate`?"],
     );
@@ -269,9 +312,7 @@ fn cycles_bad_wires_and_unknown_stages_are_located_configuration_errors() {
 #[test]
 fn a_pipeline_stage_runs_as_a_task_array_and_the_chain_merges_it() {
     let dir = tempfile::tempdir().unwrap();
-    let yaml = format!("name: array\nout: out\nstages:\n  data: {}\n", root().join("pipelines/imdb.yaml").display());
-    let exp = dir.path().join("array.yaml");
-    std::fs::write(&exp, yaml).unwrap();
+    let exp = write_experiment(dir.path(), "array.yaml", "array", &format!("  data: {}\n", pipelines("imdb.yaml")));
     let e = exp.to_str().unwrap();
     for phase in [&["--scan"][..], &[]] {
         for i in ["0", "1"] {
@@ -305,12 +346,11 @@ fn a_pipeline_stage_runs_as_a_task_array_and_the_chain_merges_it() {
 #[test]
 fn a_vocab_stage_feeds_the_tokenize_step_that_names_it() {
     let dir = tempfile::tempdir().unwrap();
-    let imdb = root().join("pipelines/imdb.yaml").display().to_string();
-    let yaml = format!(
-        "name: own-vocab\nout: out\nstages:\n  data:\n    base: {imdb}\n    steps[6].vocab: words\n  words: {{ kind: vocab, pipeline: {imdb}, size: 2000, min_frequency: 2 }}\n"
+    let imdb = pipelines("imdb.yaml");
+    let stages = format!(
+        "  data:\n    base: {imdb}\n    steps[6].vocab: words\n  words: {{ kind: vocab, pipeline: {imdb}, size: 2000, min_frequency: 2 }}\n"
     );
-    let exp = dir.path().join("vocab.yaml");
-    std::fs::write(&exp, yaml).unwrap();
+    let exp = write_experiment(dir.path(), "vocab.yaml", "own-vocab", &stages);
     assert_ok(&run(&exp, &[], &[]));
     let out = dir.path().join("out");
     let st = statuses(&out);
@@ -324,12 +364,8 @@ fn a_vocab_stage_feeds_the_tokenize_step_that_names_it() {
 #[test]
 fn an_int8_export_is_a_stage_and_its_gate_against_the_fp32_export_is_held_in_the_chain() {
     let dir = tempfile::tempdir().unwrap();
-    let p = |f: &str| root().join("pipelines").join(f).display().to_string();
-    let yaml = format!(
-        "name: int8-chain
-out: out
-stages:
-  data: {}
+    let stages = format!(
+        "  data: {}
   finetune:
     base: {}
     max_steps: 12
@@ -338,11 +374,10 @@ stages:
   export_int8: {{ kind: export, precision: int8, verify: true }}
   gate: {{ kind: eval, model: export_int8, baseline: export, max_drop: 0.5 }}
 ",
-        p("imdb.yaml"),
-        p("imdb-finetune.yaml")
+        pipelines("imdb.yaml"),
+        pipelines("imdb-finetune.yaml")
     );
-    let exp = dir.path().join("chain.yaml");
-    std::fs::write(&exp, yaml).unwrap();
+    let exp = write_experiment(dir.path(), "chain.yaml", "int8-chain", &stages);
     let out = dir.path().join("out");
     assert_ok(&run(&exp, &[], &[]));
     expect(&statuses(&out), &["data", "finetune", "export", "export_int8", "gate"].map(|s| (s, "ran")));

@@ -473,3 +473,54 @@ fn damaged_or_foreign_onnx_models_are_refused_by_eval_and_predict() {
         assert_refused(&o, &needles);
     }
 }
+
+/// `stats --json` of a shard folder, without what names the folder.
+fn stats_json(shards: &Path) -> serde_json::Value {
+    let o = run(&["stats", p(shards), "--json", "--by", "label", "--quiet"]);
+    assert_ok(&o);
+    let mut v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["input"]["path"] = serde_json::Value::Null;
+    v
+}
+
+#[test]
+fn stats_reads_shards_rewritten_by_pandas_or_spark_as_the_originals_and_refuses_fractional_labels() {
+    use arrow_array::{BinaryArray, DictionaryArray, Float64Array as F64};
+    use bertpipe::contract::columns::{floats, ints};
+    let b = base();
+    let dir = tempfile::tempdir().unwrap();
+    // What pandas (float labels once a NaN passed through, `category` ids), Spark (strings as
+    // binary) and others write: the same numbers and texts in other Arrow types.
+    let shards = rewritten(dir.path(), &SHARDS, |batch| {
+        let col = |n: &str| batch.column_by_name(n).unwrap().clone();
+        let labels: F64 =
+            ints(col("label").as_ref(), "label").unwrap().into_iter().map(|v| v.map(|x| x as f64)).collect();
+        let ids: DictionaryArray<Int32Type> = col("id").as_string::<i32>().iter().collect();
+        let lengths: arrow_array::Int64Array = ints(col("length").as_ref(), "length").unwrap().into_iter().collect();
+        let noise: F64 =
+            floats(col("noise_score").as_ref(), "noise_score").unwrap().into_iter().map(|v| v.map(f64::from)).collect();
+        let batch = with_column(batch, "label", Arc::new(labels));
+        let batch = with_column(batch, "id", Arc::new(ids));
+        let batch = with_column(batch, "length", Arc::new(lengths));
+        with_column(batch, "noise_score", Arc::new(noise))
+    });
+    assert_eq!(stats_json(&shards), stats_json(&b.shards), "the same rows, the same statistics");
+    let binary = tempfile::tempdir().unwrap();
+    let shards = rewritten(binary.path(), &SHARDS, |batch| {
+        let ids: BinaryArray =
+            batch.column_by_name("id").unwrap().as_string::<i32>().iter().map(|s| s.map(str::as_bytes)).collect();
+        with_column(batch, "id", Arc::new(ids))
+    });
+    assert_eq!(stats_json(&shards), stats_json(&b.shards), "ids written as binary");
+    // A label of 0.5 is no class: refused, naming the column and the row.
+    let half = tempfile::tempdir().unwrap();
+    let shards = rewritten(half.path(), &SHARDS[..1], |batch| {
+        let n = batch.num_rows();
+        let labels: F64 = (0..n).map(|i| Some(if i == 3 { 0.5 } else { 1.0 })).collect();
+        with_column(batch, "label", Arc::new(labels))
+    });
+    let o = run(&["stats", p(&shards), "--quiet"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("part-00000.parquet") && err.contains("row 3") && err.contains("`label` holds 0.5"), "{err}");
+}

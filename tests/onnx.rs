@@ -425,6 +425,17 @@ fn eval_on_the_sample_shards_writes_metrics_that_match_its_predictions() {
             assert!(out.join(format!("{f}.{ext}")).is_file(), "{f}.{ext}");
         }
     }
+    // The same report as a page: the three charts inlined, the mistakes with their texts, and
+    // it renders in a browser with every picture loaded.
+    let page = out.join("report.html");
+    assert!(report["outputs"].as_array().unwrap().iter().any(|o| o.as_str() == page.to_str()), "listed in outputs");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert_eq!(html.matches("src=\"data:image/png;base64,").count(), 3);
+    let id = first["id"].as_str().unwrap();
+    assert!(html.contains("Most confident mistakes") && html.contains(id), "the mistakes are on the page");
+    if let Some(r) = common::browser::check_page(&page, "eval-sample") {
+        assert_eq!(r.images.len(), 3);
+    }
 
     // The same model in candle (training's evaluation) gives the same metrics.
     let (candle, _) = bertpipe::train::evaluate_checkpoint(&t.checkpoint, &t.shards, "test", 64).unwrap();

@@ -322,7 +322,17 @@ fn plots_are_written_and_well_formed() {
     names.sort();
     assert_eq!(
         names,
-        ["labels.png", "labels.svg", "noise.png", "noise.svg", "tokens.png", "tokens.svg", "words.png", "words.svg"]
+        [
+            "labels.png",
+            "labels.svg",
+            "noise.png",
+            "noise.svg",
+            "report.html",
+            "tokens.png",
+            "tokens.svg",
+            "words.png",
+            "words.svg"
+        ]
     );
     for stem in ["labels", "noise", "tokens", "words"] {
         let svg = std::fs::read_to_string(plots.join(format!("{stem}.svg"))).unwrap();

@@ -107,6 +107,82 @@ pub fn strings_required(col: &dyn Array, name: &str) -> Result<Vec<String>> {
         .collect()
 }
 
+/// A column read as text for a report, whatever wrote it: any string type, a dictionary of
+/// strings (a pandas `category`), binary holding UTF-8 (Spark writes strings so), integers
+/// (ids a tool wrote as numbers) as their decimal digits; nulls as `None`. Anything else, or
+/// binary that is not UTF-8, is an error naming the column.
+pub fn texts(col: &dyn Array, name: &str) -> Result<Vec<Option<String>>> {
+    if let Some(dict) = col.as_any_dictionary_opt() {
+        let values = texts(dict.values().as_ref(), name)?;
+        let keys = dict.normalized_keys();
+        return Ok((0..col.len()).map(|i| if col.is_null(i) { None } else { values[keys[i]].clone() }).collect());
+    }
+    let binary = |i: usize| -> Option<&[u8]> {
+        match col.data_type() {
+            DataType::Binary => Some(col.as_binary::<i32>().value(i)),
+            DataType::LargeBinary => Some(col.as_binary::<i64>().value(i)),
+            DataType::BinaryView => Some(col.as_binary_view().value(i)),
+            _ => None,
+        }
+    };
+    match col.data_type() {
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => (0..col.len())
+            .map(|i| match col.is_null(i) {
+                true => Ok(None),
+                false => String::from_utf8(binary(i).unwrap_or_default().to_vec())
+                    .map(Some)
+                    .map_err(|_| anyhow::anyhow!("row {i}: column `{name}` holds bytes that are not UTF-8 text")),
+            })
+            .collect(),
+        t if t.is_integer() => Ok(ints(col, name)?.into_iter().map(|v| v.map(|v| v.to_string())).collect()),
+        _ => strings(col, name),
+    }
+}
+
+/// A column read as numbers for a report, whatever wrote it: integers, floats, booleans (0 and
+/// 1), a dictionary of those, or strings that parse as numbers (`"1"`); nulls as `None`.
+/// Anything else is an error naming the column.
+pub fn numbers(col: &dyn Array, name: &str) -> Result<Vec<Option<f64>>> {
+    if let Some(dict) = col.as_any_dictionary_opt() {
+        let values = numbers(dict.values().as_ref(), name)?;
+        let keys = dict.normalized_keys();
+        return Ok((0..col.len()).map(|i| if col.is_null(i) { None } else { values[keys[i]] }).collect());
+    }
+    match col.data_type() {
+        t if t.is_integer() => Ok(ints(col, name)?.into_iter().map(|v| v.map(|v| v as f64)).collect()),
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => Ok(floats64(col).into_iter().collect()),
+        DataType::Boolean => {
+            let b = col.as_boolean();
+            Ok((0..col.len()).map(|i| (!col.is_null(i)).then(|| if b.value(i) { 1.0 } else { 0.0 })).collect())
+        }
+        DataType::Null => Ok(vec![None; col.len()]),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => (0..col.len())
+            .map(|i| match string_at(col, i) {
+                None => Ok(None),
+                Some(s) => s
+                    .trim()
+                    .parse::<f64>()
+                    .map(Some)
+                    .map_err(|_| anyhow::anyhow!("row {i}: column `{name}` holds {s:?}, which is not a number")),
+            })
+            .collect(),
+        other => bail!("column `{name}` holds {other}; bertpipe reads numbers there"),
+    }
+}
+
+/// A float column's values in f64 (the caller checked the type), nulls as `None`.
+fn floats64(col: &dyn Array) -> Vec<Option<f64>> {
+    (0..col.len())
+        .map(|i| {
+            (!col.is_null(i)).then(|| match col.data_type() {
+                DataType::Float16 => col.as_primitive::<Float16Type>().value(i).to_f64(),
+                DataType::Float32 => col.as_primitive::<Float32Type>().value(i) as f64,
+                _ => col.as_primitive::<Float64Type>().value(i),
+            })
+        })
+        .collect()
+}
+
 /// A float column (float16, float32 or float64), nulls as `None`.
 pub fn floats(col: &dyn Array, name: &str) -> Result<Vec<Option<f32>>> {
     let value = |i: usize| -> f32 {

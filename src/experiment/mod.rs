@@ -36,6 +36,7 @@
 pub mod config;
 pub mod digest;
 pub mod lock;
+mod page;
 pub mod stages;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -750,14 +751,20 @@ fn key_parts(stage: &Stage, upstream: BTreeMap<String, String>, digests: &mut Di
     })
 }
 
-/// `OUT/report.json` and `OUT/report.md`.
+/// `OUT/report.json`, `OUT/report.md` and `OUT/report.html`. The page is drawn from the stages'
+/// folders; a page that cannot be written is said on stderr and costs nothing else (the JSON
+/// and Markdown reports hold every figure).
 fn write_reports(r: &Report) -> Result<()> {
     std::fs::create_dir_all(&r.out)?;
     crate::contract::write_file_atomic(
         &r.out.join("report.json"),
         (serde_json::to_string_pretty(r)? + "\n").as_bytes(),
     )?;
-    crate::contract::write_file_atomic(&r.out.join("report.md"), format_markdown(r).as_bytes())
+    crate::contract::write_file_atomic(&r.out.join("report.md"), format_markdown(r).as_bytes())?;
+    if let Err(e) = page::write(r) {
+        eprintln!("warning: {} not written: {e:#}", r.out.join(crate::page::REPORT_PAGE).display());
+    }
+    Ok(())
 }
 
 /// The headline figures of a stage, in words.

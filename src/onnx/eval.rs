@@ -379,7 +379,7 @@ pub fn recorded_fingerprints(out: &Path) -> std::collections::BTreeSet<String> {
 
 /// The fingerprint an evaluation with `opts` records (see [`super::infer::Header`]).
 pub fn fingerprint(opts: &EvalOptions) -> Result<String> {
-    super::infer::fingerprint(opts, &crate::shards::ShardSet::open(&opts.data)?)
+    super::infer::fingerprint(opts, &crate::shards::ShardSet::open_with(&opts.data, opts.quiet)?)
 }
 
 /// `bertpipe eval merge OUT`: every task's part, checked to be one evaluation and complete,
@@ -513,6 +513,7 @@ fn finish(out: &Path, parts: &[Part]) -> Result<EvalReport> {
     if let Some(m) = &scores.metrics {
         outputs.extend(plots(out, m, &scores, names)?.into_iter().map(|p| p.display().to_string()));
     }
+    outputs.push(out.join(crate::page::REPORT_PAGE).display().to_string());
     let leakage = h.leakage.as_ref().map(|l| {
         let (clean, leaked_only) = match scores.parts.clone() {
             Some((c, d)) => (Some(c), Some(d)),
@@ -564,7 +565,21 @@ fn finish(out: &Path, parts: &[Part]) -> Result<EvalReport> {
     };
     let json = serde_json::to_string_pretty(&report)? + "\n";
     crate::contract::write_file_atomic(&out.join("metrics.json"), json.as_bytes())?;
+    // The page is a view of metrics.json: one that cannot be written is said, and the
+    // evaluation stands.
+    if let Err(e) = write_page(out, &report) {
+        eprintln!("warning: {e:#}");
+    }
     Ok(report)
+}
+
+/// Writes `OUT/report.html` from the report as `metrics.json` holds it and the charts in `OUT`.
+fn write_page(out: &Path, r: &EvalReport) -> Result<()> {
+    let mut page = crate::page::Page::new(format!("Evaluation: split `{}`", r.split));
+    page.meta(format!("model {}", r.model));
+    page.meta(format!("written to {}", out.display()));
+    crate::page::eval_section(&mut page, &serde_json::to_value(r)?, out)?;
+    page.write(&out.join(crate::page::REPORT_PAGE))
 }
 
 /// The parts' lists joined and cut as one process would have cut them.
@@ -785,6 +800,9 @@ pub fn format_report(r: &EvalReport) -> String {
         out.extend(super::gate::format(g));
     }
     out.push(format!("wrote {}", r.outputs.first().map(|s| s.as_str()).unwrap_or("")));
+    if let Some(page) = r.outputs.iter().find(|o| o.ends_with(crate::page::REPORT_PAGE) && Path::new(o).is_file()) {
+        out.push(format!("the report as a page: {page}"));
+    }
     out.join("\n")
 }
 

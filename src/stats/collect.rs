@@ -3,13 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use polars::prelude::{
-    col, lit, DataFrame, DataType, Float32Chunked, LazyFrame, PlRefPath, PolarsResult, ScanArgsParquet, Schema, NULL,
-};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
 use serde::Serialize;
 
 use super::table::{Columns, DocTable, Record, TextMeasure};
@@ -142,13 +140,13 @@ pub fn source_kind_by_name(path: &Path) -> Option<InputKind> {
 /// What `path` is, as [`detect`] decides; in a bucket, a source file is known by its name and
 /// anything else is a shard folder, fetched into the local cache first (the path to read is
 /// returned with the kind).
-pub fn locate(path: &Path) -> Result<(PathBuf, InputKind)> {
+pub fn locate(path: &Path, quiet: bool) -> Result<(PathBuf, InputKind)> {
     if !crate::storage::is_remote(path) {
         return Ok((path.to_path_buf(), detect(path)?));
     }
     Ok(match source_kind_by_name(path) {
         Some(kind) => (path.to_path_buf(), kind),
-        None => (crate::sink::remote::fetch_shards(path)?, InputKind::Shards),
+        None => (crate::sink::remote::fetch_shards_with(path, quiet)?, InputKind::Shards),
     })
 }
 
@@ -343,7 +341,7 @@ pub fn from_pipeline(pipeline: &Pipeline, is_pipeline: bool, path: &Path, opts: 
     })
 }
 
-/// Reads a finished shard folder with polars, shard by shard (memory: one shard at a time),
+/// Reads a finished shard folder with the parquet crate, shard by shard (memory: one shard at a time),
 /// after checking every shard against the manifest (presence, size, SHA-256).
 pub fn from_shards(root: &Path, opts: &StatsOptions) -> Result<Collected> {
     let started = Instant::now();
@@ -362,43 +360,27 @@ pub fn from_shards(root: &Path, opts: &StatsOptions) -> Result<Collected> {
         .flat_map(|(split, s)| s.shards.iter().map(move |sh| ((*split).clone(), root.join(&sh.file), sh.bytes)))
         .collect();
     let pretrain = m.task == "pretrain";
-    let schema = match files.first() {
-        Some((_, file, _)) => {
-            scan(file)?.collect_schema().with_context(|| format!("could not read '{}'", file.display()))?
-        }
-        None => Arc::new(Schema::default()),
+    // The columns are chosen from the first shard's schema (a pipeline writes one schema).
+    let names: Vec<String> = match files.first() {
+        Some((_, file, _)) => open_shard(file)?.schema().fields().iter().map(|f| f.name().clone()).collect(),
+        None => Vec::new(),
     };
-    let has = |c: &str| schema.contains(c);
+    let has = |c: &str| names.iter().any(|n| n == c);
     let columns = Columns { text: has("text"), tokens: has("length"), unk: false, noise: has("noise_score") };
-    let id_col = if has("id") { "id" } else { "doc_id" };
-    let label_col = if pretrain { "next_sentence_label" } else { "label" };
-    let mut select = vec![col(id_col).cast(DataType::String).alias("id")];
-    select.push(
-        if has(label_col) { col(label_col).cast(DataType::Int64) } else { lit(NULL).cast(DataType::Int64) }
-            .alias("label"),
-    );
-    if columns.tokens {
-        select.push(col("length").cast(DataType::UInt32));
-    }
-    if columns.noise {
-        select.extend(NoiseComponents::COLUMNS.iter().map(|c| col(*c).cast(DataType::Float32)));
-    }
-    if columns.text {
-        select.push(col("text"));
-    }
+    let wanted = Wanted {
+        id: if has("id") { "id" } else { "doc_id" },
+        label: Some(if pretrain { "next_sentence_label" } else { "label" }).filter(|c| has(c)),
+        columns,
+    };
 
     let mut table = DocTable::new(columns, opts.top);
     let progress = Progress::new(opts.quiet, "stats");
     progress.set_total(Total::Bytes(files.iter().map(|f| f.2).sum()));
     let mut text_bytes = 0u64;
     for (split, file, bytes) in &files {
-        let df = scan(file)?
-            .select(select.clone())
-            .collect()
+        let rows = read_shard(file, &wanted, &mut table, split, &mut text_bytes)
             .with_context(|| format!("could not read '{}'", file.display()))?;
-        text_bytes += push_frame(&mut table, split, &df)
-            .with_context(|| format!("unexpected columns in '{}'", file.display()))?;
-        progress.advance(*bytes, df.height() as u64);
+        progress.advance(*bytes, rows);
     }
     progress.finish();
 
@@ -436,48 +418,84 @@ pub fn from_shards(root: &Path, opts: &StatsOptions) -> Result<Collected> {
     })
 }
 
-fn scan(file: &Path) -> Result<LazyFrame> {
-    let path = PlRefPath::from(file.to_string_lossy().as_ref());
-    LazyFrame::scan_parquet(path, ScanArgsParquet::default())
-        .with_context(|| format!("could not open '{}'", file.display()))
+/// The columns [`from_shards`] reads from every shard.
+struct Wanted {
+    id: &'static str,
+    label: Option<&'static str>,
+    columns: Columns,
 }
 
-/// Adds a shard's rows (columns as selected by [`from_shards`]) to the table; returns the bytes
-/// of text seen.
-fn push_frame(table: &mut DocTable, split: &str, df: &DataFrame) -> Result<u64> {
-    let c = table.columns;
-    let ids = df.column("id")?.str()?;
-    let labels = df.column("label")?.i64()?;
-    let lengths = if c.tokens { Some(df.column("length")?.u32()?) } else { None };
-    let noise: Vec<&Float32Chunked> = if c.noise {
-        NoiseComponents::COLUMNS.iter().map(|n| df.column(n).and_then(|c| c.f32())).collect::<PolarsResult<_>>()?
-    } else {
-        Vec::new()
-    };
-    let texts = if c.text { Some(df.column("text")?.str()?) } else { None };
-    let mut ids = ids.iter();
-    let mut labels = labels.iter();
-    let mut lengths = lengths.map(|l| l.iter());
-    let mut noise: Vec<_> = noise.iter().map(|n| n.iter()).collect();
-    let mut texts = texts.map(|t| t.iter());
-    let mut text_bytes = 0u64;
-    for _ in 0..df.height() {
-        let text = texts.as_mut().map(|t| t.next().flatten().unwrap_or(""));
-        text_bytes += text.map_or(0, |t| t.len() as u64);
-        let mut values = [0f32; 6];
-        for (v, it) in values.iter_mut().zip(noise.iter_mut()) {
-            *v = it.next().flatten().unwrap_or(f32::NAN);
-        }
-        table.push(Record {
-            id: ids.next().flatten().unwrap_or(""),
-            split,
-            label: labels.next().flatten(),
-            text,
-            measured: None,
-            tokens: lengths.as_mut().map(|l| l.next().flatten().unwrap_or(0)),
-            unk: None,
-            noise: c.noise.then_some(values),
-        });
+fn open_shard(file: &Path) -> Result<ParquetRecordBatchReaderBuilder<std::fs::File>> {
+    let f = std::fs::File::open(file).with_context(|| format!("could not open '{}'", file.display()))?;
+    ParquetRecordBatchReaderBuilder::try_new(f).with_context(|| format!("'{}' is not a Parquet file", file.display()))
+}
+
+/// Adds one shard's rows (the columns in `w`) to the table, batch by batch; returns the rows.
+/// Columns are read from any Arrow type that means the same — what pyarrow, pandas, polars or
+/// Spark write when a user rewrites a shard ([`crate::contract::columns::texts`], [`crate::contract::columns::numbers`]);
+/// a class id or a length that is not a whole number in range is an error naming the row.
+fn read_shard(file: &Path, w: &Wanted, table: &mut DocTable, split: &str, text_bytes: &mut u64) -> Result<u64> {
+    use crate::contract::columns::{numbers, required, texts};
+    let builder = open_shard(file)?;
+    let c = w.columns;
+    let mut names = vec![w.id];
+    names.extend(w.label);
+    if c.tokens {
+        names.push("length");
     }
-    Ok(text_bytes)
+    if c.noise {
+        names.extend(NoiseComponents::COLUMNS);
+    }
+    if c.text {
+        names.push("text");
+    }
+    let fields = builder.parquet_schema().root_schema().get_fields();
+    let roots: Vec<usize> = (0..fields.len()).filter(|&i| names.contains(&fields[i].name())).collect();
+    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    let mut rows = 0u64;
+    for batch in builder.with_projection(mask).build()? {
+        let batch = batch?;
+        let whole = |name: &str, lo: f64, hi: f64| -> Result<Vec<Option<i64>>> {
+            let values = numbers(required(&batch, name)?, name)?;
+            values
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Some(x) if x.fract() != 0.0 || x < lo || x > hi => {
+                        bail!("row {}: column `{name}` holds {x}, not a whole number in {lo}..={hi}", rows + i as u64)
+                    }
+                    v => Ok(v.map(|x| x as i64)),
+                })
+                .collect()
+        };
+        let ids = texts(required(&batch, w.id)?, w.id)?;
+        let labels = w.label.map(|l| whole(l, i64::MIN as f64, i64::MAX as f64)).transpose()?;
+        let lengths = if c.tokens { Some(whole("length", 0.0, u32::MAX as f64)?) } else { None };
+        let noise: Vec<Vec<Option<f64>>> = if c.noise {
+            NoiseComponents::COLUMNS.iter().map(|n| numbers(required(&batch, n)?, n)).collect::<Result<_>>()?
+        } else {
+            Vec::new()
+        };
+        let text = if c.text { Some(texts(required(&batch, "text")?, "text")?) } else { None };
+        for i in 0..batch.num_rows() {
+            let text = text.as_ref().map(|t| t[i].as_deref().unwrap_or(""));
+            *text_bytes += text.map_or(0, |t| t.len() as u64);
+            let mut values = [0f32; 6];
+            for (v, n) in values.iter_mut().zip(&noise) {
+                *v = n[i].map_or(f32::NAN, |x| x as f32);
+            }
+            table.push(Record {
+                id: ids[i].as_deref().unwrap_or(""),
+                split,
+                label: labels.as_ref().and_then(|l| l[i]),
+                text,
+                measured: None,
+                tokens: lengths.as_ref().map(|l| l[i].map_or(0, |n| n as u32)),
+                unk: None,
+                noise: c.noise.then_some(values),
+            });
+        }
+        rows += batch.num_rows() as u64;
+    }
+    Ok(rows)
 }

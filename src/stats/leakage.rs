@@ -84,8 +84,8 @@ enum Corpus {
 }
 
 impl Corpus {
-    fn open(path: &Path, set: &[String]) -> Result<Corpus> {
-        let (located, kind) = collect::locate(path)?;
+    fn open(path: &Path, set: &[String], quiet: bool) -> Result<Corpus> {
+        let (located, kind) = collect::locate(path, quiet)?;
         let path = located.as_path();
         let config = |e: crate::config::ConfigErrors| anyhow::anyhow!("{e}");
         Ok(match kind {
@@ -93,7 +93,7 @@ impl Corpus {
                 if !set.is_empty() {
                     bail!("--set applies to pipelines and sources, not to the shard folder '{}'", path.display());
                 }
-                Corpus::Shards(Box::new(ShardSet::open(path)?))
+                Corpus::Shards(Box::new(ShardSet::open_with(path, quiet)?))
             }
             InputKind::Pipeline => Corpus::Pipeline(Box::new(Pipeline::load(path, set).map_err(config)?)),
             InputKind::Source(kind) => {
@@ -235,7 +235,7 @@ pub fn run(opts: &LeakageOptions) -> Result<LeakageReport> {
     let mut against = Vec::new();
     for reading in &readings {
         let shown = reading.path.display().to_string();
-        let corpus = Corpus::open(&reading.path, &opts.set)?;
+        let corpus = Corpus::open(&reading.path, &opts.set, opts.quiet)?;
         let splits = corpus.splits();
         if reading.eval && !splits.contains(&opts.split) {
             bail!("{shown} has no split `{}` to evaluate (it has: {})", opts.split, splits.join(", "));

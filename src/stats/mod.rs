@@ -1,6 +1,6 @@
 //! `bertpipe stats`: length, token and noise statistics of a corpus at any stage — a pipeline
-//! (after its cleaning steps, streamed), a finished shard folder (read with polars), or a source
-//! given by its path — as a table, JSON or CSV, with histogram pictures.
+//! (after its cleaning steps, streamed), a finished shard folder (read with the parquet
+//! crate), or a source given by its path — as a table, JSON or CSV, with histogram pictures.
 //!
 //! Every input is first reduced to a per-document table of numbers (`table`), then polars
 //! aggregates it (`report`); `render` and `plot` present the result.
@@ -82,7 +82,7 @@ pub fn run(input: &Path, opts: &StatsOptions) -> Result<(Report, collect::Collec
             .into());
         }
     }
-    let (located, kind) = collect::locate(input)?;
+    let (located, kind) = collect::locate(input, opts.quiet)?;
     let input = located.as_path();
     let mut collected = match kind {
         InputKind::Shards => {

@@ -239,19 +239,34 @@ fn both(dir: &Path, stem: &str, chart: &impl Chart) -> Result<Vec<PathBuf>> {
     chart
         .draw(&SVGBackend::new(&svg, SIZE).into_drawing_area())
         .with_context(|| format!("could not draw '{}'", svg.display()))?;
-    chart
-        .draw(&BitMapBackend::new(&png, SIZE).into_drawing_area())
-        .with_context(|| format!("could not draw '{}'", png.display()))?;
+    let bytes = png_bytes(chart).with_context(|| format!("could not draw '{}'", png.display()))?;
+    std::fs::write(&png, bytes).with_context(|| format!("could not write '{}'", png.display()))?;
     Ok(vec![svg, png])
 }
 
-/// Draws every chart the report has data for into `dir` (created if needed); returns the files.
-pub fn write_all(r: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
-    register_font()?;
-    std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
+/// The report's charts: a histogram per metric it measured, and the label counts.
+enum StatsChart<'a> {
+    Histogram(HistogramChart<'a>),
+    Bars(BarChart),
+}
+
+impl Chart for StatsChart<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        match self {
+            StatsChart::Histogram(h) => draw_histogram(root, h),
+            StatsChart::Bars(b) => draw_bars(root, b),
+        }
+    }
+}
+
+/// Every chart the report has data for, with its file stem.
+fn stats_charts(r: &Report) -> Vec<(&'static str, StatsChart<'_>)> {
     let all = &r.groups[0];
     let units = r.units();
-    let mut files = Vec::new();
+    let mut charts = Vec::new();
     for h in &r.histograms {
         let overflow: u64 = h.overflow.iter().sum();
         let tail = if overflow > 0 {
@@ -289,8 +304,7 @@ pub fn write_all(r: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
                 )
             }
         };
-        let chart = HistogramChart { title, x_desc, hist: h, markers };
-        files.extend(both(dir, stem, &chart)?);
+        charts.push((stem, StatsChart::Histogram(HistogramChart { title, x_desc, hist: h, markers })));
     }
     if !r.counts.is_empty() {
         let mut labels: Vec<&str> = Vec::new();
@@ -306,10 +320,40 @@ pub fn write_all(r: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
             })
             .collect();
         let title = if r.unit == "row" { "Rows per split and label" } else { "Documents per split and label" };
-        let chart = BarChart { title: title.to_string(), bars, total: r.documents.kept };
-        files.extend(both(dir, "labels", &chart)?);
+        charts.push(("labels", StatsChart::Bars(BarChart { title: title.to_string(), bars, total: r.documents.kept })));
+    }
+    charts
+}
+
+/// Draws every chart the report has data for into `dir` (created if needed); returns the files.
+pub fn write_all(r: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
+    register_font()?;
+    std::fs::create_dir_all(dir).with_context(|| format!("could not create '{}'", dir.display()))?;
+    let mut files = Vec::new();
+    for (stem, chart) in stats_charts(r) {
+        files.extend(both(dir, stem, &chart)?);
     }
     Ok(files)
+}
+
+/// The same charts as [`write_all`], as PNG files in memory: `(stem, bytes)` (for a report page).
+pub fn pngs(r: &Report) -> Result<Vec<(&'static str, Vec<u8>)>> {
+    register_font()?;
+    stats_charts(r).into_iter().map(|(stem, chart)| Ok((stem, png_bytes(&chart)?))).collect()
+}
+
+/// Draws a chart into an RGB buffer and encodes it as PNG.
+fn png_bytes(chart: &impl Chart) -> Result<Vec<u8>> {
+    let (w, h) = SIZE;
+    let mut rgb = vec![0u8; w as usize * h as usize * 3];
+    chart.draw(&BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area())?;
+    let mut png = Vec::new();
+    let mut encoder = ::png::Encoder::new(&mut png, w, h);
+    encoder.set_color(::png::ColorType::Rgb);
+    encoder.set_depth(::png::BitDepth::Eight);
+    encoder.set_compression(::png::Compression::Best);
+    encoder.write_header()?.write_image_data(&rgb)?;
+    Ok(png)
 }
 
 /// Lines of `(x, y)` points, e.g. training curves: loss or metrics against the step.

@@ -115,17 +115,11 @@ fn group_block(r: &Report, g: &GroupStats, out: &mut String) {
 }
 
 /// The readable report printed by default.
-pub fn to_table(r: &Report) -> String {
+/// What was read and kept: `575 rows in the shards; the pipeline rejected 25 documents
+/// (duplicate_of 11, max_noise 14)` for shards, `600 documents read, 575 kept, 25 rejected (…)`
+/// for a pipeline or a source.
+pub fn counts_line(r: &Report) -> String {
     let mut out = String::new();
-    let i = &r.input;
-    let name = i.name.as_deref().unwrap_or_default();
-    let _ = match i.kind {
-        "pipeline" => {
-            writeln!(out, "{}: pipeline \"{name}\" ({} source), after its cleaning steps", i.path, i.source_type)
-        }
-        "shards" => writeln!(out, "{}: shards of pipeline \"{name}\" ({} source)", i.path, i.source_type),
-        _ => writeln!(out, "{}: {} source, read as is", i.path, i.source_type),
-    };
     let d = &r.documents;
     let unit = r.units();
     if r.input.kind == "shards" {
@@ -146,6 +140,22 @@ pub fn to_table(r: &Report) -> String {
         let parts: Vec<String> = d.rejected_by_reason.iter().map(|(k, v)| format!("{k} {}", thousands(*v))).collect();
         let _ = write!(out, " ({})", parts.join(", "));
     }
+    out
+}
+
+pub fn to_table(r: &Report) -> String {
+    let mut out = String::new();
+    let i = &r.input;
+    let name = i.name.as_deref().unwrap_or_default();
+    let _ = match i.kind {
+        "pipeline" => {
+            writeln!(out, "{}: pipeline \"{name}\" ({} source), after its cleaning steps", i.path, i.source_type)
+        }
+        "shards" => writeln!(out, "{}: shards of pipeline \"{name}\" ({} source)", i.path, i.source_type),
+        _ => writeln!(out, "{}: {} source, read as is", i.path, i.source_type),
+    };
+    let unit = r.units();
+    out.push_str(&counts_line(r));
     out.push('\n');
     for (id, reason) in r.reject_examples.values() {
         let _ = writeln!(out, "  e.g. {id}: {reason}");

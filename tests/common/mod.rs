@@ -1,6 +1,7 @@
 //! Helpers for the binary-level tests: run the real `bertpipe`, read shards back.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod chain;
 
 use std::fs::File;
