@@ -314,6 +314,8 @@ fn kinds_and_wires_that_name_nothing_are_one_error_each() {
     let dir = tempfile::tempdir().unwrap();
     let (imdb, finetune) = (pipelines("imdb.yaml"), pipelines("imdb-finetune.yaml"));
     let data = format!("  data: {imdb}\n");
+    let pipeline_as_train =
+        format!(":5:3: finetune: '{imdb}' is a pipeline file (`source:`, `steps:`), not a training file");
     let cases = [
         (
             "kind.yaml",
@@ -332,6 +334,12 @@ fn kinds_and_wires_that_name_nothing_are_one_error_each() {
             format!("{data}  finetune: {{ base: {finetune} }}\n  export: {{ optimize: false, from: fintune }}\n"),
             ":6:30: export.from: no stage `fintune` and no such path, did you mean `finetune`?",
             "",
+        ),
+        (
+            "pipeline-as-train.yaml",
+            format!("{data}  finetune: {{ kind: train, base: {imdb} }}\n  export: {{ optimize: false }}\n"),
+            pipeline_as_train.as_str(),
+            "note: export not checked: it depends on `finetune`",
         ),
         (
             "exprot.yaml",

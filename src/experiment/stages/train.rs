@@ -87,6 +87,25 @@ pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs
     let Reads { out, deps, inputs } = reads;
     let (doc, file, base) = stage_doc(ctx, r, &["init_from"], errs)?;
     let task = map_get(&doc, "task").and_then(|(n, _)| as_str(n));
+    if task.is_none() && map_get(&doc, "source").is_some() && map_get(&doc, "steps").is_some() {
+        // A pipeline file given to a train stage: that is the mistake, not the shards the
+        // training could not find (it looks for shards of its `task`, which a pipeline lacks).
+        // The file as the experiment names it: the stage's own, or its `base:`.
+        let named = match (&r.node, map_get(&r.node, "base")) {
+            (Node::Scalar(Value::String(p), _), _) => p.clone(),
+            (_, Some((b, _))) => as_str(b).unwrap_or_else(|| file.clone()),
+            _ => file.clone(),
+        };
+        errs.at(
+            Some(r.pos),
+            format!(
+                "{}: '{named}' is a pipeline file (`source:`, `steps:`), not a training file (`task:`, `model:`, …); \
+                 a pipeline runs as a stage named after it or with `kind: pipeline`",
+                r.name
+            ),
+        );
+        return None;
+    }
     fn path_value(p: &Path) -> Value {
         Value::String(p.display().to_string())
     }
