@@ -342,6 +342,12 @@ fn kinds_and_wires_that_name_nothing_are_one_error_each() {
             "note: export not checked: it depends on `finetune`",
         ),
         (
+            "taks.yaml",
+            format!("{data}  finetune: {{ kind: train, taks: classify, model: {{ preset: tiny }} }}\n"),
+            ":5:3: finetune: missing `task` (classify or pretrain) (`taks` is not a key: did you mean `task`?)",
+            "",
+        ),
+        (
             "exprot.yaml",
             format!(
                 "{data}  finetune: {{ base: {finetune} }}\n  exprot: {{ optimize: false }}\n  eval: {{ split: test }}\n"

@@ -110,10 +110,12 @@ pub fn strings_required(col: &dyn Array, name: &str) -> Result<Vec<String>> {
 /// A column read as text for a report, whatever wrote it: any string type, a dictionary of
 /// strings (a pandas `category`), binary holding UTF-8 (Spark writes strings so), integers
 /// (ids a tool wrote as numbers) as their decimal digits; nulls as `None`. Anything else, or
-/// binary that is not UTF-8, is an error naming the column.
-pub fn texts(col: &dyn Array, name: &str) -> Result<Vec<Option<String>>> {
+/// binary that is not UTF-8, is an error naming the column and the row (`first_row`: the
+/// shard's row number of the column's first).
+pub fn texts(col: &dyn Array, name: &str, first_row: u64) -> Result<Vec<Option<String>>> {
     if let Some(dict) = col.as_any_dictionary_opt() {
-        let values = texts(dict.values().as_ref(), name)?;
+        let values = texts(dict.values().as_ref(), name, 0)
+            .map_err(|e| anyhow::anyhow!("column `{name}`: a value of its dictionary: {e:#}"))?;
         let keys = dict.normalized_keys();
         return Ok((0..col.len()).map(|i| if col.is_null(i) { None } else { values[keys[i]].clone() }).collect());
     }
@@ -129,22 +131,36 @@ pub fn texts(col: &dyn Array, name: &str) -> Result<Vec<Option<String>>> {
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView => (0..col.len())
             .map(|i| match col.is_null(i) {
                 true => Ok(None),
-                false => String::from_utf8(binary(i).unwrap_or_default().to_vec())
-                    .map(Some)
-                    .map_err(|_| anyhow::anyhow!("row {i}: column `{name}` holds bytes that are not UTF-8 text")),
+                false => String::from_utf8(binary(i).unwrap_or_default().to_vec()).map(Some).map_err(|_| {
+                    anyhow::anyhow!("row {}: column `{name}` holds bytes that are not UTF-8 text", first_row + i as u64)
+                }),
             })
             .collect(),
         t if t.is_integer() => Ok(ints(col, name)?.into_iter().map(|v| v.map(|v| v.to_string())).collect()),
+        // pandas writes an integer column with a null as float64: whole numbers are its ids.
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => floats64(col)
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Some(x) if x.fract() == 0.0 && x.abs() < 9.0e15 => Ok(Some(format!("{x:.0}"))),
+                Some(x) => {
+                    bail!("row {}: column `{name}` holds {x}, neither text nor a whole number", first_row + i as u64)
+                }
+                None => Ok(None),
+            })
+            .collect(),
         _ => strings(col, name),
     }
 }
 
 /// A column read as numbers for a report, whatever wrote it: integers, floats, booleans (0 and
 /// 1), a dictionary of those, or strings that parse as numbers (`"1"`); nulls as `None`.
-/// Anything else is an error naming the column.
-pub fn numbers(col: &dyn Array, name: &str) -> Result<Vec<Option<f64>>> {
+/// Anything else is an error naming the column (and the row: `first_row` is the shard's row
+/// number of the column's first).
+pub fn numbers(col: &dyn Array, name: &str, first_row: u64) -> Result<Vec<Option<f64>>> {
     if let Some(dict) = col.as_any_dictionary_opt() {
-        let values = numbers(dict.values().as_ref(), name)?;
+        let values = numbers(dict.values().as_ref(), name, 0)
+            .map_err(|e| anyhow::anyhow!("column `{name}`: a value of its dictionary: {e:#}"))?;
         let keys = dict.normalized_keys();
         return Ok((0..col.len()).map(|i| if col.is_null(i) { None } else { values[keys[i]] }).collect());
     }
@@ -159,11 +175,9 @@ pub fn numbers(col: &dyn Array, name: &str) -> Result<Vec<Option<f64>>> {
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => (0..col.len())
             .map(|i| match string_at(col, i) {
                 None => Ok(None),
-                Some(s) => s
-                    .trim()
-                    .parse::<f64>()
-                    .map(Some)
-                    .map_err(|_| anyhow::anyhow!("row {i}: column `{name}` holds {s:?}, which is not a number")),
+                Some(s) => s.trim().parse::<f64>().map(Some).map_err(|_| {
+                    anyhow::anyhow!("row {}: column `{name}` holds {s:?}, which is not a number", first_row + i as u64)
+                }),
             })
             .collect(),
         other => bail!("column `{name}` holds {other}; bertpipe reads numbers there"),

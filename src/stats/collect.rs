@@ -455,28 +455,35 @@ fn read_shard(file: &Path, w: &Wanted, table: &mut DocTable, split: &str, text_b
     let mut rows = 0u64;
     for batch in builder.with_projection(mask).build()? {
         let batch = batch?;
-        let whole = |name: &str, lo: f64, hi: f64| -> Result<Vec<Option<i64>>> {
-            let values = numbers(required(&batch, name)?, name)?;
+        // A class id (any whole number) or a length (`Some(max)`: a whole number in 0..=max).
+        let whole = |name: &str, max: Option<u32>| -> Result<Vec<Option<i64>>> {
+            let values = numbers(required(&batch, name)?, name, rows)?;
             values
                 .into_iter()
                 .enumerate()
-                .map(|(i, v)| match v {
-                    Some(x) if x.fract() != 0.0 || x < lo || x > hi => {
-                        bail!("row {}: column `{name}` holds {x}, not a whole number in {lo}..={hi}", rows + i as u64)
+                .map(|(i, v)| {
+                    let row = rows + i as u64;
+                    match (v, max) {
+                        (Some(x), _) if x.fract() != 0.0 || !x.is_finite() || x.abs() >= 9.0e15 => {
+                            bail!("row {row}: column `{name}` holds {x}, not a whole number")
+                        }
+                        (Some(x), Some(max)) if x < 0.0 || x > max as f64 => {
+                            bail!("row {row}: column `{name}` holds {x:.0}, outside 0..={max}")
+                        }
+                        (v, _) => Ok(v.map(|x| x as i64)),
                     }
-                    v => Ok(v.map(|x| x as i64)),
                 })
                 .collect()
         };
-        let ids = texts(required(&batch, w.id)?, w.id)?;
-        let labels = w.label.map(|l| whole(l, i64::MIN as f64, i64::MAX as f64)).transpose()?;
-        let lengths = if c.tokens { Some(whole("length", 0.0, u32::MAX as f64)?) } else { None };
+        let ids = texts(required(&batch, w.id)?, w.id, rows)?;
+        let labels = w.label.map(|l| whole(l, None)).transpose()?;
+        let lengths = if c.tokens { Some(whole("length", Some(u32::MAX))?) } else { None };
         let noise: Vec<Vec<Option<f64>>> = if c.noise {
-            NoiseComponents::COLUMNS.iter().map(|n| numbers(required(&batch, n)?, n)).collect::<Result<_>>()?
+            NoiseComponents::COLUMNS.iter().map(|n| numbers(required(&batch, n)?, n, rows)).collect::<Result<_>>()?
         } else {
             Vec::new()
         };
-        let text = if c.text { Some(texts(required(&batch, "text")?, "text")?) } else { None };
+        let text = if c.text { Some(texts(required(&batch, "text")?, "text", rows)?) } else { None };
         for i in 0..batch.num_rows() {
             let text = text.as_ref().map(|t| t[i].as_deref().unwrap_or(""));
             *text_bytes += text.map_or(0, |t| t.len() as u64);

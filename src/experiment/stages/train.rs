@@ -148,6 +148,24 @@ pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs
             inputs.push(p);
         }
         // Nothing wired and no path of its own: say what would fill it in.
+        // Without a `task:` no pipeline's shards can be chosen: the missing (or misspelt) key is
+        // the mistake, not the pipeline stages before it.
+        None if task.is_none() && map_get(&doc, "data").is_none() => {
+            let keys: Vec<String> = match &doc {
+                Node::Map(entries, _) => entries.iter().map(|(k, _, _)| k.clone()).collect(),
+                _ => Vec::new(),
+            };
+            let near = keys.iter().find(|k| crate::config::suggest(k, &["task"]).is_some());
+            let hint = near.map(|k| format!(" (`{k}` is not a key: did you mean `task`?)")).unwrap_or_default();
+            errs.at(
+                Some(r.pos),
+                format!(
+                    "{}: missing `task` (classify or pretrain){hint}, so no shards can be chosen to train on",
+                    r.name
+                ),
+            );
+            return None;
+        }
         None if map_get(&doc, "data").is_none() && !r.overrides.iter().any(|o| o.starts_with("data=")) => {
             let shards = task.as_deref().map(|t| format!("{t} shards")).unwrap_or_else(|| "shards".into());
             errs.at(
