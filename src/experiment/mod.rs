@@ -769,11 +769,16 @@ fn write_reports(r: &Report) -> Result<()> {
 
 /// The headline figures of a stage, in words.
 fn figures_line(f: &Value) -> String {
+    figures_with(f, |x| format!("{x:.4}"))
+}
+
+/// The headline figures in words, `num` writing each number that is not whole.
+fn figures_with(f: &Value, num: impl Fn(f64) -> String) -> String {
     let Some(obj) = f.as_object() else { return String::new() };
     obj.iter()
         .filter(|(_, v)| !v.is_null())
         .map(|(k, v)| match v.as_f64() {
-            Some(x) if x.fract() != 0.0 => format!("{k} {x:.4}"),
+            Some(x) if x.fract() != 0.0 => format!("{k} {}", num(x)),
             _ => format!("{k} {v}"),
         })
         .collect::<Vec<_>>()

@@ -27,7 +27,8 @@ pub fn write(r: &Report) -> Result<()> {
                 Cell::Text(s.kind.clone()),
                 Cell::Text(s.status.clone()),
                 Cell::Num(format!("{:.1}", s.seconds)),
-                Cell::Long(figures_line(&s.figures)),
+                // Numbers as the rest of the page writes them (`2.887e-8`, not `0.0000`).
+                Cell::Long(super::figures_with(&s.figures, page::fmt_num)),
                 Cell::Long(s.reason.clone()),
             ]
         })
@@ -75,19 +76,6 @@ fn stage_section(page: &mut Page, s: &StageReport) -> Result<()> {
             Ok(())
         }
     }
-}
-
-/// A stage's headline figures in a line, numbers as the rest of the page writes them.
-fn figures_line(f: &Value) -> String {
-    let Some(obj) = f.as_object() else { return String::new() };
-    obj.iter()
-        .filter(|(_, v)| !v.is_null())
-        .map(|(k, v)| match v.as_f64() {
-            Some(x) => format!("{k} {}", page::fmt_num(x)),
-            None => format!("{k} {}", v.as_str().map_or_else(|| v.to_string(), str::to_string)),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 fn figures(page: &mut Page, f: &Value) {
