@@ -289,6 +289,7 @@ fn stats(args: bertpipe::cli::StatsArgs) -> ExitCode {
         threads: args.threads,
         quiet: args.quiet,
         word_buckets: args.word_buckets,
+        verified: false,
     };
     let (report, collected) = match stats::run(&input, &opts) {
         Ok(r) => r,

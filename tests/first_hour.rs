@@ -124,10 +124,7 @@ fn a_misspelt_key_of_a_training_stage_is_one_error() {
             pipelines("imdb-finetune.yaml")
         ),
     );
-    let o = dry_run(&exp);
-    assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
-    let err = stderr(&o);
-    assert_eq!(problems(&err).len(), 1, "{err}");
+    let err = one_problem(&exp);
     assert!(
         problems(&err)[0].contains("unknown field `learning_rat` in train config, did you mean `learning_rate`?"),
         "{err}"
@@ -151,10 +148,7 @@ fn a_training_stage_that_cannot_be_read_is_one_error() {
             dir.path().join("nope.yaml").display()
         ),
     );
-    let o = dry_run(&exp);
-    assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
-    let err = stderr(&o);
-    assert_eq!(problems(&err).len(), 1, "{err}");
+    let err = one_problem(&exp);
     assert!(problems(&err)[0].contains("stage `finetune`: could not read"), "{err}");
     assert_eq!(notes(&err), ["note: export and eval not checked: they depend on `finetune`"], "{err}");
     assert!(!err.contains("no train stage"), "{err}");
@@ -204,10 +198,7 @@ fn a_wire_to_a_later_stage_of_the_wrong_kind_is_one_error_at_the_wire() {
             pipelines("imdb-finetune.yaml")
         ),
     );
-    let o = dry_run(&exp);
-    assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
-    let err = stderr(&o);
-    assert_eq!(problems(&err).len(), 1, "{err}");
+    let err = one_problem(&exp);
     assert!(
         problems(&err)[0].contains("wirekind.yaml:5:")
             && problems(&err)[0]
@@ -408,4 +399,15 @@ fn a_mistake_in_a_base_file_is_located_in_that_file() {
     let line_col = at.strip_prefix(&format!("{}:", base.display())).unwrap_or_else(|| panic!("{err}"));
     assert!(line_col.split(':').all(|n| n.parse::<usize>().is_ok()), "{err}");
     assert!(message.starts_with(&format!(" `finetune` ({}:5:21): ", exp.display())), "{err}");
+}
+
+/// A dry run of `exp` that fails as a configuration problem (exit 78) with exactly one
+/// problem; its stderr.
+#[track_caller]
+fn one_problem(exp: &std::path::Path) -> String {
+    let o = dry_run(exp);
+    assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(problems(&err).len(), 1, "{err}");
+    err
 }

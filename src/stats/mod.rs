@@ -39,6 +39,9 @@ pub struct StatsOptions {
     pub quiet: bool,
     /// Word-count bucket edges, e.g. `[100, 300, 500]`; default: the data's quartiles.
     pub word_buckets: Option<Vec<u32>>,
+    /// The shard folder was checked against its manifest already (a chain's stage output,
+    /// vouched for by its record and the digest cache): its shards are not hashed again.
+    pub verified: bool,
 }
 
 impl Default for StatsOptions {
@@ -53,6 +56,7 @@ impl Default for StatsOptions {
             threads: 0,
             word_buckets: None,
             quiet: true,
+            verified: false,
         }
     }
 }
