@@ -116,8 +116,9 @@ fn main() -> Result<()> {
             lap = std::time::Instant::now();
         };
         let (inputs, labels, tokens) = &batches[i % batches.len()];
+        let rows: Vec<u64> = (0..labels.dims1()? as u64).collect();
         let logits = model
-            .forward(inputs, None, &mut ForwardPass::train(0, i as u64).with_compute(compute))?
+            .forward(inputs, None, &mut ForwardPass::train(0, i as u64, rows).with_compute(compute))?
             .logits
             .expect("logits");
         let loss = candle_nn::loss::cross_entropy(&logits, labels)?;

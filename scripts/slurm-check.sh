@@ -5,7 +5,8 @@
 # folder, stopped on exit), then runs tests/slurm.rs against it: examples/slurm/submit.sh and
 # bertpipe-array.sbatch as a user submits them, arrays from 1 / stepped / throttled, a task
 # cancelled with scancel and resubmitted, a chain stage as an array with a dependent plain run,
-# eval as an array. Prints the jobs' sacct lines.
+# eval as an array, and (BERTPIPE_SLURM_FEATURES=mpi) a 2-task data-parallel training. Prints the
+# jobs' sacct lines.
 #
 # Without apt-get (or root), the script says plainly that Slurm was NOT CHECKED and why; with
 # CI=true that is a failure.
@@ -46,7 +47,10 @@ fi
 sinfo
 
 echo "== tests/slurm.rs under Slurm"
-cargo test --release --locked --test slurm -- --ignored --test-threads=1 --nocapture 2>&1 | tee "$work/tests.log"
+# BERTPIPE_SLURM_FEATURES=mpi adds the data-parallel training job (srun --mpi=pmix, OpenMPI).
+features=()
+[ -n "${BERTPIPE_SLURM_FEATURES:-}" ] && features=(--features "$BERTPIPE_SLURM_FEATURES")
+cargo test --release --locked "${features[@]}" --test slurm -- --ignored --test-threads=1 --nocapture 2>&1 | tee "$work/tests.log"
 status=${PIPESTATUS[0]}
 
 echo "== sacct: every job this check ran"

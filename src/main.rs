@@ -343,7 +343,21 @@ fn train(args: bertpipe::cli::TrainArgs) -> ExitCode {
     use bertpipe::train::{self, config::TrainConfig, TrainOptions};
     let cfg = match TrainConfig::load(&args.config, &args.set) {
         Ok(c) => c,
-        Err(e) => return config_failure(&e),
+        Err(e) => {
+            // Under a launcher, say which rank could not read its config (MPI is not started
+            // yet; the launcher ends the other ranks when this one exits).
+            if let Ok(w) = train::dist::World::from_vars(|k| std::env::var(k).ok()) {
+                if w.size > 1 {
+                    eprintln!(
+                        "error: rank {} of {} ({}): the training config has problems:",
+                        w.rank,
+                        w.size,
+                        w.launcher.name()
+                    );
+                }
+            }
+            return config_failure(&e);
+        }
     };
     let opts = TrainOptions {
         resume: args.resume,
@@ -353,24 +367,47 @@ fn train(args: bertpipe::cli::TrainArgs) -> ExitCode {
         dry_run: args.dry_run,
         show_batches: args.show_batches,
     };
-    if opts.dry_run {
-        return match train::dry_run(&cfg, &opts) {
+    // Under a launcher, only rank 0 prints the plan and the summary; an error is printed by the
+    // rank that had it, with its rank, and ends the others (they would wait for it forever).
+    let main_rank = || train::dist::world().map_or(true, |w| w.is_main());
+    let code = if opts.dry_run {
+        match train::dry_run(&cfg, &opts) {
             Ok(plan) => {
-                print!("{plan}");
+                if main_rank() {
+                    print!("{plan}");
+                }
                 ExitCode::SUCCESS
             }
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    match train::run(&cfg, &opts) {
-        Ok(s) => {
-            eprintln!("{}", train::format_summary(&s));
-            finished(s.interrupted)
+            Err(e) => rank_failure(e),
         }
-        Err(e) => failure(e),
+    } else {
+        match train::run(&cfg, &opts) {
+            Ok(s) => {
+                if main_rank() {
+                    eprintln!("{}", train::format_summary(&s));
+                }
+                finished(s.interrupted)
+            }
+            Err(e) => rank_failure(e),
+        }
+    };
+    train::dist::finish();
+    code
+}
+
+/// A training error: with more than one rank, said with this rank's number, and every other
+/// rank of the job ended (MPI_Abort) so none hangs in a collective waiting for this one.
+fn rank_failure(e: anyhow::Error) -> ExitCode {
+    match bertpipe::train::dist::world() {
+        Ok(w) if w.size > 1 => {
+            use std::io::Write;
+            // One write, so the launcher's own messages do not land inside the line.
+            let line = format!("error: rank {} of {} ({}): {e:#}\n", w.rank, w.size, w.launcher.name());
+            let _ = std::io::stderr().write_all(line.as_bytes());
+            bertpipe::train::dist::abort_others(1);
+            ExitCode::FAILURE
+        }
+        _ => failure(e),
     }
 }
 

@@ -192,7 +192,7 @@ fn classifier_step(g: &Value, checkpoint: &str, step_tol: f64) {
     let m = load(ModelKind::SequenceClassification, checkpoint);
     let (inputs, _, _) = inputs(g);
     // Dropout is 0 in the fixture's config, so training mode computes what PyTorch did.
-    let logits = m.forward(&inputs, None, &mut ForwardPass::train(1, 0)).unwrap().logits.unwrap();
+    let logits = m.forward(&inputs, None, &mut ForwardPass::train(1, 0, Vec::new())).unwrap().logits.unwrap();
     close("logits", &tensor_f64(&logits), &floats(&g["cls_logits"]), TOL);
     // The fixture's rows must be told apart by the comparison many times over, or it would
     // not see the input at all.
@@ -292,7 +292,7 @@ fn scheduled_steps(g: &Value, checkpoint: &str) {
         let mut losses = Vec::new();
         for (i, want) in steps.iter().enumerate() {
             let what = |x: &str| format!("step {i} (fused: {fused}): {x}");
-            let logits = m.forward(&inputs, None, &mut ForwardPass::train(1, 0)).unwrap().logits.unwrap();
+            let logits = m.forward(&inputs, None, &mut ForwardPass::train(1, 0, Vec::new())).unwrap().logits.unwrap();
             let loss = candle_nn::loss::cross_entropy(&logits, &labels).unwrap();
             let l = loss.to_scalar::<f32>().unwrap() as f64;
             close(&what("loss"), &[l], &[want["loss"].as_f64().unwrap()], TOL_STEPS);
@@ -394,8 +394,11 @@ fn bf16_matrix_products_match_pytorch_run_the_same_way() {
     let bf16 = || ForwardPass::eval().with_compute(DType::BF16);
 
     let m = load(ModelKind::SequenceClassification, "tiny-bert-narrow-cls");
-    let logits =
-        m.forward(&inputs, None, &mut ForwardPass::train(1, 0).with_compute(DType::BF16)).unwrap().logits.unwrap();
+    let logits = m
+        .forward(&inputs, None, &mut ForwardPass::train(1, 0, Vec::new()).with_compute(DType::BF16))
+        .unwrap()
+        .logits
+        .unwrap();
     assert_eq!(logits.dtype(), DType::F32, "bf16 compute returns f32 logits");
     let f32 = &b["f32"];
     check("classifier logits", &tensor_f64(&logits), &floats(&b["cls_logits"]), &floats(&f32["cls_logits"]));

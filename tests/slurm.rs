@@ -525,3 +525,44 @@ fn submit_sh_submits_a_scan_phase_only_for_steps_that_need_one() {
     assert!(calls.is_empty(), "nothing submitted: {calls:#?}");
     assert!(err.contains("dedupe"), "{err}");
 }
+
+/// Data-parallel training as a Slurm job of two tasks — `sbatch --ntasks=2` running
+/// `srun --mpi=pmix bertpipe train` — trains what one process with the same global batch (16
+/// rows: 8 per task × 2) trains: the weights and logged losses to 1e-4, dropout on.
+#[cfg(feature = "mpi")]
+#[test]
+#[ignore = "needs a Slurm cluster: scripts/slurm-check.sh starts one and runs these"]
+fn a_two_task_training_job_trains_what_one_process_trains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("imdb");
+    assert_ok(&run_pipeline("pipelines/imdb.yaml", &data, &[]));
+    let config = root().join("pipelines/imdb-finetune.yaml").display().to_string();
+    let sets = |out: &str, per_device: usize| {
+        [
+            format!("data={}", data.display()),
+            format!("output_dir={}", tmp.path().join(out).display()),
+            format!("per_device_train_batch_size={per_device}"),
+            "max_steps=8".into(),
+            "logging_steps=1".into(),
+            "threads=1".into(),
+        ]
+        .iter()
+        .map(|s| format!("--set {s}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+    };
+    let one = format!("{} train {config} --quiet {}", bin(), sets("one", 16));
+    assert_ok(&Command::new("sh").args(["-c", &one]).current_dir(root()).output().unwrap());
+    let wrap = format!("--wrap=srun --mpi=pmix {} train {config} --quiet {}", bin(), sets("two", 8));
+    let job =
+        sbatch(tmp.path(), &["--ntasks=2", "--cpus-per-task=1", "--mem-per-cpu=1G", "--job-name=ddp", &wrap], &[]);
+    let lines = wait(&[(&job, 1)]);
+    let log = std::fs::read_to_string(tmp.path().join(format!("slurm-{job}.out"))).unwrap_or_default();
+    assert!(lines.iter().any(|j| j.id == job && j.state == "COMPLETED" && j.exit == "0:0"), "{lines:?}\n{log}");
+    let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));
+    let gap = weight_gap(&one.join("final"), &two.join("final"));
+    assert!(gap <= 1e-4, "2 Slurm tasks × 8 vs 1 × 16: weights differ by {gap:e} of their scale\n{log}");
+    assert_same_losses(&one, &two);
+    let ranks = std::fs::read_to_string(two.join("metrics.jsonl")).unwrap();
+    assert!(ranks.contains("\"ranks\":2"), "{ranks}");
+}

@@ -17,24 +17,36 @@ use crate::rng::Rng;
 /// The settings of one forward pass: training or inference, the dropout randomness and the
 /// precision of the matrix products.
 ///
-/// Dropout masks come from our own generator keyed by `(seed, step, site)`, so a run (and a
-/// resumed run) is repeatable on any device. A clone replays the same masks from where it was
-/// taken (gradient checkpointing recomputes a layer with the masks it had).
+/// Dropout masks come from our own generator keyed by `(seed, step, site)` and, within a
+/// site, by each batch row's key and the position in the row (see [`Dropout`]): the trainer
+/// keys a row by its place in the split, so a row is dropped the same way whatever batch,
+/// micro-batch or rank it lands in, and a run (and a resumed run) is repeatable on any device
+/// and any number of ranks. A clone replays the same masks from where it was taken (gradient
+/// checkpointing recomputes a layer with the masks it had).
 #[derive(Clone)]
 pub struct ForwardPass {
     pub train: bool,
     rng: Rng,
+    /// The key of each batch row.
+    rows: std::sync::Arc<[u64]>,
     /// The dtype the matrix products run in (see [`ForwardPass::mm`]); f32 unless set.
     pub compute: DType,
 }
 
 impl ForwardPass {
     pub fn eval() -> ForwardPass {
-        ForwardPass { train: false, rng: Rng(0), compute: DType::F32 }
+        ForwardPass { train: false, rng: Rng(0), rows: std::sync::Arc::from(Vec::new()), compute: DType::F32 }
     }
 
-    pub fn train(seed: u64, step: u64) -> ForwardPass {
-        ForwardPass { train: true, rng: Rng::for_key(seed, &[0x4452_4f50, step]), compute: DType::F32 }
+    /// Training at optimiser step `step` on a batch whose rows have these keys (the trainer's:
+    /// each row's place in its split, unique within a step).
+    pub fn train(seed: u64, step: u64, rows: impl Into<std::sync::Arc<[u64]>>) -> ForwardPass {
+        ForwardPass {
+            train: true,
+            rng: Rng::for_key(seed, &[0x4452_4f50, step]),
+            rows: rows.into(),
+            compute: DType::F32,
+        }
     }
 
     /// Matrix products in `dtype` (bf16 on CUDA's tensor cores), everything else in f32.
@@ -59,7 +71,7 @@ impl ForwardPass {
     /// is 0. Each site gets its own key from the step's stream; which elements it drops is
     /// a hash of that key and the element's index (see [`Dropout`]).
     pub fn site(&mut self, p: f64) -> Option<Dropout> {
-        (self.train && p > 0.0).then(|| Dropout::new(self.rng.next_u64(), p))
+        (self.train && p > 0.0).then(|| Dropout::new(self.rng.next_u64(), p, self.rows.clone()))
     }
 
     /// Inverted dropout: zero with probability `p`, scale the rest by 1/(1−p).

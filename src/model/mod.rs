@@ -600,7 +600,7 @@ mod tests {
             let target = Tensor::from_slice(&labels, labels.len(), &d)?;
             Ok(candle_nn::loss::cross_entropy(&logits, &target)?)
         };
-        let mut mode = ForwardPass::train(5, 3);
+        let mut mode = ForwardPass::train(5, 3, (0..b as u64).collect::<Vec<_>>());
         let mut loss = 0.0;
         let grads = if checkpointed {
             model

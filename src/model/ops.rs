@@ -198,7 +198,7 @@ pub fn attention_softmax(scores: &Tensor, mask_bias: &Tensor, scale: f64, drop: 
     let e = x.broadcast_sub(&max)?.exp()?;
     let probs = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
     match drop {
-        Some(d) => d.apply(&probs),
+        Some(d) => d.apply_attention(&probs),
         None => Ok(probs),
     }
 }
@@ -225,6 +225,13 @@ impl<'a> MaskRows<'a> {
             candle_core::bail!("attention softmax: mask {:?} does not fit scores {:?}", mdims, (b, heads, q, k));
         }
         Ok(MaskRows { m, heads, q, k, per_query: mdims.2 == q })
+    }
+
+    /// Score row `row`'s dropout: its batch row's key and the position of its first element.
+    #[inline]
+    fn dropout_row(&self, d: &Dropout, row: usize) -> (u64, u64) {
+        let (bi, head, qi) = (row / (self.heads * self.q), (row / self.q) % self.heads, row % self.q);
+        (d.row_key(bi), Dropout::attention_position(head, qi, 0))
     }
 
     #[inline]
@@ -268,10 +275,10 @@ impl CustomOp2 for SoftmaxOp {
             let first = t * rows_per_task(k);
             for (r, (yr, xr)) in ys.chunks_mut(k).zip(xs.chunks(k)).enumerate() {
                 softmax_row(xr, masks.row(first + r), self.scale, yr);
-                if let Some(d) = self.drop {
-                    let base = (first + r) * k;
+                if let Some(d) = &self.drop {
+                    let (key, base) = masks.dropout_row(d, first + r);
                     for (j, v) in yr.iter_mut().enumerate() {
-                        *v *= d.factor(base + j);
+                        *v *= d.hashed(key, base + j as u64);
                     }
                 }
             }
@@ -280,8 +287,8 @@ impl CustomOp2 for SoftmaxOp {
     }
 
     fn bwd(&self, x: &Tensor, mask: &Tensor, y: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let bwd = SoftmaxBwd { scale: self.scale, drop: self.drop };
-        let dx = match self.drop {
+        let bwd = SoftmaxBwd { scale: self.scale, drop: self.drop.clone() };
+        let dx = match &self.drop {
             // y is the softmax itself.
             None => y.apply_op3_no_bwd(mask, &grad.contiguous()?, &bwd)?,
             // y has dropped entries: the softmax is recomputed from the scores.
@@ -324,18 +331,19 @@ impl CustomOp3 for SoftmaxBwd {
                 let mut gh = vec![0f32; k];
                 for (r, ((dr, ar), gr)) in ds.chunks_mut(k).zip(a_s.chunks(k)).zip(gs.chunks(k)).enumerate() {
                     let row = first + r;
-                    let p: &[f32] = match self.drop {
+                    let p: &[f32] = match &self.drop {
                         None => ar,
                         Some(_) => {
                             softmax_row(ar, masks.row(row), self.scale, &mut scratch);
                             &scratch
                         }
                     };
-                    match self.drop {
+                    match &self.drop {
                         None => gh.copy_from_slice(gr),
                         Some(d) => {
+                            let (key, base) = masks.dropout_row(d, row);
                             for j in 0..k {
-                                gh[j] = gr[j] * d.factor(row * k + j);
+                                gh[j] = gr[j] * d.hashed(key, base + j as u64);
                             }
                         }
                     }
@@ -351,31 +359,53 @@ impl CustomOp3 for SoftmaxBwd {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Dropout, keyed by position: whether element i of a site is dropped is a hash of
-// (site key, i), so any thread computes any part of a mask, the backward pass recomputes it
-// instead of storing it, and the fused and graph paths drop the same elements.
+// Dropout, keyed by row and position: whether an element is dropped is a hash of (site key,
+// the key of the batch row it belongs to, its position within that row), so any thread
+// computes any part of a mask, the backward pass recomputes it instead of storing it, the
+// fused and graph paths drop the same elements — and a row gets the same mask whatever batch
+// it is in, however that batch is padded, cut into micro-batches or shared among ranks.
 
 /// Inverted dropout for one site: zero with probability p, scale the rest by 1/(1−p).
-#[derive(Clone, Copy, Debug)]
+///
+/// `rows` holds the key of each batch row (the trainer gives a row's place in its split), and
+/// the tensors dropped out have those rows as their leading, outermost dimension: element `i`
+/// of an `n`-element tensor is position `i mod (n / rows)` of row `i / (n / rows)`. For
+/// `[batch, seq, hidden]` that position is `t·hidden + h`, which does not depend on how far
+/// the batch is padded. Attention probabilities `[batch, heads, q, k]` are keyed by
+/// `(head, q, k)` instead (see [`Dropout::attention_position`]), for the same reason.
+#[derive(Clone, Debug)]
 pub struct Dropout {
     key: u64,
     /// Drop when the hash's high 32 bits are below this.
     threshold: u64,
     scale: f32,
+    rows: std::sync::Arc<[u64]>,
+}
+
+/// SplitMix64's finaliser.
+#[inline]
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 impl Dropout {
-    pub fn new(key: u64, p: f64) -> Dropout {
-        Dropout { key, threshold: (p * (1u64 << 32) as f64) as u64, scale: (1.0 / (1.0 - p)) as f32 }
+    pub fn new(key: u64, p: f64, rows: std::sync::Arc<[u64]>) -> Dropout {
+        Dropout { key, threshold: (p * (1u64 << 32) as f64) as u64, scale: (1.0 / (1.0 - p)) as f32, rows }
     }
 
-    /// 0 or 1/(1−p) for element `i` (SplitMix64's finaliser over the site key and `i`).
+    /// The key of batch row `r`'s mask at this site.
     #[inline]
-    pub fn factor(&self, i: usize) -> f32 {
-        let mut z = self.key.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
+    pub fn row_key(&self, r: usize) -> u64 {
+        let row = self.rows.get(r).copied().unwrap_or(r as u64);
+        mix(self.key ^ mix(row.wrapping_add(0x5157_4f52_4f57_0001)))
+    }
+
+    /// 0 or 1/(1−p) for `position` in the row whose key is `row_key`.
+    #[inline]
+    pub fn hashed(&self, row_key: u64, position: u64) -> f32 {
+        let z = mix(row_key.wrapping_add((position + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
         if (z >> 32) < self.threshold {
             0.0
         } else {
@@ -383,24 +413,73 @@ impl Dropout {
         }
     }
 
-    /// The factors of elements `0..n`, for the graph path.
-    pub fn factors(&self, n: usize) -> Vec<f32> {
+    /// Elements per batch row of an `n`-element tensor.
+    fn per_row(&self, n: usize) -> Result<usize> {
+        let rows = self.rows.len().max(1);
+        if n % rows != 0 {
+            candle_core::bail!("dropout: {n} elements do not split into {rows} batch rows");
+        }
+        Ok((n / rows).max(1))
+    }
+
+    /// The factors of elements `first..first + out.len()` of a tensor with `per_row` elements
+    /// per batch row (one division per call, not per element).
+    fn fill(&self, first: usize, per_row: usize, out: &mut [f32]) {
+        let (mut r, mut at) = (first / per_row, first % per_row);
+        let mut key = self.row_key(r);
+        for v in out.iter_mut() {
+            *v = self.hashed(key, at as u64);
+            at += 1;
+            if at == per_row {
+                (r, at) = (r + 1, 0);
+                key = self.row_key(r);
+            }
+        }
+    }
+
+    /// The factors of the elements of an `n`-element tensor, for the graph path.
+    pub fn factors(&self, n: usize) -> Result<Vec<f32>> {
+        let per_row = self.per_row(n)?;
         let mut out = zeroed(n);
-        out.par_chunks_mut(1 << 14).enumerate().for_each(|(c, chunk)| {
+        out.par_chunks_mut(1 << 14).enumerate().for_each(|(c, chunk)| self.fill(c << 14, per_row, chunk));
+        Ok(out)
+    }
+
+    /// The position of attention probability `(head, qi, ki)` within its batch row: the same
+    /// for a row however far its batch is padded (sequences are below 2²⁰ tokens).
+    #[inline]
+    pub fn attention_position(head: usize, qi: usize, ki: usize) -> u64 {
+        (((head as u64) << 20 | qi as u64) << 20) | ki as u64
+    }
+
+    /// The factors of attention probabilities `[b, heads, q, k]`, for the graph path.
+    pub fn attention_factors(&self, dims: (usize, usize, usize, usize)) -> Vec<f32> {
+        let (b, heads, q, k) = dims;
+        let mut out = zeroed(b * heads * q * k);
+        out.par_chunks_mut(k).enumerate().for_each(|(row, chunk)| {
+            let key = self.row_key(row / (heads * q));
+            let base = Dropout::attention_position((row / q) % heads, row % q, 0);
             for (j, v) in chunk.iter_mut().enumerate() {
-                *v = self.factor((c << 14) + j);
+                *v = self.hashed(key, base + j as u64);
             }
         });
         out
     }
 
-    /// `x` times its dropout factors (x is indexed in row-major order).
+    /// `x` times its dropout factors (x's leading dimension is the batch's rows).
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         if fused(x) {
-            return x.contiguous()?.apply_op1(DropoutOp(*self));
+            return x.contiguous()?.apply_op1(DropoutOp(self.clone()));
         }
-        let mask = Tensor::from_vec(self.factors(x.elem_count()), x.shape(), x.device())?.to_dtype(x.dtype())?;
+        let mask = Tensor::from_vec(self.factors(x.elem_count())?, x.shape(), x.device())?.to_dtype(x.dtype())?;
         x * mask
+    }
+
+    /// Attention probabilities `[b, heads, q, k]` times their dropout factors (graph path).
+    pub fn apply_attention(&self, probs: &Tensor) -> Result<Tensor> {
+        let mask = Tensor::from_vec(self.attention_factors(probs.dims4()?), probs.shape(), probs.device())?
+            .to_dtype(probs.dtype())?;
+        probs * mask
     }
 }
 
@@ -413,10 +492,12 @@ impl candle_core::CustomOp1 for DropoutOp {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let x = slice(s, l, self.name())?;
+        let per_row = self.0.per_row(x.len())?;
         let mut y = zeroed(x.len());
         y.par_chunks_mut(1 << 14).zip(x.par_chunks(1 << 14)).enumerate().for_each(|(c, (ys, xs))| {
-            for (j, (y, &v)) in ys.iter_mut().zip(xs).enumerate() {
-                *y = v * self.0.factor((c << 14) + j);
+            self.0.fill(c << 14, per_row, ys);
+            for (y, &v) in ys.iter_mut().zip(xs) {
+                *y *= v;
             }
         });
         Ok((CpuStorage::F32(y), l.shape().clone()))
@@ -424,7 +505,7 @@ impl candle_core::CustomOp1 for DropoutOp {
 
     /// Linear: the gradient takes the same factors.
     fn bwd(&self, _x: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
-        Ok(Some(grad.contiguous()?.apply_op1_no_bwd(self)?))
+        Ok(Some(grad.contiguous()?.apply_op1_no_bwd(&DropoutOp(self.0.clone()))?))
     }
 }
 
@@ -603,16 +684,21 @@ impl CustomOp3 for BiasDropoutResidualOp {
         if l1.shape() != l3.shape() || l1.shape().dims().last() != Some(&h) {
             candle_core::bail!("bias-dropout-residual: {:?}, bias {h}, residual {:?}", l1.shape(), l3.shape());
         }
+        let per_row = match &self.drop {
+            Some(d) => d.per_row(x.len())?,
+            None => x.len().max(1),
+        };
         let mut y = zeroed(x.len());
         let rows = rows_per_task(h);
         y.par_chunks_mut(h * rows).zip(x.par_chunks(h * rows).zip(r.par_chunks(h * rows))).enumerate().for_each(
             |(t, (ys, (xs, rs)))| {
+                let mut factors = vec![0f32; h];
                 for (i, ((yr, xr), rr)) in ys.chunks_mut(h).zip(xs.chunks(h)).zip(rs.chunks(h)).enumerate() {
-                    let base = (t * rows + i) * h;
-                    match self.drop {
+                    match &self.drop {
                         Some(d) => {
+                            d.fill((t * rows + i) * h, per_row, &mut factors);
                             for j in 0..h {
-                                yr[j] = (xr[j] + b[j]) * d.factor(base + j) + rr[j];
+                                yr[j] = (xr[j] + b[j]) * factors[j] + rr[j];
                             }
                         }
                         None => {
@@ -636,8 +722,8 @@ impl CustomOp3 for BiasDropoutResidualOp {
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let grad = grad.contiguous()?;
-        let dx = match self.drop {
-            Some(d) => grad.apply_op1_no_bwd(&DropoutOp(d))?,
+        let dx = match &self.drop {
+            Some(d) => grad.apply_op1_no_bwd(&DropoutOp(d.clone()))?,
             None => grad.clone(),
         };
         let db = column_sum(&dx)?;
@@ -934,27 +1020,72 @@ mod tests {
     }
 
     /// The graph path's dropout: the same factors as a mask tensor.
-    fn graph_dropout(x: &Tensor, d: Dropout) -> Tensor {
-        let m = Tensor::from_vec(d.factors(x.elem_count()), x.shape(), x.device()).unwrap();
+    fn graph_dropout(x: &Tensor, d: &Dropout) -> Tensor {
+        let m = Tensor::from_vec(d.factors(x.elem_count()).unwrap(), x.shape(), x.device()).unwrap();
         (x * m).unwrap()
+    }
+
+    /// Batch rows keyed 0..n.
+    fn rows(n: u64) -> std::sync::Arc<[u64]> {
+        (0..n).collect()
     }
 
     #[test]
     fn dropout_drops_its_share_the_same_way_on_both_paths() {
-        let d = Dropout::new(0xfeed, 0.1);
-        let f = d.factors(100_000);
+        let d = Dropout::new(0xfeed, 0.1, rows(4));
+        let f = d.factors(100_000).unwrap();
         let dropped = f.iter().filter(|&&v| v == 0.0).count() as f64 / f.len() as f64;
         assert!((dropped - 0.1).abs() < 0.005, "dropped {dropped}");
         assert!(f.iter().all(|&v| v == 0.0 || (v - 1.0 / 0.9).abs() < 1e-6));
         // Another key drops other elements.
-        let g = Dropout::new(0xbeef, 0.1).factors(100_000);
+        let g = Dropout::new(0xbeef, 0.1, rows(4)).factors(100_000).unwrap();
         assert!(f.iter().zip(&g).filter(|(a, b)| a != b).count() > 10_000);
+        // A tensor that does not split into the batch's rows is an error, not a wrong mask.
+        assert!(d.factors(10_001).is_err());
         let x = rand(&[3, 50, 70], 7, 2.0);
+        let d = Dropout::new(0xfeed, 0.1, rows(3));
         check(
             std::slice::from_ref(&x),
-            |t, fused| if fused { t[0].apply_op1(DropoutOp(d)).unwrap() } else { graph_dropout(&t[0], d) },
+            |t, fused| {
+                if fused {
+                    t[0].apply_op1(DropoutOp(d.clone())).unwrap()
+                } else {
+                    graph_dropout(&t[0], &d)
+                }
+            },
             1e-6,
         );
+    }
+
+    /// A row's mask is keyed by the row and the position in it, so it is the same in any batch:
+    /// padded to any length, beside any other rows, in any place — what lets ranks, micro-batches
+    /// and padding-free batches drop exactly what one padded batch drops.
+    #[test]
+    fn a_rows_mask_does_not_depend_on_its_batch() {
+        let (h, heads) = (8, 2);
+        // Row 41 first in a batch padded to 12 tokens, then second in one padded to 5.
+        let a = Dropout::new(9, 0.3, std::sync::Arc::from(vec![41u64, 7]));
+        let b = Dropout::new(9, 0.3, std::sync::Arc::from(vec![3u64, 41]));
+        let fa = a.factors(2 * 12 * h).unwrap();
+        let fb = b.factors(2 * 5 * h).unwrap();
+        assert_eq!(fa[..5 * h], fb[5 * h..], "hidden states [batch, seq, hidden]");
+        assert_ne!(fa[..5 * h], fb[..5 * h], "another row, another mask");
+        let pa = a.attention_factors((2, heads, 12, 12));
+        let pb = b.attention_factors((2, heads, 5, 5));
+        for head in 0..heads {
+            for q in 0..5 {
+                let at_a = (head * 12 + q) * 12;
+                let at_b = ((heads + head) * 5 + q) * 5;
+                assert_eq!(pa[at_a..at_a + 5], pb[at_b..at_b + 5], "attention head {head}, query {q}");
+            }
+        }
+        // The fused softmax drops what the graph path drops, row keys included.
+        let scores = rand(&[2, heads, 5, 5], 5, 3.0);
+        let pad = Tensor::zeros((2, 1, 1, 5), DType::F32, &Device::Cpu).unwrap();
+        let fused = scores.apply_op2(&pad, SoftmaxOp { scale: 0.5, drop: Some(b.clone()) }).unwrap();
+        let graph = b.apply_attention(&unfused_softmax(&scores, &pad, 0.5)).unwrap();
+        let d = (fused - graph).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        assert!(d < 1e-6, "{d}");
     }
 
     #[test]
@@ -984,15 +1115,15 @@ mod tests {
             },
             1e-5,
         );
-        for drop in [None, Some(Dropout::new(3, 0.25))] {
+        for drop in [None, Some(Dropout::new(3, 0.25, rows(2)))] {
             check(
                 &[y.clone(), b.clone(), r.clone()],
                 |t, fused| {
                     if fused {
-                        t[0].apply_op3(&t[1], &t[2], BiasDropoutResidualOp { drop }).unwrap()
+                        t[0].apply_op3(&t[1], &t[2], BiasDropoutResidualOp { drop: drop.clone() }).unwrap()
                     } else {
                         let z = t[0].broadcast_add(&t[1]).unwrap();
-                        let z = match drop {
+                        let z = match &drop {
                             Some(d) => graph_dropout(&z, d),
                             None => z,
                         };
@@ -1023,14 +1154,14 @@ mod tests {
         let mut pad = vec![0f32; 2 * 9];
         pad[5..9].fill(crate::model::bert::MASKED);
         let pad = Tensor::from_vec(pad, (2, 1, 1, 9), &Device::Cpu).unwrap();
-        let d = Dropout::new(77, 0.3);
+        let d = Dropout::new(77, 0.3, rows(2));
         check(
             std::slice::from_ref(&scores),
             move |t, fused| {
                 if fused {
-                    t[0].apply_op2(&pad, SoftmaxOp { scale: 0.25, drop: Some(d) }).unwrap()
+                    t[0].apply_op2(&pad, SoftmaxOp { scale: 0.25, drop: Some(d.clone()) }).unwrap()
                 } else {
-                    graph_dropout(&unfused_softmax(&t[0], &pad, 0.25), d)
+                    d.apply_attention(&unfused_softmax(&t[0], &pad, 0.25)).unwrap()
                 }
             },
             1e-5,

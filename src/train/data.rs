@@ -102,6 +102,70 @@ pub struct LoaderSpec {
 pub const GROUP_BATCHES: usize = 50;
 
 type Batches<'a> = Box<dyn Iterator<Item = Result<Batch>> + Send + 'a>;
+type Steps<'a> = Box<dyn Iterator<Item = Result<Step>> + Send + 'a>;
+type Groups<'a> = Box<dyn Iterator<Item = Result<Vec<Example>>> + Send + 'a>;
+
+/// How an optimiser step's global batch is shared: among `ranks` data-parallel ranks, each
+/// summing `micro` micro-batches (gradient accumulation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    pub rank: usize,
+    pub ranks: usize,
+    pub micro: usize,
+}
+
+impl Share {
+    /// One process, one micro-batch: the whole batch.
+    pub const WHOLE: Share = Share { rank: 0, ranks: 1, micro: 1 };
+
+    pub fn parts(&self) -> usize {
+        (self.ranks * self.micro).max(1)
+    }
+
+    /// Part `j` of a global batch of `n` rows: rows `⌊j·n/parts⌋..⌊(j+1)·n/parts⌋`, so the
+    /// parts are contiguous, cover the batch once, and differ by at most a row.
+    pub fn part(&self, j: usize, n: usize) -> std::ops::Range<usize> {
+        let parts = self.parts();
+        j * n / parts..(j + 1) * n / parts
+    }
+
+    /// The rank that trains row `i` of a global batch of `n` rows.
+    pub fn rank_of(&self, i: usize, n: usize) -> usize {
+        let j = (0..self.parts()).find(|&j| self.part(j, n).contains(&i)).unwrap_or(0);
+        j / self.micro.max(1)
+    }
+
+    /// This rank's micro-batches of a global batch of `n` rows: parts `rank·micro..(rank+1)·micro`.
+    pub fn micro_batches(&self, n: usize) -> Vec<std::ops::Range<usize>> {
+        (0..self.micro).map(|a| self.part(self.rank * self.micro + a, n)).collect()
+    }
+}
+
+/// One optimiser step of one rank.
+#[derive(Debug, Clone, Default)]
+pub struct Step {
+    /// This rank's micro-batches (none when the global batch has fewer rows than parts left
+    /// for it).
+    pub micro: Vec<Batch>,
+    /// Of the whole global batch, over every rank: what the loss is averaged over.
+    pub global: StepTotals,
+}
+
+/// Counts over a step's global batch. The loss of a step is its sum over the global batch
+/// divided by these (not a mean of micro-batch means), so it is the same however the batch is
+/// shared among ranks and micro-batches.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepTotals {
+    pub rows: usize,
+    /// Real (unpadded) tokens.
+    pub tokens: usize,
+    /// MLM: masked tokens (the MLM loss's denominator).
+    pub mlm_targets: usize,
+    /// NSP: rows of the parts whose rows all have an NSP label (the NSP loss's denominator).
+    pub nsp_rows: usize,
+    /// Classification: rows per class (the denominator of a class-weighted loss).
+    pub class_rows: Vec<u64>,
+}
 
 impl LoaderSpec {
     /// Examples of the split, shard by shard, in file order; every row keeps its index in the
@@ -248,15 +312,27 @@ impl LoaderSpec {
     /// The batches of `epoch` from batch `skip` on — the same batches `epoch(epoch)` yields
     /// after its first `skip`, without reading the rows of the windows before.
     pub fn epoch_from(&self, epoch: u64, skip: u64) -> Result<Batches<'_>> {
+        Ok(Box::new(self.groups_from(epoch, skip)?.map(|g| g.map(|rows| self.collate(&rows)))))
+    }
+
+    /// Training's optimiser steps of `epoch` from step `skip` on: each of the epoch's batches
+    /// (`batch_size` is the global batch) cut into `share`'s parts, of which this rank takes
+    /// its own as micro-batches, with the totals of the whole global batch.
+    pub fn steps_from(&self, epoch: u64, skip: u64, share: Share) -> Result<Steps<'_>> {
+        Ok(Box::new(self.groups_from(epoch, skip)?.map(move |g| g.map(|rows| self.step(&rows, share)))))
+    }
+
+    /// The rows of each batch of `epoch` from batch `skip` on, in training order.
+    fn groups_from(&self, epoch: u64, skip: u64) -> Result<Groups<'_>> {
         match &self.order {
             Order::InFileOrder => {
                 let rows = self.rows_in_file_order(epoch)?;
                 let spec = self.clone();
-                let batches = Chunks { inner: rows, size: self.window_rows() }.flat_map(move |chunk| match chunk {
-                    Ok(chunk) => spec.window_batches(chunk, None),
+                let groups = Chunks { inner: rows, size: self.window_rows() }.flat_map(move |chunk| match chunk {
+                    Ok(chunk) => spec.window_groups(chunk, None).into_iter().map(Ok).collect::<Vec<_>>(),
                     Err(e) => vec![Err(e)],
                 });
-                Ok(Box::new(batches.skip(skip as usize)))
+                Ok(Box::new(groups.skip(skip as usize)))
             }
             Order::Permuted(store) => {
                 let perm = Permutation::new(store.rows(), self.seed, epoch);
@@ -270,32 +346,60 @@ impl LoaderSpec {
                     let chunk: Result<Vec<Example>> =
                         span.map(|t| store.get(perm.at(t)).and_then(|e| spec.masked(e, epoch))).collect();
                     let mut rng = Rng::for_key(spec.seed, &[0x4752_4f55, epoch, w]);
-                    let batches = match chunk {
-                        Ok(chunk) => spec.window_batches(chunk, Some(&mut rng)),
+                    let groups: Vec<Result<Vec<Example>>> = match chunk {
+                        Ok(chunk) => spec.window_groups(chunk, Some(&mut rng)).into_iter().map(Ok).collect(),
                         Err(e) => vec![Err(e)],
                     };
-                    let skipped = std::mem::take(&mut drop).min(batches.len());
-                    batches.into_iter().skip(skipped)
+                    let skipped = std::mem::take(&mut drop).min(groups.len());
+                    groups.into_iter().skip(skipped)
                 })))
             }
         }
     }
 
-    /// One window's batches: sorted longest first when grouping by length, cut into batches,
-    /// and (training) the batches of the window shuffled.
-    fn window_batches(&self, mut chunk: Vec<Example>, rng: Option<&mut Rng>) -> Vec<Result<Batch>> {
+    /// One window's batches of rows: sorted longest first when grouping by length, cut into
+    /// batches, and (training) the batches of the window shuffled.
+    fn window_groups(&self, mut chunk: Vec<Example>, rng: Option<&mut Rng>) -> Vec<Vec<Example>> {
         if self.group_by_length {
             chunk.sort_by_key(|e| std::cmp::Reverse(e.input_ids.len()));
         }
-        let mut batches: Vec<Result<Batch>> =
-            batch_ranges(chunk.iter().map(|e| e.input_ids.len()), self.batch_size, self.max_tokens, self.pad_to)
-                .into_iter()
-                .map(|r| Ok(self.collate(&chunk[r])))
-                .collect();
+        let ranges =
+            batch_ranges(chunk.iter().map(|e| e.input_ids.len()), self.batch_size, self.max_tokens, self.pad_to);
+        let mut rest = chunk.into_iter();
+        let mut groups: Vec<Vec<Example>> = ranges.iter().map(|r| rest.by_ref().take(r.len()).collect()).collect();
         if let (true, Some(rng)) = (self.group_by_length, rng) {
-            shuffle(&mut batches, rng);
+            shuffle(&mut groups, rng);
         }
-        batches
+        groups
+    }
+
+    /// A global batch's rows as one optimiser step of this rank: the rows are cut into
+    /// `share.parts()` contiguous parts as evenly as they go (part `j` holds rows
+    /// `⌊j·n/parts⌋..⌊(j+1)·n/parts⌋`, so a full batch gives every part `per_device` rows);
+    /// rank `r` takes parts `r·micro..(r+1)·micro`, each padded as a batch of its own. Parts
+    /// without rows (the last, short batch of an epoch) are left out.
+    pub fn step(&self, rows: &[Example], share: Share) -> Step {
+        let n = rows.len();
+        let mut global = StepTotals { rows: n, ..Default::default() };
+        for j in 0..share.parts() {
+            let p = &rows[share.part(j, n)];
+            if p.iter().all(|e| e.nsp_label.is_some()) {
+                global.nsp_rows += p.len();
+            }
+        }
+        for e in rows {
+            global.tokens += e.input_ids.len();
+            global.mlm_targets += e.masked_positions.len();
+            if let Some(l) = e.label {
+                if global.class_rows.len() <= l {
+                    global.class_rows.resize(l + 1, 0);
+                }
+                global.class_rows[l] += 1;
+            }
+        }
+        let micro =
+            share.micro_batches(n).into_iter().filter(|r| !r.is_empty()).map(|r| self.collate(&rows[r])).collect();
+        Step { micro, global }
     }
 
     /// Pads a set of examples into one batch.
@@ -338,23 +442,23 @@ impl LoaderSpec {
         (rows / window) * per_window + (rows % window).div_ceil(self.batch_size as u64)
     }
 
-    /// Runs [`LoaderSpec::epoch`] on a background thread, skipping the first `skip` batches;
-    /// the channel holds a few batches ahead.
-    pub fn spawn(&self, epoch: u64, skip: u64) -> Receiver<Result<Batch>> {
+    /// Runs [`LoaderSpec::steps_from`] on a background thread; the channel holds a few steps
+    /// ahead.
+    pub fn spawn_steps(&self, epoch: u64, skip: u64, share: Share) -> Receiver<Result<Step>> {
         let (tx, rx) = bounded(4);
         let spec = self.clone();
         std::thread::Builder::new()
             .name("bertpipe-loader".into())
             .spawn(move || {
-                let batches = match spec.epoch_from(epoch, skip) {
-                    Ok(b) => b,
+                let steps = match spec.steps_from(epoch, skip, share) {
+                    Ok(s) => s,
                     Err(e) => {
                         let _ = tx.send(Err(e));
                         return;
                     }
                 };
-                for b in batches {
-                    if tx.send(b).is_err() {
+                for s in steps {
+                    if tx.send(s).is_err() {
                         return;
                     }
                 }
@@ -425,7 +529,34 @@ fn batch_ranges(
 
 #[cfg(test)]
 mod batch_tests {
-    use super::batch_ranges;
+    use super::{batch_ranges, Share};
+
+    #[test]
+    fn a_global_batch_is_shared_once_among_ranks_and_micro_batches() {
+        // One process, one micro-batch: the whole batch, as before ranks existed.
+        let one = |r: std::ops::Range<usize>| vec![r];
+        assert_eq!(Share::WHOLE.micro_batches(16), one(0..16));
+        // 2 ranks × 8: the halves; 2 ranks × 2 micro-batches × 4.
+        let of = |rank, ranks, micro, n| Share { rank, ranks, micro }.micro_batches(n);
+        assert_eq!((of(0, 2, 1, 16), of(1, 2, 1, 16)), (one(0..8), one(8..16)));
+        assert_eq!((of(0, 2, 2, 16), of(1, 2, 2, 16)), (vec![0..4, 4..8], vec![8..12, 12..16]));
+        // A short last batch: every row once, the parts within a row of each other, some empty.
+        for n in 0..20 {
+            for (ranks, micro) in [(1, 1), (2, 1), (3, 2), (4, 4)] {
+                let mut seen = vec![0; n];
+                for rank in 0..ranks {
+                    for r in of(rank, ranks, micro, n) {
+                        assert!(r.len() <= n.div_ceil(ranks * micro));
+                        for i in r {
+                            seen[i] += 1;
+                            assert_eq!(Share { rank: 0, ranks, micro }.rank_of(i, n), rank);
+                        }
+                    }
+                }
+                assert!(seen.iter().all(|&c| c == 1), "n {n}, {ranks} ranks × {micro}: {seen:?}");
+            }
+        }
+    }
 
     #[test]
     fn batches_are_bounded_by_rows_and_by_tokens() {

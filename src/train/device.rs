@@ -13,6 +13,15 @@ pub fn open(s: &str) -> Result<Device> {
     }
 }
 
+/// The device of one data-parallel rank: with more than one rank, `cuda` is the GPU of the
+/// rank's local rank (one GPU per rank); one rank opens what it is asked.
+pub fn open_for_rank(s: &str, world: &super::dist::World) -> Result<Device> {
+    match DeviceSpec::parse(s)? {
+        DeviceSpec::Cuda(_) if world.size > 1 => cuda(world.local_rank),
+        _ => open(s),
+    }
+}
+
 #[cfg(feature = "cuda")]
 fn cuda(n: usize) -> Result<Device> {
     // cudarc loads these when the device opens and panics if one is missing: say so instead.

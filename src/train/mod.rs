@@ -11,6 +11,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod device;
+pub mod dist;
 pub mod memory;
 pub mod optim;
 pub mod order;
@@ -33,7 +34,8 @@ use crate::model::bert::{ForwardPass, Inputs};
 use crate::model::{BertWithHead, Outputs};
 use checkpoint::TrainerState;
 use config::{AttentionKind, ComputeDtype, EvalStrategy, Objective, TrainConfig};
-use data::{Batch, LoaderSpec};
+use data::{Batch, LoaderSpec, Share, Step, StepTotals};
+use dist::World;
 pub use plan::dry_run;
 
 /// Command-line options beside the YAML.
@@ -108,6 +110,14 @@ fn nan_at_step() -> Option<u64> {
     crate::contract::test_hook("BERTPIPE_NAN_AT_STEP")
 }
 
+/// Test hook: rank R dies (SIGKILL) at the start of optimiser step N (`BERTPIPE_KILL_RANK_AT_STEP=R:N`),
+/// or fails with an error (`BERTPIPE_FAIL_RANK_AT_STEP=R:N`).
+fn rank_fault(var: &str, rank: usize, step: u64) -> bool {
+    let Ok(v) = std::env::var(var) else { return false };
+    let Some((r, s)) = v.split_once(':') else { return false };
+    r.trim().parse() == Ok(rank) && s.trim().parse() == Ok(step)
+}
+
 pub fn run(cfg: &TrainConfig, opts: &TrainOptions) -> Result<TrainSummary> {
     keep_freed_memory();
     // Ctrl-C / SIGTERM while training: checkpoint and stop at the next optimiser step. The
@@ -155,42 +165,51 @@ pub struct Trainer {
     /// Classification: the loss weight of each class (`class_weights`).
     class_weights: Option<Vec<f32>>,
     notes: Vec<String>,
+    /// This process's rank among the data-parallel ranks (one, without a launcher).
+    world: World,
 }
 
 impl Trainer {
-    /// The loop: get a batch, forward + backward, and every `gradient_accumulation_steps`
-    /// micro-batches (or at an epoch's end) an optimiser step, then log, evaluate, checkpoint.
+    /// The loop: get a step's global batch (this rank's micro-batches of it), forward +
+    /// backward each, sum the gradients over the micro-batches and the ranks, then an optimiser
+    /// step, the same on every rank; then log, evaluate, checkpoint.
     fn run(&mut self) -> Result<TrainSummary> {
         let started = Instant::now();
         let bar = self.progress();
-        let accum = self.cfg.gradient_accumulation_steps as u64;
+        let share = self.share();
         let mut tally = RunTally::default();
         'epochs: while self.state.global_step < self.total_steps {
             let epoch = self.state.epoch_index;
-            let mut summed: Option<Vec<Tensor>> = None; // over one optimiser step's micro-batches
-            let (mut pending, mut consumed) = (0u64, self.state.batch_in_epoch);
-            for batch in self.train.spawn(epoch, self.state.batch_in_epoch) {
-                let batch = batch?;
+            let mut consumed = self.state.batch_in_epoch;
+            for step in self.train.spawn_steps(epoch, consumed, share) {
+                let step = step?;
                 consumed += 1;
-                let (loss, grads) = self.forward_backward(&batch, pending)?;
-                summed = Some(match summed.take() {
-                    None => grads,
-                    Some(sum) => sum.iter().zip(&grads).map(|(a, b)| a + b).collect::<candle_core::Result<_>>()?,
-                });
-                pending += 1;
-                tally.add(loss, &batch);
-                let epoch_done = consumed == self.batches_per_epoch;
-                if pending < accum && !epoch_done {
-                    continue;
+                let n = self.state.global_step + 1;
+                if rank_fault("BERTPIPE_KILL_RANK_AT_STEP", self.world.rank, n) {
+                    // SAFETY: raising a signal in our own process.
+                    unsafe { libc::raise(libc::SIGKILL) };
                 }
-                let lr = self.optimizer_step(&summed.take().expect("one micro-batch at least"), &mut tally)?;
-                pending = 0;
+                if rank_fault("BERTPIPE_FAIL_RANK_AT_STEP", self.world.rank, n) {
+                    bail!("failing at step {n} (BERTPIPE_FAIL_RANK_AT_STEP)");
+                }
+                let (loss, grads) = self.step_gradients(&step)?;
+                let stop_here = crate::contract::interrupt::requested() || stop_at_step() == Some(n);
+                let reduce_started = Instant::now();
+                // Summed over the ranks: the global loss, and whether any rank was asked to stop.
+                let mut scalars = [loss, stop_here as u8 as f64];
+                dist::sum_f64(&self.world, &mut scalars)?;
+                let grads = self.sum_over_ranks(grads)?;
+                tally.window.comm_seconds += reduce_started.elapsed().as_secs_f64();
+                let loss = self.check_finite(scalars[0])?;
+                tally.add(loss, &step.global);
+                let lr = self.optimizer_step(&grads, &mut tally)?;
+                let epoch_done = consumed == self.batches_per_epoch;
                 self.state.batch_in_epoch = consumed;
                 if epoch_done {
                     self.state.epoch_index += 1;
                     self.state.batch_in_epoch = 0;
                 }
-                if self.after_step(epoch_done, lr, &bar, &mut tally)? == Flow::Stop {
+                if self.after_step(epoch_done, lr, scalars[1] > 0.0, &bar, &mut tally)? == Flow::Stop {
                     break 'epochs;
                 }
             }
@@ -205,28 +224,93 @@ impl Trainer {
         self.finish(started, tally)
     }
 
-    /// Forward and backward of one micro-batch (`pending`: its place in the optimiser step):
-    /// its loss, and the gradients of loss / accumulation steps.
-    fn forward_backward(&self, batch: &Batch, pending: u64) -> Result<(f64, Vec<Tensor>)> {
-        let accum = self.cfg.gradient_accumulation_steps as u64;
+    /// How a global batch is shared: this rank's part, cut into `gradient_accumulation_steps`
+    /// micro-batches.
+    fn share(&self) -> Share {
+        Share { rank: self.world.rank, ranks: self.world.size, micro: self.cfg.gradient_accumulation_steps }
+    }
+
+    /// This rank's share of a step: its loss (this rank's part of the global batch's loss) and
+    /// the gradients of it, summed over its micro-batches (zeros when it has no rows).
+    fn step_gradients(&self, step: &Step) -> Result<(f64, Vec<Tensor>)> {
+        let mut summed: Option<Vec<Tensor>> = None;
+        let mut loss = 0.0;
+        for batch in &step.micro {
+            let (l, grads) = self.forward_backward(batch, &step.global)?;
+            loss += l;
+            summed = Some(match summed.take() {
+                None => grads,
+                Some(sum) => sum.iter().zip(&grads).map(|(a, b)| a + b).collect::<candle_core::Result<_>>()?,
+            });
+        }
+        let grads = match summed {
+            Some(g) => g,
+            None => self
+                .model
+                .params
+                .vars
+                .iter()
+                .map(|(_, v)| v.as_tensor().zeros_like())
+                .collect::<candle_core::Result<_>>()?,
+        };
+        Ok((loss, grads))
+    }
+
+    /// The gradients summed over every rank, in buckets of [`dist::bucket_floats`] (PyTorch
+    /// DDP's 25 MiB): one all-reduce per bucket, not per tensor. One rank: as they are.
+    fn sum_over_ranks(&self, grads: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        if self.world.size == 1 {
+            return Ok(grads);
+        }
+        let cap = dist::bucket_floats();
+        let mut out = Vec::with_capacity(grads.len());
+        let mut i = 0;
+        while i < grads.len() {
+            let (mut j, mut n) = (i, 0);
+            while j < grads.len() && (j == i || n + grads[j].elem_count() <= cap) {
+                n += grads[j].elem_count();
+                j += 1;
+            }
+            let mut bucket = Vec::with_capacity(n);
+            for g in &grads[i..j] {
+                bucket.extend(g.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?);
+            }
+            dist::sum_f32(&self.world, &mut bucket)?;
+            let mut at = 0;
+            for g in &grads[i..j] {
+                let k = g.elem_count();
+                out.push(Tensor::from_slice(&bucket[at..at + k], g.shape(), g.device())?);
+                at += k;
+            }
+            i = j;
+        }
+        Ok(out)
+    }
+
+    /// Forward and backward of one micro-batch: its part of the step's loss (its sum over the
+    /// global batch's denominators, see [`StepTotals`]), and the gradients of that.
+    fn forward_backward(&self, batch: &Batch, global: &StepTotals) -> Result<(f64, Vec<Tensor>)> {
         let step = self.state.global_step + 1;
-        let mut pass = ForwardPass::train(self.cfg.seed, self.state.global_step * accum + pending)
+        // Dropout keyed by the step and each row's place in the split: the same masks on any
+        // number of ranks and micro-batches.
+        let mut pass = ForwardPass::train(self.cfg.seed, self.state.global_step, batch.indices.clone())
             .with_compute(self.cfg.dtype.dtype());
         let (value, grads) = if self.cfg.gradient_checkpointing {
             let (inputs, positions) = self.runner().inputs(batch)?;
             let mut value = 0.0;
             let grads = self.model.backward_checkpointed(&inputs, positions.as_ref(), &mut pass, |out| {
-                let loss = self.batch_loss(batch, out)?;
+                let loss = self.batch_loss(batch, out, global)?;
                 memory::trace(step, "after forward");
-                value = self.check_finite(&loss)?;
-                Ok((loss / accum as f64)?)
+                value = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+                Ok(loss)
             })?;
             (value, grads)
         } else {
-            let loss = self.loss(batch, pass)?;
+            let out = self.runner().forward(batch, &mut pass)?;
+            let loss = self.batch_loss(batch, &out, global)?;
             memory::trace(step, "after forward");
-            let value = self.check_finite(&loss)?;
-            (value, crate::model::backward(&(loss / accum as f64)?)?)
+            let value = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+            (value, crate::model::backward(&loss)?)
         };
         memory::trace(step, "after backward");
         Ok((value, self.model.gradients(&grads)?))
@@ -250,14 +334,24 @@ impl Trainer {
     }
 
     /// What follows an optimiser step: progress, the log line, evaluation and checkpoints when
-    /// due, and whether to stop (the last step, or Ctrl-C).
-    fn after_step(&mut self, epoch_done: bool, lr: f64, bar: &StepProgress, tally: &mut RunTally) -> Result<Flow> {
+    /// due, and whether to stop (the last step, or Ctrl-C on any rank: `stop`).
+    fn after_step(
+        &mut self,
+        epoch_done: bool,
+        lr: f64,
+        stop: bool,
+        bar: &StepProgress,
+        tally: &mut RunTally,
+    ) -> Result<Flow> {
         let step = self.state.global_step;
         let last = step == self.total_steps;
         bar.bar.set_position(step);
         bar.bar.set_message(tally.window.status(lr));
         if step % self.cfg.logging_steps == 0 || last {
-            let line = tally.window.take(step, self.epoch_progress(), lr);
+            let mut line = tally.window.take(step, self.epoch_progress(), lr);
+            if self.world.size > 1 {
+                line["ranks"] = json!(self.world.size);
+            }
             bar.step_line(step, &line);
             self.log(line)?;
         }
@@ -287,7 +381,6 @@ impl Trainer {
             }
         }
         let save_now = self.cfg.save_steps.is_some_and(|n| step % n == 0) || epoch_done || last;
-        let stop = crate::contract::interrupt::requested() || stop_at_step() == Some(step);
         let early = tally.stopped_early.is_some();
         if save_now || stop || early {
             self.save_checkpoint()?;
@@ -303,10 +396,16 @@ impl Trainer {
             None
         } else {
             let dir = self.cfg.output_dir.join("final");
-            checkpoint::write_atomic(&dir, |tmp| self.write_model(tmp))?;
+            if self.world.is_main() {
+                checkpoint::write_atomic(&dir, |tmp| self.write_model(tmp))?;
+            }
             Some(dir)
         };
-        self.plot_curves()?;
+        if self.world.is_main() {
+            self.plot_curves()?;
+        }
+        // The other ranks end when the files are there (a launcher may end the job then).
+        dist::barrier(&self.world);
         Ok(TrainSummary {
             steps: self.state.global_step,
             epochs: self.epoch_progress(),
@@ -318,18 +417,18 @@ impl Trainer {
             last_eval: tally.last_eval,
             interrupted: tally.interrupted,
             stopped_early: tally.stopped_early,
-            device: match self.cfg.dtype {
-                ComputeDtype::F32 => device::describe(&self.device),
-                ComputeDtype::Bf16 => format!("{}, bf16 matrix products", device::describe(&self.device)),
+            device: {
+                let mut d = match self.cfg.dtype {
+                    ComputeDtype::F32 => device::describe(&self.device),
+                    ComputeDtype::Bf16 => format!("{}, bf16 matrix products", device::describe(&self.device)),
+                };
+                if self.world.size > 1 {
+                    d = format!("{} ranks (each {d})", self.world.size);
+                }
+                d
             },
             notes: self.notes.clone(),
         })
-    }
-
-    /// The training loss of one batch.
-    fn loss(&self, batch: &Batch, mut mode: ForwardPass) -> Result<Tensor> {
-        let out = self.runner().forward(batch, &mut mode)?;
-        self.batch_loss(batch, &out)
     }
 
     fn runner(&self) -> Runner<'_> {
@@ -341,26 +440,42 @@ impl Trainer {
         }
     }
 
-    /// Mean cross-entropy: of the labels (classify), or MLM over masked tokens + NSP.
-    fn batch_loss(&self, batch: &Batch, out: &Outputs) -> Result<Tensor> {
+    /// A micro-batch's part of its step's loss: cross-entropy summed over the micro-batch and
+    /// divided by the global batch's count (rows, class weights, masked tokens, NSP rows; see
+    /// [`StepTotals`]), so the parts of every micro-batch on every rank add up to the mean over
+    /// the global batch — one process with the whole batch computes the same loss.
+    fn batch_loss(&self, batch: &Batch, out: &Outputs, global: &StepTotals) -> Result<Tensor> {
         let d = &self.device;
         let ce = |logits: &Tensor, labels: &[u32]| -> Result<Tensor> {
             let target = Tensor::from_slice(labels, labels.len(), d)?;
             Ok(candle_nn::loss::cross_entropy(&logits.to_dtype(DType::F32)?, &target)?)
         };
+        let part = |mine: f64, all: f64| if all > 0.0 { mine / all } else { 0.0 };
         match self.cfg.task {
             Objective::Classify => {
                 let logits = out.logits.as_ref().context("classifier logits")?;
                 match &self.class_weights {
-                    None => ce(logits, &batch.labels),
-                    Some(w) => weighted_cross_entropy(&logits.to_dtype(DType::F32)?, &batch.labels, w),
+                    None => Ok((ce(logits, &batch.labels)? * part(batch.rows as f64, global.rows as f64))?),
+                    Some(w) => {
+                        let weight = |c: usize| w.get(c).copied().unwrap_or(0.0) as f64;
+                        let mine: f64 = batch.labels.iter().map(|&l| weight(l as usize)).sum();
+                        let all: f64 = global.class_rows.iter().enumerate().map(|(c, &n)| n as f64 * weight(c)).sum();
+                        let loss = weighted_cross_entropy(&logits.to_dtype(DType::F32)?, &batch.labels, w)?;
+                        Ok((loss * part(mine, all))?)
+                    }
                 }
             }
             Objective::Pretrain => {
-                let mut loss = ce(out.mlm_logits.as_ref().context("MLM logits")?, &batch.mlm_labels)?;
+                let mlm = out.mlm_logits.as_ref().context("MLM logits")?;
+                // A micro-batch without a masked token adds nothing (but stays in the graph).
+                let mut loss = match batch.mlm_labels.len() {
+                    0 => (mlm.to_dtype(DType::F32)?.sum_all()? * 0.0)?,
+                    n => (ce(mlm, &batch.mlm_labels)? * part(n as f64, global.mlm_targets as f64))?,
+                };
                 if let Some(nsp) = &out.logits {
-                    if batch.nsp_labels.len() == batch.rows {
-                        loss = (loss + ce(nsp, &batch.nsp_labels)?)?;
+                    if batch.rows > 0 && batch.nsp_labels.len() == batch.rows {
+                        let nsp = (ce(nsp, &batch.nsp_labels)? * part(batch.rows as f64, global.nsp_rows as f64))?;
+                        loss = (loss + nsp)?;
                     }
                 }
                 Ok(loss)
@@ -368,8 +483,9 @@ impl Trainer {
         }
     }
 
-    fn check_finite(&self, loss: &Tensor) -> Result<f64> {
-        let mut v = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+    /// The step's global loss, or the error that stops a run whose loss is not finite.
+    fn check_finite(&self, loss: f64) -> Result<f64> {
+        let mut v = loss;
         if nan_at_step().is_some_and(|s| self.state.global_step + 1 >= s) {
             v = f64::NAN;
         }
@@ -395,14 +511,14 @@ impl Trainer {
         let ctx = self.runner();
         match self.cfg.task {
             Objective::Classify => {
-                let (rows, docs) = evaluate_classify(&ctx, spec, &self.label_names)?;
+                let (rows, docs) = evaluate_classify(&ctx, spec, &self.label_names, &self.world)?;
                 put_metrics(&mut record, "eval_", &serde_json::to_value(&rows)?);
                 if let Some(d) = docs {
                     put_metrics(&mut record, "eval_doc_", &serde_json::to_value(&d)?);
                 }
             }
             Objective::Pretrain => {
-                put_metrics(&mut record, "eval_", &serde_json::to_value(evaluate_pretrain(&ctx, spec)?)?);
+                put_metrics(&mut record, "eval_", &serde_json::to_value(evaluate_pretrain(&ctx, spec, &self.world)?)?);
             }
         }
         Ok(record)
@@ -422,6 +538,8 @@ impl Trainer {
         };
         if better {
             self.state.best = Some(checkpoint::Best { metric: name, value, step: self.state.global_step });
+        }
+        if better && self.world.is_main() {
             checkpoint::write_atomic(&self.cfg.output_dir.join("best"), |tmp| {
                 self.write_model(tmp)?;
                 self.state.write(tmp)
@@ -432,6 +550,9 @@ impl Trainer {
 
     /// `checkpoint-<step>/` (atomic); the oldest beyond `save_total_limit` go.
     fn save_checkpoint(&mut self) -> Result<()> {
+        if !self.world.is_main() {
+            return Ok(());
+        }
         let dir = self.cfg.output_dir.join(format!("checkpoint-{}", self.state.global_step));
         checkpoint::write_atomic(&dir, |tmp| {
             self.write_model(tmp)?;
@@ -548,26 +669,50 @@ impl Runner<'_> {
     }
 }
 
+/// One evaluated batch, as ranks exchange them: its index, logits (row-major), labels and
+/// document ids.
+type EvalBatch = (usize, Vec<f32>, Vec<u32>, Vec<String>);
+
 /// Classification metrics over a split, per row and (when rows are windows) per document.
+/// With more than one rank, rank `r` runs batches `r, r + ranks, …` and every rank gathers the
+/// logits, so each computes the metrics of the whole split, in the split's order.
 pub fn evaluate_classify(
     ctx: &Runner,
     spec: &LoaderSpec,
     names: &[String],
+    world: &World,
 ) -> Result<(ClassificationMetrics, Option<ClassificationMetrics>)> {
     // Inference only: no graph for a backward pass, each activation freed after its use.
     let frozen = ctx.model.frozen()?;
     let ctx = &Runner { model: &frozen, device: ctx.device, attention: ctx.attention, compute: ctx.compute };
     let mut mode = ctx.eval_mode();
-    let mut preds = Predictions::new(ctx.model.config.num_labels());
-    let mut docs = Vec::new();
-    for batch in spec.epoch(0)? {
+    let mut mine: Vec<EvalBatch> = Vec::new();
+    for (i, batch) in spec.epoch(0)?.enumerate() {
+        if i % world.size != world.rank {
+            continue;
+        }
         let batch = batch?;
         let out = ctx.forward(&batch, &mut mode)?;
-        let logits = out.logits.context("classifier logits")?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
-        for (i, row) in logits.iter().enumerate() {
-            preds.push_logits(row, batch.labels[i] as usize);
+        let logits = out.logits.context("classifier logits")?.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        mine.push((i, logits, batch.labels, batch.doc_ids));
+    }
+    let mut all = mine;
+    if world.size > 1 {
+        let gathered = dist::gather_bytes(world, &serde_json::to_vec(&all)?)?;
+        all = Vec::new();
+        for bytes in gathered {
+            all.extend(serde_json::from_slice::<Vec<EvalBatch>>(&bytes)?);
         }
-        docs.extend(batch.doc_ids);
+        all.sort_by_key(|b| b.0);
+    }
+    let k = ctx.model.config.num_labels();
+    let mut preds = Predictions::new(k);
+    let mut docs = Vec::new();
+    for (_, logits, labels, doc_ids) in all {
+        for (row, &label) in logits.chunks(k).zip(&labels) {
+            preds.push_logits(row, label as usize);
+        }
+        docs.extend(doc_ids);
     }
     let rows = ClassificationMetrics::compute(&preds, names);
     let per_doc = preds.per_document(&docs);
@@ -575,13 +720,17 @@ pub fn evaluate_classify(
     Ok((rows, docs))
 }
 
-/// MLM (and NSP) metrics over a split.
-pub fn evaluate_pretrain(ctx: &Runner, spec: &LoaderSpec) -> Result<crate::metrics::PretrainMetrics> {
+/// MLM (and NSP) metrics over a split; with more than one rank, each runs every `ranks`-th
+/// batch and the tallies are summed.
+pub fn evaluate_pretrain(ctx: &Runner, spec: &LoaderSpec, world: &World) -> Result<crate::metrics::PretrainMetrics> {
     let frozen = ctx.model.frozen()?;
     let ctx = &Runner { model: &frozen, device: ctx.device, attention: ctx.attention, compute: ctx.compute };
     let mut mode = ctx.eval_mode();
     let mut tally = PretrainTally::default();
-    for batch in spec.epoch(0)? {
+    for (i, batch) in spec.epoch(0)?.enumerate() {
+        if i % world.size != world.rank {
+            continue;
+        }
         let batch = batch?;
         let out = ctx.forward(&batch, &mut mode)?;
         tally.examples += batch.rows;
@@ -596,6 +745,29 @@ pub fn evaluate_pretrain(ctx: &Runner, spec: &LoaderSpec) -> Result<crate::metri
                 }
             }
         }
+    }
+    if world.size > 1 {
+        let t = &mut tally;
+        let mut sums = [
+            t.examples as f64,
+            t.mlm_tokens as f64,
+            t.mlm_loss_sum,
+            t.mlm_correct as f64,
+            t.nsp_examples as f64,
+            t.nsp_loss_sum,
+            t.nsp_correct as f64,
+        ];
+        dist::sum_f64(world, &mut sums)?;
+        let count = |x: f64| x.round() as usize;
+        *t = PretrainTally {
+            examples: count(sums[0]),
+            mlm_tokens: count(sums[1]),
+            mlm_loss_sum: sums[2],
+            mlm_correct: count(sums[3]),
+            nsp_examples: count(sums[4]),
+            nsp_loss_sum: sums[5],
+            nsp_correct: count(sums[6]),
+        };
     }
     Ok(tally.finish())
 }
@@ -722,10 +894,11 @@ struct RunTally {
 }
 
 impl RunTally {
-    fn add(&mut self, loss: f64, batch: &Batch) {
-        self.window.add(loss, batch.rows, batch.tokens);
-        self.samples += batch.rows as u64;
-        self.tokens += batch.tokens as u64;
+    /// One optimiser step: its global loss and global batch.
+    fn add(&mut self, loss: f64, global: &StepTotals) {
+        self.window.add(loss, global.rows, global.tokens);
+        self.samples += global.rows as u64;
+        self.tokens += global.tokens as u64;
     }
 }
 
@@ -739,6 +912,8 @@ struct LogWindow {
     since: Option<Instant>,
     grad_norm: f64,
     last_loss: f64,
+    /// Seconds in collectives (more than one rank).
+    comm_seconds: f64,
 }
 
 impl LogWindow {
@@ -763,7 +938,7 @@ impl LogWindow {
 
     fn take(&mut self, step: u64, epoch: f64, lr: f64) -> Value {
         let (sps, tps) = self.rates();
-        let v = json!({
+        let mut v = json!({
             "step": step,
             "epoch": round4(epoch),
             "loss": self.loss_sum / self.batches.max(1) as f64,
@@ -772,6 +947,11 @@ impl LogWindow {
             "samples_per_second": (sps * 100.0).round() / 100.0,
             "tokens_per_second": tps.round(),
         });
+        if self.comm_seconds > 0.0 {
+            // Data-parallel: the time in the all-reduce of the gradients and the step's scalars.
+            v["allreduce_seconds_per_step"] =
+                json!((self.comm_seconds / self.batches.max(1) as f64 * 1e5).round() / 1e5);
+        }
         *self = LogWindow::default();
         v
     }
@@ -872,7 +1052,7 @@ pub fn evaluate_checkpoint(
     };
     let names = model.config.label_names();
     let ctx = Runner { model: &model, device: &device, attention: AttentionKind::Full, compute: DType::F32 };
-    evaluate_classify(&ctx, &spec, &names)
+    evaluate_classify(&ctx, &spec, &names, &World::SINGLE)
 }
 
 #[cfg(test)]

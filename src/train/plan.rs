@@ -88,17 +88,26 @@ impl Trainer {
             );
         }
         let window = train.window_rows();
+        let w = &self.world;
+        line("ranks", {
+            let mut ranks = w.describe();
+            if w.size > 1 {
+                ranks.push_str(&format!(
+                    "; rank 0 writes checkpoints and logs; gradients summed over MPI in {} MiB buckets",
+                    (super::dist::bucket_floats() * 4) >> 20
+                ));
+            }
+            ranks
+        });
         line(
             "batches",
             format!(
-                "{} rows, {} per epoch{}; {}{}",
+                "global batch {} rows = {} per device × {} rank(s) × {} accumulation step(s), {} per epoch; {}{}",
                 train.batch_size,
+                cfg.per_device_train_batch_size,
+                w.size,
+                cfg.gradient_accumulation_steps,
                 self.batches_per_epoch,
-                if cfg.gradient_accumulation_steps > 1 {
-                    format!(", {} summed per optimiser step", cfg.gradient_accumulation_steps)
-                } else {
-                    String::new()
-                },
                 if train.group_by_length {
                     format!("rows grouped by length within windows of {window} (the rows held in memory)")
                 } else {
@@ -110,7 +119,7 @@ impl Trainer {
         if let Some(masking) = self.masking() {
             line("masking", masking);
         }
-        let steps_per_epoch = self.batches_per_epoch.div_ceil(cfg.gradient_accumulation_steps as u64);
+        let steps_per_epoch = self.batches_per_epoch;
         line(
             "schedule",
             format!(
@@ -195,7 +204,9 @@ impl Trainer {
         let manifest = &self.train.shards.manifest;
         let seq = self.train.pad_to.unwrap_or_else(|| manifest.longest_row()) as u64;
         let eval = self.eval.as_ref().map(|e| (e.batch_size as u64, e.max_tokens.unwrap_or(usize::MAX) as u64));
-        let mut shape = memory::Shape::new(&self.model.config, params, self.train.batch_size as u64, seq, eval);
+        // A step's activations are a micro-batch's: `per_device_train_batch_size` rows.
+        let micro = self.cfg.per_device_train_batch_size as u64;
+        let mut shape = memory::Shape::new(&self.model.config, params, micro, seq, eval);
         shape.checkpointing = self.cfg.gradient_checkpointing;
         if self.cfg.task == super::config::Objective::Pretrain {
             let split = manifest.splits.get(&self.train.split);
@@ -260,27 +271,33 @@ impl Trainer {
         ))
     }
 
-    /// One tab-separated line per row of the asked batches: epoch, batch, the optimiser step
-    /// it feeds, the row's position in its split, its id, label and length.
+    /// One tab-separated line per row of the asked batches (a batch is an optimiser step's
+    /// global batch): epoch, batch, the optimiser step it feeds, the row's position in its
+    /// split, its id, label and length — and with more than one rank, the rank that trains it.
     fn show_batches(&self, r: BatchRange) -> Result<String> {
         let spec: &LoaderSpec = &self.train;
         if r.from >= self.batches_per_epoch {
             bail!("--show-batches: an epoch has {} batches (0..{})", self.batches_per_epoch, self.batches_per_epoch);
         }
-        let accum = self.cfg.gradient_accumulation_steps as u64;
-        let steps_per_epoch = self.batches_per_epoch.div_ceil(accum);
-        let mut s = String::from("epoch\tbatch\tstep\trow\tid\tlabel\ttokens\n");
+        let ranks = self.world.size;
+        let mut s = String::from("epoch\tbatch\tstep\trow\tid\tlabel\ttokens");
+        s.push_str(if ranks > 1 { "\trank\n" } else { "\n" });
         let to = r.to.min(self.batches_per_epoch);
         for (k, batch) in spec.epoch_from(r.epoch, r.from)?.take((to - r.from) as usize).enumerate() {
             let batch = batch?;
             let b = r.from + k as u64;
-            let step = r.epoch * steps_per_epoch + b / accum + 1;
+            let step = r.epoch * self.batches_per_epoch + b + 1;
+            let share = super::data::Share { rank: 0, ranks, micro: self.cfg.gradient_accumulation_steps };
             for i in 0..batch.rows {
                 let tokens =
                     batch.attention_mask[i * batch.seq..(i + 1) * batch.seq].iter().filter(|&&m| m == 1).count();
                 let id = batch.ids.get(i).filter(|x| !x.is_empty()).map_or("-", String::as_str);
                 let label = batch.labels.get(i).map_or("-".to_string(), |l| l.to_string());
-                let _ = writeln!(s, "{}\t{b}\t{step}\t{}\t{id}\t{label}\t{tokens}", r.epoch, batch.indices[i]);
+                let _ = write!(s, "{}\t{b}\t{step}\t{}\t{id}\t{label}\t{tokens}", r.epoch, batch.indices[i]);
+                if ranks > 1 {
+                    let _ = write!(s, "\t{}", share.rank_of(i, batch.rows));
+                }
+                s.push('\n');
             }
         }
         Ok(s)

@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use super::checkpoint::{self, TrainerState};
 use super::config::{ClassWeights, Objective, ReportTo, TrainConfig};
 use super::data::{LoaderSpec, Order, RowKind};
+use super::dist::{self, World};
 use super::{device, optim, TrainOptions, Trainer};
 use crate::config::Pipeline;
 use crate::config::PipelineStep;
@@ -126,14 +127,17 @@ impl Trainer {
         if cfg.threads > 0 {
             std::env::set_var("RAYON_NUM_THREADS", cfg.threads.to_string());
         }
-        let dev = device::open(opts.device.as_deref().unwrap_or(&cfg.device))?;
+        let world = dist::world()?;
+        // One bar, one log: rank 0's.
+        let opts = &TrainOptions { quiet: opts.quiet || !world.is_main(), ..opts.clone() };
+        let dev = device::open_for_rank(opts.device.as_deref().unwrap_or(&cfg.device), &world)?;
         let shards = open_shards(cfg, opts.quiet)?;
         let extra_files = checkpoint_files(cfg, &shards)?;
         let mut notes = Vec::new();
         if cfg.shuffle_buffer.is_some() {
             notes.push("shuffle_buffer no longer applies: every epoch is a permutation of the whole split".into());
         }
-        let data = Loaders::new(cfg, &shards, opts.quiet)?;
+        let data = Loaders::new(cfg, &shards, opts.quiet, &world)?;
         notes.extend(data.label_note.clone());
         if cfg.dtype == super::config::ComputeDtype::Bf16 && dev.is_cpu() {
             notes.push(
@@ -143,7 +147,7 @@ impl Trainer {
         let eval = eval_loader(cfg, &shards.manifest, &data.train, &mut notes)?;
         let batches_per_epoch = data.train.batches_per_epoch(data.usable_rows);
 
-        let (model, mut state, resumed) = model_and_state(cfg, opts, &shards, &data, &dev, &mut notes)?;
+        let (model, mut state, resumed) = model_and_state(cfg, opts, &shards, &data, &dev, &world, &mut notes)?;
         let mut optimizer =
             optim::AdamW::new(&model.params, cfg.adam_beta1, cfg.adam_beta2, cfg.adam_epsilon, cfg.weight_decay)?;
         if let Some((_, saved)) = &resumed {
@@ -151,12 +155,12 @@ impl Trainer {
         }
         let resume_from = resumed.map(|(dir, _)| dir);
 
-        let accum = cfg.gradient_accumulation_steps as u64;
-        let steps_per_epoch = batches_per_epoch.div_ceil(accum);
+        // A batch of the loader is an optimiser step's global batch.
+        let steps_per_epoch = batches_per_epoch;
         let total_steps =
             cfg.max_steps.unwrap_or_else(|| (cfg.num_train_epochs * steps_per_epoch as f64).ceil() as u64).max(1);
         let warmup_steps = cfg.warmup_steps.unwrap_or_else(|| (cfg.warmup_ratio * total_steps as f64).ceil() as u64);
-        let metrics_log = if opts.dry_run {
+        let metrics_log = if opts.dry_run || !world.is_main() {
             None
         } else {
             Some(open_metrics_log(&cfg.output_dir, resume_from.is_some().then_some(&state))?)
@@ -164,7 +168,7 @@ impl Trainer {
         state.total_steps = total_steps;
         let class_weights = class_weights(cfg, &data, &mut notes)?;
         let tensorboard = match cfg.report_to {
-            ReportTo::Tensorboard if !opts.dry_run => {
+            ReportTo::Tensorboard if !opts.dry_run && world.is_main() => {
                 Some(super::tensorboard::EventWriter::create(&cfg.output_dir, &state.log_history)?)
             }
             _ => None,
@@ -187,8 +191,64 @@ impl Trainer {
             tensorboard,
             class_weights,
             notes,
+            world,
+        })
+        .and_then(|t| {
+            same_on_every_rank(&t)?;
+            Ok(t)
         })
     }
+}
+
+/// With more than one rank: every rank must train the same thing — the resolved config, the
+/// shards (their digests), the model's parameters and the step it starts from. Each rank's
+/// fingerprint is gathered and compared with rank 0's; a rank that differs is an error on
+/// every rank, naming it.
+fn same_on_every_rank(t: &Trainer) -> Result<()> {
+    if t.world.size == 1 {
+        return Ok(());
+    }
+    let digests: Vec<String> =
+        t.train.shards.split_stats(&t.train.split)?.shards.iter().map(|s| s.sha256.clone()).collect();
+    let params: usize = t.model.params.vars.iter().map(|(_, v)| v.elem_count()).sum();
+    let parts = [
+        ("resolved training config", serde_json::to_string(&t.cfg)?),
+        ("training shards", digests.join(",")),
+        ("model", format!("{} parameters, {:?}", params, t.model.config.hidden_size)),
+        ("step to start from", format!("{}/{}", t.state.global_step, t.total_steps)),
+    ];
+    let mine: Vec<String> = parts.iter().map(|(_, v)| sha256_hex(v.as_bytes())).collect();
+    let all = dist::gather_bytes(&t.world, serde_json::to_string(&mine)?.as_bytes())?;
+    let all: Vec<Vec<String>> = all.iter().map(|b| serde_json::from_slice(b)).collect::<Result<_, _>>()?;
+    for (rank, theirs) in all.iter().enumerate().skip(1) {
+        for (i, (what, _)) in parts.iter().enumerate() {
+            if theirs.get(i) != all[0].get(i) {
+                let short = |h: Option<&String>| h.map_or("?".to_string(), |h| h.chars().take(12).collect());
+                bail!(
+                    "rank {rank}'s {what} differs from rank 0's (sha256 {}… vs {}…): every rank must be started with the same config, --set values and shards",
+                    short(theirs.get(i)),
+                    short(all[0].get(i))
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a checkpoint must have been written with to be resumed: the resolved config, with
+/// the batch counted as the global batch (`per_device_train_batch_size` × ranks ×
+/// `gradient_accumulation_steps` rows per optimiser step), so a run written by N ranks resumes
+/// on M ranks with the same global batch — and is the same run.
+fn run_identity(cfg: &TrainConfig, world: &World) -> Result<String> {
+    let mut c = cfg.clone();
+    c.per_device_train_batch_size = global_batch(cfg, world);
+    c.gradient_accumulation_steps = 1;
+    Ok(sha256_hex(serde_json::to_string(&c)?.as_bytes()))
+}
+
+/// Rows per optimiser step over every rank.
+pub(super) fn global_batch(cfg: &TrainConfig, world: &World) -> usize {
+    cfg.per_device_train_batch_size * world.size * cfg.gradient_accumulation_steps
 }
 
 /// `class_weights`, resolved against the training split's classes.
@@ -355,7 +415,7 @@ struct Loaders {
 }
 
 impl Loaders {
-    fn new(cfg: &TrainConfig, shards: &Arc<ShardSet>, quiet: bool) -> Result<Loaders> {
+    fn new(cfg: &TrainConfig, shards: &Arc<ShardSet>, quiet: bool, world: &World) -> Result<Loaders> {
         let m = &shards.manifest;
         let steps = pipeline_of(m).map(|p| p.steps).unwrap_or_default();
         let pretrain_step = steps.iter().find_map(PipelineStep::as_pretrain);
@@ -410,7 +470,8 @@ impl Loaders {
             shards: shards.clone(),
             split: cfg.train_split.clone(),
             kind,
-            batch_size: cfg.per_device_train_batch_size,
+            // A loader batch is an optimiser step's global batch; each rank takes its part.
+            batch_size: global_batch(cfg, world),
             order: Order::InFileOrder,
             group_by_length: cfg.group_by_length,
             pad_to: cfg.pad_to_max_length.then(|| m.longest_row()),
@@ -513,7 +574,7 @@ fn newest_intact(
         };
         if state.config_sha256 != config_sha {
             bail!(
-                "--resume: the training config differs from the one that wrote '{}'; resume with the same config (and --set values), or start a new output_dir",
+                "--resume: the training config differs from the one that wrote '{}'; resume with the same config (and --set values) and the same global batch (per_device_train_batch_size × ranks × gradient_accumulation_steps rows), or start a new output_dir",
                 dir.display()
             );
         }
@@ -551,9 +612,10 @@ fn model_and_state(
     shards: &ShardSet,
     data: &Loaders,
     dev: &Device,
+    world: &World,
     notes: &mut Vec<String>,
 ) -> Result<(BertWithHead, TrainerState, Option<ResumePoint>)> {
-    let config_sha = sha256_hex(serde_json::to_string(cfg)?.as_bytes());
+    let config_sha = run_identity(cfg, world)?;
     let out = &cfg.output_dir;
     if opts.resume {
         let r = newest_intact(out, &config_sha, data.model_kind, dev, cfg.seed, notes)?;
@@ -567,7 +629,8 @@ fn model_and_state(
                 format!("{e:#}")
             });
         }
-    } else {
+    } else if world.is_main() {
+        // Rank 0 alone prepares (and with --overwrite empties) the folder it alone writes.
         prepare_output(out, opts.overwrite)?;
     }
     let vocab_size = shards.tokenizer()?.vocab_size;

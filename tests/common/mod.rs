@@ -277,3 +277,42 @@ pub fn walk_files(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// The training losses a run logged in `metrics.jsonl`, by step.
+pub fn train_losses(out: &Path) -> Vec<(u64, f64)> {
+    std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter_map(|r| Some((r.get("step")?.as_u64()?, r.get("loss")?.as_f64()?)))
+        .collect()
+}
+
+/// Two runs logged the same training losses at the same steps, to 1e-4 relative.
+#[track_caller]
+pub fn assert_same_losses(a: &Path, b: &Path) {
+    let (la, lb) = (train_losses(a), train_losses(b));
+    assert_eq!(la.len(), lb.len(), "{la:?}\n{lb:?}");
+    for ((sa, x), (sb, y)) in la.iter().zip(&lb) {
+        assert_eq!(sa, sb);
+        assert!((x - y).abs() <= 1e-4 * x.abs().max(1e-3), "step {sa}: loss {x} vs {y}");
+    }
+}
+
+/// The largest |a − b| over every tensor of two checkpoint folders, relative to the largest |a|.
+pub fn weight_gap(a: &Path, b: &Path) -> f64 {
+    let load =
+        |p: &Path| candle_core::safetensors::load(p.join("model.safetensors"), &candle_core::Device::Cpu).unwrap();
+    let (a, b) = (load(a), load(b));
+    assert_eq!(a.len(), b.len());
+    let (mut gap, mut scale) = (0f64, 0f64);
+    for (name, x) in &a {
+        let x = x.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let y = b[name].flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        for (p, q) in x.iter().zip(&y) {
+            gap = gap.max((p - q).abs() as f64);
+            scale = scale.max(p.abs() as f64);
+        }
+    }
+    gap / scale
+}

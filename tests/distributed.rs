@@ -1,0 +1,225 @@
+//! Data-parallel training under `mpirun` (the `mpi` feature, OpenMPI): two ranks train what one
+//! process trains — weights and logged losses to 1e-4 with dropout on — a run written by two
+//! ranks resumes on one, and a rank that dies or disagrees ends the job with an error naming it.
+//!
+//! `cargo test --release --features mpi --test distributed` (`.ci/run` installs OpenMPI).
+#![cfg(feature = "mpi")]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{assert_ok, assert_same_losses, run_pipeline, stderr, weight_gap};
+use serde_json::Value;
+
+const CONFIG: &str = "pipelines/imdb-finetune.yaml";
+
+/// Shards of the bundled sample (pipelines/imdb.yaml), made once per test.
+fn shards(dir: &Path) -> PathBuf {
+    let out = dir.join("imdb");
+    assert_ok(&run_pipeline("pipelines/imdb.yaml", &out, &[]));
+    out
+}
+
+/// `--set` arguments of a short run with dropout on (the tiny preset's 0.1), one thread per
+/// process, an evaluation and a checkpoint on the way.
+fn settings(data: &Path, out: &Path, per_device: usize, extra: &[&str]) -> Vec<String> {
+    let mut s = vec![
+        format!("data={}", data.display()),
+        format!("output_dir={}", out.display()),
+        format!("per_device_train_batch_size={per_device}"),
+        "max_steps=12".into(),
+        "logging_steps=1".into(),
+        "eval_strategy=steps".into(),
+        "eval_steps=6".into(),
+        "save_steps=6".into(),
+        "threads=1".into(),
+    ];
+    s.extend(extra.iter().map(|e| e.to_string()));
+    s
+}
+
+fn train_args(sets: &[String], flags: &[&str]) -> Vec<String> {
+    let mut a = vec!["train".to_string(), CONFIG.into(), "--quiet".into()];
+    for s in sets {
+        a.extend(["--set".into(), s.clone()]);
+    }
+    a.extend(flags.iter().map(|f| f.to_string()));
+    a
+}
+
+/// One process, no launcher.
+fn single(sets: &[String], flags: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bertpipe"));
+    c.args(train_args(sets, flags)).current_dir(common::root());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// `mpirun` of the given programs (MPMD: `-n 1 A : -n 1 B`), each a list of bertpipe arguments;
+/// killed (and failed) past `limit`.
+fn mpirun(programs: &[(usize, Vec<String>)], env: &[(&str, &str)], limit: Duration) -> (Output, Duration) {
+    let mut c = Command::new("mpirun");
+    // Root in CI; two ranks on two cores; no binding (each rank runs one thread).
+    c.args(["--oversubscribe", "--bind-to", "none"]);
+    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    for (k, v) in env {
+        c.args(["-x", &format!("{k}={v}")]);
+    }
+    for (i, (n, args)) in programs.iter().enumerate() {
+        if i > 0 {
+            c.arg(":");
+        }
+        c.args(["-n", &n.to_string(), env!("CARGO_BIN_EXE_bertpipe")]).args(args);
+    }
+    c.current_dir(common::root()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let started = Instant::now();
+    let mut child = c.spawn().expect("mpirun (OpenMPI: apt install openmpi-bin libopenmpi-dev)");
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!("mpirun still running after {limit:?}: a hang\nstderr:\n{}", stderr(&o));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (child.wait_with_output().unwrap(), started.elapsed())
+}
+
+fn ranks(n: usize, args: Vec<String>) -> Vec<(usize, Vec<String>)> {
+    vec![(n, args)]
+}
+
+fn metrics(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn two_ranks_train_what_one_process_with_their_global_batch_trains() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = shards(dir.path());
+    let one = dir.path().join("one");
+    assert_ok(&single(&settings(&data, &one, 16, &[]), &[], &[]));
+
+    // 2 ranks × 8 rows: the same global batch of 16.
+    let two = dir.path().join("two");
+    let (o, _) = mpirun(&ranks(2, train_args(&settings(&data, &two, 8, &[]), &[])), &[], Duration::from_secs(300));
+    assert_ok(&o);
+    let gap = weight_gap(&one.join("final"), &two.join("final"));
+    assert!(gap <= 1e-4, "2 ranks × 8 vs 1 × 16: weights differ by {gap:e} of their scale");
+    assert!(
+        gap > 0.0 || std::env::var_os("BERTPIPE_ALLOW_EXACT").is_some(),
+        "bit-identical: is the test running two ranks?"
+    );
+    assert_same_losses(&one, &two);
+    let log = metrics(&two);
+    assert!(log.iter().any(|r| r.get("ranks") == Some(&Value::from(2))), "{log:?}");
+    assert!(log.iter().any(|r| r.get("allreduce_seconds_per_step").is_some()), "{log:?}");
+    // The evaluations (split over the ranks, gathered) equal one process's.
+    let evals = |out: &Path| -> Vec<f64> {
+        metrics(out).iter().filter_map(|r| r.get("eval_accuracy").and_then(Value::as_f64)).collect()
+    };
+    assert_eq!(evals(&one), evals(&two));
+    assert!(!evals(&one).is_empty());
+    // Rank 0 alone wrote: one metrics log, checkpoints, the final model.
+    assert!(two.join("checkpoint-12").is_dir() && two.join("final/config.json").is_file());
+
+    // Accumulation is elastic too: 1 process × 8 rows × 2 micro-batches.
+    let accum = dir.path().join("accum");
+    assert_ok(&single(&settings(&data, &accum, 8, &["gradient_accumulation_steps=2"]), &[], &[]));
+    let gap = weight_gap(&one.join("final"), &accum.join("final"));
+    assert!(gap <= 1e-4, "1 × 8 × 2 vs 1 × 16: {gap:e}");
+    assert_same_losses(&one, &accum);
+
+    // The dry run shows the layout and the global batch; --show-batches which rank takes a row.
+    let (o, _) = mpirun(
+        &ranks(
+            2,
+            train_args(&settings(&data, &dir.path().join("plan"), 8, &[]), &["--dry-run", "--show-batches", "0:0..1"]),
+        ),
+        &[],
+        Duration::from_secs(120),
+    );
+    assert_ok(&o);
+    let plan = String::from_utf8_lossy(&o.stdout);
+    assert!(plan.contains("rank 0 of 2 (mpirun, local rank 0)"), "{plan}");
+    assert!(plan.contains("global batch 16 rows = 8 per device × 2 rank(s) × 1 accumulation step(s)"), "{plan}");
+    let rows: Vec<&str> = plan.lines().filter(|l| l.starts_with("0\t0\t1\t")).collect();
+    assert_eq!(rows.len(), 16, "{plan}");
+    assert_eq!(rows.iter().filter(|l| l.ends_with("\t1")).count(), 8, "{plan}");
+    assert_eq!(plan.matches("nothing was trained").count(), 1, "rank 0 alone prints the plan: {plan}");
+}
+
+#[test]
+fn a_run_of_two_ranks_resumes_on_one_with_the_same_global_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = shards(dir.path());
+    let whole = dir.path().join("whole");
+    assert_ok(&single(&settings(&data, &whole, 16, &[]), &[], &[]));
+
+    // Stopped (as by Ctrl-C) at step 5 on two ranks: a checkpoint, exit 130.
+    let cut = dir.path().join("cut");
+    let (o, _) = mpirun(
+        &ranks(2, train_args(&settings(&data, &cut, 8, &[]), &[])),
+        &[("BERTPIPE_STOP_AT_STEP", "5")],
+        Duration::from_secs(300),
+    );
+    assert!(!o.status.success(), "{}", stderr(&o));
+    assert!(cut.join("checkpoint-5").is_dir(), "{}", stderr(&o));
+    assert!(!cut.join("final").exists());
+    // Resumed by one process with 16 rows a step: the same run.
+    assert_ok(&single(&settings(&data, &cut, 16, &[]), &["--resume"], &[]));
+    let gap = weight_gap(&whole.join("final"), &cut.join("final"));
+    assert!(gap <= 1e-4, "resumed on one rank: {gap:e}");
+    assert_same_losses(&whole, &cut);
+
+    // Another global batch is another run: refused, saying why.
+    let o = single(&settings(&data, &cut, 8, &[]), &["--resume"], &[]);
+    assert!(!o.status.success() && stderr(&o).contains("same global batch"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_rank_that_dies_or_disagrees_ends_the_job_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = shards(dir.path());
+    let limit = Duration::from_secs(120);
+
+    let args =
+        |name: &str, data: &Path, extra: &[&str]| train_args(&settings(data, &dir.path().join(name), 8, extra), &[]);
+
+    // Killed at step 3: mpirun ends the other rank (waiting in the all-reduce) and names it.
+    let (o, took) = mpirun(&ranks(2, args("killed", &data, &[])), &[("BERTPIPE_KILL_RANK_AT_STEP", "1:3")], limit);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("rank 1"), "{err}");
+    assert!(took < Duration::from_secs(90), "{took:?}");
+
+    // An error on one rank: said with its rank, and the job ends.
+    let (o, _) = mpirun(&ranks(2, args("failed", &data, &[])), &[("BERTPIPE_FAIL_RANK_AT_STEP", "1:3")], limit);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("error: rank 1 of 2 (mpirun): failing at step 3"), "{err}");
+
+    // Ranks started with different configs: an error at the start, before any step.
+    let (o, _) =
+        mpirun(&[(1, args("differ", &data, &[])), (1, args("differ", &data, &["learning_rate=1e-3"]))], &[], limit);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("rank 1's resolved training config differs from rank 0's"), "{err}");
+    assert!(!dir.path().join("differ/metrics.jsonl").exists() || metrics(&dir.path().join("differ")).is_empty());
+
+    // A rank that cannot read the shards says which rank and which path.
+    let missing = dir.path().join("nowhere");
+    let (o, _) = mpirun(&[(1, args("lost", &data, &[])), (1, args("lost", &missing, &[]))], &[], limit);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("error: rank 1 of 2 (mpirun)") && err.contains(&missing.display().to_string()), "{err}");
+}
