@@ -4,8 +4,10 @@
 # threads and 1 rank × 1 thread, BERT-mini (preset `mini`, 4 layers, 256 hidden) fine-tuning on
 # the bundled sample's shards (pipelines/imdb.yaml, rows up to 512 tokens), dropout on; then the
 # all-reduce alone for BERT-mini, MiniLM-L6 and BERT-base gradients over MPI on loopback
-# (examples/allreduce.rs). Step times are medians over the logged windows of RUNS runs each
-# (the first window of a run, with its warm-up, left out).
+# (examples/allreduce.rs). A run's step time is its mean over the logged windows (the first,
+# with its warm-up, left out): every run trains the same batches, whose lengths vary a lot with
+# length grouping, so windows differ by batch and only whole runs compare; the median of RUNS
+# runs is printed.
 #   benches/data_parallel.sh              STEPS=40 RUNS=3 by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,8 +31,9 @@ train() {
   python3 - "$w/$name/metrics.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
-for r in rows[1:]:
-    print(16 / r["samples_per_second"], r.get("allreduce_seconds_per_step", 0))
+w = rows[1:]
+step = sum(16 / r["samples_per_second"] for r in w) / len(w)
+print(step, sum(r.get("allreduce_seconds_per_step", 0) for r in w) / len(w))
 PY
 }
 
@@ -47,7 +50,7 @@ for line in open(sys.argv[1]):
     k, s, c = line.split()
     runs.setdefault(k, []).append((float(s), float(c)))
 base = statistics.median(s for s, _ in runs["1x2"])
-print("BERT-mini, global batch 16, rows up to 512 tokens, seconds per optimiser step (median of the logged windows):")
+print(f"BERT-mini, global batch 16, rows up to 512 tokens, seconds per optimiser step (median of {len(runs['1x2'])} runs):")
 names = {"1x2": "1 rank  × 2 threads", "2x1": "2 ranks × 1 thread ", "1x1": "1 rank  × 1 thread "}
 for k in ["1x2", "2x1", "1x1"]:
     s = statistics.median(x for x, _ in runs[k])

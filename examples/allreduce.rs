@@ -37,7 +37,10 @@ fn main() -> Result<()> {
             world.size,
             world.launcher.name()
         );
-        println!("{:<10} {:>12} {:>10} {:>16} {:>16} {:>12}", "model", "parameters", "tensors", "25 MiB buckets", "per tensor", "bus GB/s");
+        println!(
+            "{:<10} {:>12} {:>10} {:>16} {:>16} {:>12}",
+            "model", "parameters", "tensors", "25 MiB buckets", "per tensor", "bus GB/s"
+        );
     }
     for (name, hidden, layers, intermediate) in
         [("bert-mini", 256, 4, 1024), ("minilm-l6", 384, 6, 1536), ("bert-base", 768, 12, 3072)]

@@ -17,11 +17,12 @@
 //! The model half (`model`, `train`, `onnx`, `metrics`) reads shards through [`shards`] and
 //! the manifest through [`contract::manifest`]; [`experiment`] (`bertpipe run`) chains the
 //! commands of both, `page` draws their results as one self-contained `report.html`, and `cli`
-//! and `main` sit on top.
+//! and `app` (the command line, which `main` and the Python wheel both run) sit on top.
 
 #[macro_use]
 mod tagged;
 
+pub mod app;
 pub mod clean;
 pub mod cli;
 pub mod config;

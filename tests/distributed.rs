@@ -214,7 +214,17 @@ fn a_rank_that_dies_or_disagrees_ends_the_job_naming_it() {
     let err = stderr(&o);
     assert!(!o.status.success(), "{err}");
     assert!(err.contains("rank 1's resolved training config differs from rank 0's"), "{err}");
-    assert!(!dir.path().join("differ/metrics.jsonl").exists() || metrics(&dir.path().join("differ")).is_empty());
+    assert!(!dir.path().join("differ/metrics.jsonl").exists(), "nothing written before the ranks agree");
+
+    // One rank started with --dry-run: an error on both, not a rank left waiting for the other.
+    let dry = train_args(&settings(&data, &dir.path().join("dry"), 8, &[]), &["--dry-run"]);
+    let (o, took) = mpirun(&[(1, args("dry", &data, &[])), (1, dry)], &[], limit);
+    let err = stderr(&o);
+    assert!(
+        !o.status.success() && err.contains("rank 1's choice of flags (--dry-run, --resume …) differs from rank 0's"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(90), "{took:?}");
 
     // A rank that cannot read the shards says which rank and which path.
     let missing = dir.path().join("nowhere");

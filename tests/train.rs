@@ -522,3 +522,70 @@ fn set_paths_are_relative_to_the_current_directory() {
     assert!(elsewhere.path().join("shards/manifest.json").exists(), "sink.path relative to the current directory");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// What a launcher sets for rank 1 of 2, given to a bertpipe built without MPI: one error that
+/// names the rank and says how to build with MPI; the chain and `pipeline run` refuse to run as
+/// ranks.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn ranks_without_mpi_are_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = shards(dir.path(), "pipelines/imdb.yaml", &[]);
+    let out = dir.path().join("ranks");
+    let env = [("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "2"), ("OMPI_COMM_WORLD_LOCAL_RANK", "1")];
+    let o = train("pipelines/imdb-finetune.yaml", &data, &out, &[], &env);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("error: rank 1 of 2 (mpirun): mpirun started 2 ranks, but this bertpipe was built without MPI"),
+        "{err}"
+    );
+    assert!(err.contains("--features mpi") && err.lines().count() == 1, "{err}");
+    assert!(!out.exists(), "nothing written");
+    let torchrun = [("RANK", "0"), ("WORLD_SIZE", "4"), ("LOCAL_RANK", "0")];
+    let o = bertpipe_env(&["run", "pipelines/imdb-experiment.yaml", "--dry-run"], &torchrun);
+    let err = stderr(&o);
+    assert!(
+        !o.status.success() && err.contains("rank 0 of 4 (torchrun): `bertpipe run` does not run under a launcher"),
+        "{err}"
+    );
+    // `pipeline run` as ranks would race on one output folder.
+    let o = bertpipe_env(
+        &["pipeline", "run", "pipelines/imdb.yaml", "--set", &format!("sink.path={}", dir.path().join("p").display())],
+        &env,
+    );
+    let err = stderr(&o);
+    assert!(
+        !o.status.success()
+            && err.contains("rank 1 of 2 (mpirun): `bertpipe pipeline run` does not run under a launcher")
+            && err.contains("task array"),
+        "{err}"
+    );
+    assert!(!dir.path().join("p").exists(), "nothing written");
+}
+
+/// `bertpipe … | head -1`: when the reader stops, bertpipe ends quietly (SIGPIPE), not with a
+/// panic about a broken pipe.
+#[test]
+fn a_closed_pipe_ends_the_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = shards(dir.path(), "pipelines/imdb.yaml", &[]);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_bertpipe"))
+        .args(["train", "pipelines/imdb-finetune.yaml", "--dry-run", "--show-batches", "0:0..19"])
+        .args(["--set", &format!("data={}", data.display())])
+        .args(["--set", &format!("output_dir={}", dir.path().join("never").display())])
+        .args(["--set", "per_device_train_batch_size=1"])
+        .current_dir(common::root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before bertpipe has written anything (it opens and checks the
+    // shards first): its first write finds the pipe closed.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{err}");
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?} {err}", out.status);
+}

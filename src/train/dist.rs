@@ -283,10 +283,9 @@ mod imp {
 
     pub fn start(w: World) -> Result<World> {
         bail!(
-            "{} started {} ranks (this is rank {}), but this bertpipe was built without MPI, which ranks talk over: install OpenMPI (Debian: `apt install libopenmpi-dev openmpi-bin`) and build with `cargo build --release --features mpi`",
+            "{} started {} ranks, but this bertpipe was built without MPI, which ranks talk over: install OpenMPI (Debian: `apt install libopenmpi-dev openmpi-bin`) and build with `cargo build --release --features mpi`",
             w.launcher.name(),
-            w.size,
-            w.rank
+            w.size
         )
     }
 

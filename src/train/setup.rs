@@ -27,7 +27,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// The manifest's pipeline, typed (it is the resolved pipeline the shards were made with).
-fn pipeline_of(manifest: &Manifest) -> Option<Pipeline> {
+pub(super) fn pipeline_of(manifest: &Manifest) -> Option<Pipeline> {
     serde_json::from_value(manifest.config.clone()).ok()
 }
 
@@ -35,7 +35,7 @@ fn pipeline_of(manifest: &Manifest) -> Option<Pipeline> {
 /// inverted `label_map`, the label names the pipeline found), then `LABEL_i` up to `max_label`.
 /// (What this and [`Loaders::new`] read of the manifest's `config` is part of a pipeline
 /// stage's identity in `experiment/stages/pipeline.rs`: keep the two in step.)
-fn label_names(manifest: &Manifest, max_label: usize) -> Vec<String> {
+pub(super) fn label_names(manifest: &Manifest, max_label: usize) -> Vec<String> {
     let mut names = crate::shards::class_names(&manifest.config, &manifest.id2label);
     while names.len() <= max_label {
         names.push(format!("LABEL_{}", names.len()));
@@ -160,6 +160,8 @@ impl Trainer {
         let total_steps =
             cfg.max_steps.unwrap_or_else(|| (cfg.num_train_epochs * steps_per_epoch as f64).ceil() as u64).max(1);
         let warmup_steps = cfg.warmup_steps.unwrap_or_else(|| (cfg.warmup_ratio * total_steps as f64).ceil() as u64);
+        // Before anything is written: every rank must be training the same thing.
+        same_on_every_rank(&world, cfg, opts, &data.train, &model, state.global_step, total_steps)?;
         let metrics_log = if opts.dry_run || !world.is_main() {
             None
         } else {
@@ -193,10 +195,6 @@ impl Trainer {
             notes,
             world,
         })
-        .and_then(|t| {
-            same_on_every_rank(&t)?;
-            Ok(t)
-        })
     }
 }
 
@@ -204,28 +202,42 @@ impl Trainer {
 /// shards (their digests), the model's parameters and the step it starts from. Each rank's
 /// fingerprint is gathered and compared with rank 0's; a rank that differs is an error on
 /// every rank, naming it.
-fn same_on_every_rank(t: &Trainer) -> Result<()> {
-    if t.world.size == 1 {
+fn same_on_every_rank(
+    world: &World,
+    cfg: &TrainConfig,
+    opts: &TrainOptions,
+    train: &LoaderSpec,
+    model: &BertWithHead,
+    start_step: u64,
+    total_steps: u64,
+) -> Result<()> {
+    if world.size == 1 {
         return Ok(());
     }
     let digests: Vec<String> =
-        t.train.shards.split_stats(&t.train.split)?.shards.iter().map(|s| s.sha256.clone()).collect();
-    let params: usize = t.model.params.vars.iter().map(|(_, v)| v.elem_count()).sum();
+        train.shards.split_stats(&train.split)?.shards.iter().map(|s| s.sha256.clone()).collect();
+    let params: usize = model.params.vars.iter().map(|(_, v)| v.elem_count()).sum();
+    let flags = format!(
+        "--dry-run {} --show-batches {:?} --resume {} --overwrite {} --device {:?}",
+        opts.dry_run, opts.show_batches, opts.resume, opts.overwrite, opts.device
+    );
     let parts = [
-        ("resolved training config", serde_json::to_string(&t.cfg)?),
+        ("resolved training config", serde_json::to_string(cfg)?),
+        ("choice of flags (--dry-run, --resume …)", flags),
+        ("gradient bucket size (BERTPIPE_BUCKET_MB)", dist::bucket_floats().to_string()),
         ("training shards", digests.join(",")),
-        ("model", format!("{} parameters, {:?}", params, t.model.config.hidden_size)),
-        ("step to start from", format!("{}/{}", t.state.global_step, t.total_steps)),
+        ("model", format!("{} parameters, {:?}", params, model.config.hidden_size)),
+        ("step to start from", format!("{start_step}/{total_steps}")),
     ];
     let mine: Vec<String> = parts.iter().map(|(_, v)| sha256_hex(v.as_bytes())).collect();
-    let all = dist::gather_bytes(&t.world, serde_json::to_string(&mine)?.as_bytes())?;
+    let all = dist::gather_bytes(world, serde_json::to_string(&mine)?.as_bytes())?;
     let all: Vec<Vec<String>> = all.iter().map(|b| serde_json::from_slice(b)).collect::<Result<_, _>>()?;
     for (rank, theirs) in all.iter().enumerate().skip(1) {
         for (i, (what, _)) in parts.iter().enumerate() {
             if theirs.get(i) != all[0].get(i) {
                 let short = |h: Option<&String>| h.map_or("?".to_string(), |h| h.chars().take(12).collect());
                 bail!(
-                    "rank {rank}'s {what} differs from rank 0's (sha256 {}… vs {}…): every rank must be started with the same config, --set values and shards",
+                    "rank {rank}'s {what} differs from rank 0's (sha256 {}… vs {}…): every rank must be started with the same config, --set values, flags, environment and shards",
                     short(theirs.get(i)),
                     short(all[0].get(i))
                 );
