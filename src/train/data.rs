@@ -237,7 +237,7 @@ impl LoaderSpec {
     }
 
     /// Dynamic masking, keyed by `(seed, epoch, row)`; other examples pass unchanged.
-    fn masked(&self, mut e: Example, epoch: u64) -> Result<Example> {
+    pub(super) fn masked(&self, mut e: Example, epoch: u64) -> Result<Example> {
         if let RowKind::Pretrain { mask: Some(spec) } = &self.kind {
             let m = spec.mask(&e.input_ids, self.seed, epoch, e.index);
             (e.input_ids, e.masked_positions, e.masked_ids) = (m.input_ids, m.positions, m.labels);

@@ -16,6 +16,7 @@ pub mod memory;
 pub mod optim;
 pub mod order;
 mod plan;
+pub mod rows;
 mod setup;
 pub mod tensorboard;
 

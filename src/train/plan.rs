@@ -273,14 +273,19 @@ impl Trainer {
 
     /// One tab-separated line per row of the asked batches (a batch is an optimiser step's
     /// global batch): epoch, batch, the optimiser step it feeds, the row's position in its
-    /// split, its id, label and length — and with more than one rank, the rank that trains it.
+    /// split, its id, label and length, a pretraining row's masked positions — and with more
+    /// than one rank, the rank that trains it.
     fn show_batches(&self, r: BatchRange) -> Result<String> {
         let spec: &LoaderSpec = &self.train;
         if r.from >= self.batches_per_epoch {
             bail!("--show-batches: an epoch has {} batches (0..{})", self.batches_per_epoch, self.batches_per_epoch);
         }
         let ranks = self.world.size;
+        // Pretraining rows: the positions masked in the row (the trainer's masks, dynamic or
+        // the pipeline's), so another loader's masks can be held to them.
+        let masked = matches!(spec.kind, RowKind::Pretrain { .. });
         let mut s = String::from("epoch\tbatch\tstep\trow\tid\tlabel\ttokens");
+        s.push_str(if masked { "\tmasked" } else { "" });
         s.push_str(if ranks > 1 { "\trank\n" } else { "\n" });
         let to = r.to.min(self.batches_per_epoch);
         for (k, batch) in spec.epoch_from(r.epoch, r.from)?.take((to - r.from) as usize).enumerate() {
@@ -294,6 +299,16 @@ impl Trainer {
                 let id = batch.ids.get(i).filter(|x| !x.is_empty()).map_or("-", String::as_str);
                 let label = batch.labels.get(i).map_or("-".to_string(), |l| l.to_string());
                 let _ = write!(s, "{}\t{b}\t{step}\t{}\t{id}\t{label}\t{tokens}", r.epoch, batch.indices[i]);
+                if masked {
+                    let row = (i * batch.seq) as u32..((i + 1) * batch.seq) as u32;
+                    let at: Vec<String> = batch
+                        .mlm_positions
+                        .iter()
+                        .filter(|p| row.contains(p))
+                        .map(|p| (p - row.start).to_string())
+                        .collect();
+                    let _ = write!(s, "\t{}", if at.is_empty() { "-".to_string() } else { at.join(",") });
+                }
                 if ranks > 1 {
                     let _ = write!(s, "\t{}", share.rank_of(i, batch.rows));
                 }
