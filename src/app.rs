@@ -82,7 +82,10 @@ where
             }
         }
         Command::Pipeline(PipelineCommand::Run(args)) => {
-            if let Some(code) = refused_under_a_launcher("pipeline run", "a task array (`--task`, see docs/scale.md)") {
+            if let Some(code) = refused_under_a_launcher(
+                "pipeline run",
+                "it once, or as a task array (`--task-index I --task-count N`, docs/scale.md)",
+            ) {
                 return code;
             }
             let p = match Pipeline::load(&args.config.pipeline, &args.config.set) {
@@ -453,18 +456,11 @@ fn failure(e: anyhow::Error) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// `bertpipe COMMAND` started as more than one rank: every rank would write the same folder.
-/// Refused on every rank, naming it, with what to do instead.
+/// `bertpipe COMMAND` started as more than one rank ([`crate::train::dist::refuse_as_ranks`]):
+/// refused on every rank, naming it.
 fn refused_under_a_launcher(command: &str, instead: &str) -> Option<ExitCode> {
-    use crate::train::dist::{Launcher, World};
-    let w = World::from_vars(|k| std::env::var(k).ok()).ok().filter(|w| w.size > 1)?;
-    let launcher = if w.launcher == Launcher::Srun { "srun --mpi=pmix" } else { "mpirun" };
-    eprintln!(
-        "error: rank {} of {} ({}): `bertpipe {command}` does not run under a launcher: every rank would write the same folder; run {instead} (only `{launcher} -n N bertpipe train TRAIN.yaml` runs as ranks)",
-        w.rank,
-        w.size,
-        w.launcher.name()
-    );
+    let e = crate::train::dist::refuse_as_ranks(command, instead).err()?;
+    eprintln!("error: {e:#}");
     Some(ExitCode::FAILURE)
 }
 

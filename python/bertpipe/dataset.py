@@ -7,7 +7,7 @@ trainer's own `MaskSpec::mask` — the same masks for the same seed, epoch and r
 
 **Ranks.** An epoch's order is cut into global batches of `batch_size × world_size` rows; rank
 `r` takes the `r`-th contiguous part of each, as `mpirun -n world_size bertpipe train` with
-`per_device_train_batch_size: batch_size` does. So that every rank gets the same number of rows
+`per_device_train_batch_size × gradient_accumulation_steps = batch_size` does. So that every rank gets the same number of rows
 (DDP hangs when one rank runs a step more), each rank takes `⌊s / world_size⌋` rows of its part
 of the epoch's last, short global batch of `s` rows: `s % world_size` rows are left out, other
 rows every epoch, as the order is reshuffled.
@@ -25,6 +25,7 @@ take blocks in turn from the first one not consumed, so the plain DataLoader goe
 
 from __future__ import annotations
 
+import numbers
 import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
@@ -68,13 +69,13 @@ def _rank_and_world(rank: Optional[int], world_size: Optional[int]):
     return r, w
 
 
-def _whole(name: str, value, least: int) -> int:
-    """`value` as an int of at least `least`; a bool, a fraction or a string is refused."""
-    if isinstance(value, bool) or not isinstance(value, int) and not (hasattr(value, "__index__")):
+def _whole(name: str, value, least: int, most: int = 2**64 - 1) -> int:
+    """`value` as an int in `least..=most`; a bool, a fraction or a string is refused."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name}={value!r}: a whole number")
     value = int(value.__index__())
-    if value < least:
-        raise ValueError(f"{name}={value}: at least {least}")
+    if not least <= value <= most:
+        raise ValueError(f"{name}={value}: a whole number from {least} to {most}")
     return value
 
 
@@ -87,7 +88,7 @@ def _mask_arg(mask) -> str:
         if mask.lower() in ("bert", "roberta", "modernbert"):
             return mask.lower()
         raise ValueError(f"mask={mask!r}: a model family is bert, roberta or modernbert")
-    if isinstance(mask, (int, float)):
+    if isinstance(mask, numbers.Real):
         rate = float(mask)
         if not 0.0 < rate < 1.0:
             raise ValueError(f"mask={mask!r}: a masking rate is a fraction in (0, 1)")
@@ -110,8 +111,9 @@ class ShardDataset(_Base):
             15%), a model family (`"roberta"`, `"modernbert"`: that family's rate), a rate, or
             `None`/`False` (rows unmasked, no `labels`). Shards the pipeline masked carry their
             masks as `labels` whatever this is.
-        batch_size: rows per rank per step: how the global batch is shared among ranks and
-            how workers divide a rank's share (see the module's doc).
+        batch_size: the rows a rank trains per optimiser step — `bertpipe train`'s
+            `per_device_train_batch_size × gradient_accumulation_steps` — which sets how a global
+            batch is shared among ranks and how workers divide a rank's share (module doc).
         quiet: no progress bar while the row store is built (the first use of these shards).
     """
 
@@ -132,8 +134,11 @@ class ShardDataset(_Base):
         self.path = os.fspath(path)
         self.split = split
         self.seed = _whole("seed", seed, 0)
+        # The epoch lives in shared memory where torch is: persistent DataLoader workers keep
+        # their copy of the dataset across epochs, and must see set_epoch.
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_() if torch is not None else [0]
         self.epoch = _whole("epoch", epoch, 0)
-        self.batch_size = _whole("batch_size", batch_size, 1)
+        self.batch_size = _whole("batch_size", batch_size, 1, 2**40)
         self.rank, self.world_size = _rank_and_world(rank, world_size)
         self.shuffle = bool(shuffle)
         self._mask = _mask_arg(mask)
@@ -154,6 +159,18 @@ class ShardDataset(_Base):
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._rows = _native.Rows(self.path, self.split, self.seed, self._mask, True, False)
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch[()] if torch is not None else self._epoch[0])
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        value = _whole("epoch", value, 0, 2**63 - 1)
+        if torch is not None:
+            self._epoch.fill_(value)
+        else:
+            self._epoch[0] = value
 
     # What the split holds.
     @property
@@ -186,7 +203,7 @@ class ShardDataset(_Base):
 
     def set_epoch(self, epoch: int) -> None:
         """Starts epoch `epoch` from its first row (its own order and masks)."""
-        self.epoch = _whole("epoch", epoch, 0)
+        self.epoch = epoch
         self._consumed = 0
         self._resume = None
         self._rotation = 0
@@ -203,21 +220,27 @@ class ShardDataset(_Base):
             if s // w:
                 yield start + self.rank * s // w, s // w
 
-    def _rows_at(self, first: int, count: int) -> List[Dict[str, Any]]:
+    def _rows_at(self, epoch: int, first: int, count: int) -> List[Dict[str, Any]]:
         if self.shuffle:
-            rows = self._rows.order(self.epoch, first, first + count)
+            rows = self._rows.order(epoch, first, first + count)
         else:
             rows = list(range(first, first + count))
-        return self._rows.get(rows, self.epoch)
+        return self._rows.get(rows, epoch)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         info = _worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (None, 0)
+        epoch = self.epoch
         skip_own, skip_share, rotation = 0, 0, 0
         if self._resume is not None:
             r_worker, r_workers, consumed, r_rotation = self._resume
             if r_worker is None:
                 skip_share = consumed
+                if workers and consumed % self.batch_size:
+                    raise ValueError(
+                        f"consumed={consumed} is not a whole number of batches of {self.batch_size}: DataLoader "
+                        "workers hand out whole batches, so they resume from steps × batch_size"
+                    )
                 # Workers take blocks in turn from the first block not wholly consumed, so the
                 # DataLoader (which asks worker 0 first) goes on in the order one process would.
                 rotation = consumed // self.batch_size
@@ -245,7 +268,7 @@ class ShardDataset(_Base):
             self._consumed = own_before + lo
             own_before += length
             for at in range(lo, length, _FETCH):
-                for row in self._rows_at(first + at, min(_FETCH, length - at)):
+                for row in self._rows_at(epoch, first + at, min(_FETCH, length - at)):
                     self._consumed += 1
                     yield row
 
@@ -273,22 +296,33 @@ class ShardDataset(_Base):
             "rotation": self._rotation,
         }
         if consumed is not None:
-            consumed = _whole("consumed", consumed, 0)
-            if consumed > len(self):
-                raise ValueError(f"consumed={consumed}: this rank has {len(self)} rows an epoch")
-            state["consumed"], state["rotation"] = consumed, 0
+            state["consumed"], state["rotation"] = self._checked_consumed(consumed), 0
         elif info is not None:
             state["worker"], state["num_workers"] = info.id, info.num_workers
         return state
 
+    def _checked_consumed(self, consumed) -> int:
+        """Rows of this rank consumed: up to whole steps of the epoch (the last step is short),
+        counted as at most the rank's rows."""
+        steps = -(-len(self) // self.batch_size)
+        consumed = _whole("consumed", consumed, 0)
+        if consumed > steps * self.batch_size:
+            raise ValueError(
+                f"consumed={consumed}: this rank has {len(self)} rows an epoch ({steps} steps of {self.batch_size})"
+            )
+        return min(consumed, len(self))
+
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continues from `state` (of `state_dict`): the next row is the one after the last
-        consumed. The shards, seed, share and batch size must be those it was saved with."""
+        """Continues from `state` (of `state_dict`) on the next pass: the next row is the one
+        after the last consumed, in the state's epoch (so call it after `set_epoch`, which starts
+        an epoch from its first row). The shards, split, seed, share and batch size must be those
+        it was saved with."""
         if not isinstance(state, dict) or state.get("format") != _FORMAT:
             raise ValueError("not a ShardDataset state (no 'format': %r)" % (_FORMAT,))
         for key, ours in [
             ("shards", self._rows.key),
             ("rows_in_split", len(self._rows)),
+            ("split", self.split),
             ("seed", self.seed),
             ("shuffle", self.shuffle),
             ("rank", self.rank),
@@ -300,14 +334,11 @@ class ShardDataset(_Base):
                     f"the state was saved with {key}={state.get(key)!r}, this dataset has {key}={ours!r}: "
                     "resuming would replay or skip rows"
                 )
-        self.epoch = int(state["epoch"])
-        self._consumed = int(state["consumed"])
-        self._resume = (
-            state.get("worker"),
-            int(state.get("num_workers") or 0),
-            int(state["consumed"]),
-            int(state.get("rotation") or 0),
-        )
+        self.epoch = state["epoch"]
+        worker = state.get("worker")
+        consumed = self._checked_consumed(state["consumed"]) if worker is None else _whole("consumed", state["consumed"], 0)
+        self._consumed = consumed
+        self._resume = (worker, int(state.get("num_workers") or 0), consumed, _whole("rotation", state.get("rotation") or 0, 0))
 
     @property
     def collate(self) -> "Collator":
@@ -338,6 +369,8 @@ class Collator:
         self.flatten = bool(flatten)
         self.pad_to_multiple_of = None if pad_to_multiple_of is None else _whole("pad_to_multiple_of", pad_to_multiple_of, 1)
         self.position_offset = _whole("position_offset", position_offset, 0)
+        if self.flatten and self.pad_to_multiple_of is not None:
+            raise ValueError("pad_to_multiple_of pads rows; flatten=True has no padding to round")
 
     def __call__(self, rows: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         if torch is None:

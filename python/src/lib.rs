@@ -46,6 +46,11 @@ fn pipeline_run(
     quiet: bool,
 ) -> PyResult<String> {
     py.detach(|| {
+        bertpipe::train::dist::refuse_as_ranks(
+            "pipeline run",
+            "it on one rank, or as a task array (`--task-index I --task-count N`, docs/scale.md)",
+        )
+        .map_err(error)?;
         let p = bertpipe::config::Pipeline::load(&pipeline, &overrides)
             .map_err(|e| BertpipeError::new_err(e.to_string()))?;
         let opts = bertpipe::pipeline::RunOptions { threads, resume, overwrite, quiet, task: None };

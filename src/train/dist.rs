@@ -113,6 +113,23 @@ fn init() -> Result<World> {
     imp::start(w)
 }
 
+/// Refuses `bertpipe COMMAND` (or its library call) started as more than one rank by a
+/// launcher: every rank would write the same folder. The error names the rank and says what to
+/// run instead (`instead`); only `bertpipe train` runs as ranks.
+pub fn refuse_as_ranks(command: &str, instead: &str) -> Result<()> {
+    let w = World::from_vars(|k| std::env::var(k).ok())?;
+    if w.size > 1 {
+        let launcher = if w.launcher == Launcher::Srun { "srun --mpi=pmix" } else { "mpirun" };
+        bail!(
+            "rank {} of {} ({}): `bertpipe {command}` does not run under a launcher: every rank would write the same folder; run {instead} (only `{launcher} -n N bertpipe train TRAIN.yaml` runs as ranks)",
+            w.rank,
+            w.size,
+            w.launcher.name()
+        );
+    }
+    Ok(())
+}
+
 /// Ends MPI cleanly when it was started (at the end of `main`).
 pub fn finish() {
     imp::finish();

@@ -141,6 +141,34 @@ def test_resume_across_workers_from_the_rows_the_loop_consumed(imdb, workers, st
     assert loader_indices(again, workers=workers) == full[steps * 4:]
 
 
+def test_a_checkpoint_after_the_last_short_step_and_part_batches(imdb):
+    ds = ShardDataset(imdb, "train", seed=5, epoch=2, batch_size=8)
+    steps = len(DataLoader(ds, batch_size=8))
+    assert steps * 8 > len(ds)
+    state = ds.state_dict(consumed=steps * 8)  # the end of the epoch
+    assert state["consumed"] == len(ds)
+    again = ShardDataset(imdb, "train", seed=5, batch_size=8)
+    again.load_state_dict(state)
+    assert indices(again) == []
+    with pytest.raises(ValueError, match="steps of 8"):
+        ds.state_dict(consumed=steps * 8 + 1)
+    # Part of a batch: fine without workers, refused with them (they hand out whole batches).
+    again.load_state_dict(ds.state_dict(consumed=13))
+    assert indices(again) == indices(ShardDataset(imdb, "train", seed=5, epoch=2))[13:]
+    again.load_state_dict(ds.state_dict(consumed=13))
+    with pytest.raises(ValueError, match="whole number of batches"):
+        loader_indices(again, workers=2, batch_size=8)
+
+
+def test_set_epoch_reaches_persistent_workers(imdb):
+    ds = ShardDataset(imdb, "train", seed=5, batch_size=8)
+    dl = DataLoader(ds, batch_size=8, num_workers=2, persistent_workers=True, collate_fn=ds.collate)
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        got = [int(i) for batch in dl for i in batch["index"]]
+        assert got == indices(ShardDataset(imdb, "train", seed=5, epoch=epoch)), epoch
+
+
 def test_spawned_workers_read_the_same_rows(imdb):
     ds = ShardDataset(imdb, "train", seed=5, batch_size=4)
     dl = DataLoader(ds, batch_size=4, num_workers=2, collate_fn=ds.collate, multiprocessing_context="spawn")
@@ -319,6 +347,10 @@ def test_mistakes_are_said(imdb, tmp_path):
         ShardDataset(imdb, batch_size=2.7)
     with pytest.raises(ValueError, match="pad_to_multiple_of=-8"):
         bertpipe.Collator(pad_to_multiple_of=-8)
+    with pytest.raises(ValueError, match="flatten"):
+        bertpipe.Collator(pad_to_multiple_of=8, flatten=True)
+    with pytest.raises(ValueError, match="seed=18446744073709551616"):
+        ShardDataset(imdb, seed=2**64)
 
 
 def test_rank_and_world_come_from_the_environment(imdb, monkeypatch):

@@ -80,6 +80,14 @@ def test_a_bad_pipeline_is_one_located_error(repo, tmp_path):
     assert "typo" in str(e.value) and "--set" in str(e.value)
 
 
+def test_pipeline_run_refuses_to_run_as_ranks(repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    with pytest.raises(bertpipe.BertpipeError, match="rank 1 of 2 \\(mpirun\\).*does not run under a launcher"):
+        bertpipe.pipeline_run(repo / "pipelines/imdb.yaml", [f"sink.path={tmp_path / 'o'}"])
+    assert not (tmp_path / "o").exists()
+
+
 def test_stats_is_the_reports_dict(imdb):
     report = bertpipe.stats(imdb, by="label")
     as_json = subprocess.run(["bertpipe", "stats", str(imdb), "--by", "label", "--json", "--quiet"],
