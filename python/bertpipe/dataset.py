@@ -2,7 +2,8 @@
 
 The rows come from bertpipe's library (`bertpipe._native.Rows`, over `bertpipe::train::rows`):
 the manifest and every shard's checksum verified, the split read in the order `bertpipe train`
-draws for the same seed (with `group_by_length: false`), pretraining rows masked by the
+draws for the same seed (its length-grouped batches with `group_by_length=True`, as the
+train YAML's default; the plain permutation otherwise), pretraining rows masked by the
 trainer's own `MaskSpec::mask` — the same masks for the same seed, epoch and row.
 
 **Ranks.** An epoch's order is cut into global batches of `batch_size × world_size` rows; rank
@@ -114,6 +115,11 @@ class ShardDataset(_Base):
         batch_size: the rows a rank trains per optimiser step — `bertpipe train`'s
             `per_device_train_batch_size × gradient_accumulation_steps` — which sets how a global
             batch is shared among ranks and how workers divide a rank's share (module doc).
+        group_by_length: the trainer's default order: each window of 50 global batches sorted
+            by length and cut into batches, the batches shuffled (less padding) — its full
+            batches: the epoch's one short batch is left out, so a DataLoader's batches are the
+            trainer's; False: the plain permutation, what the trainer draws with
+            `group_by_length: false`.
         quiet: no progress bar while the row store is built (the first use of these shards).
     """
 
@@ -129,6 +135,7 @@ class ShardDataset(_Base):
         shuffle: bool = True,
         mask: Union[None, bool, float, str] = None,
         batch_size: int = 1,
+        group_by_length: bool = False,
         quiet: bool = True,
     ):
         self.path = os.fspath(path)
@@ -141,6 +148,9 @@ class ShardDataset(_Base):
         self.batch_size = _whole("batch_size", batch_size, 1, 2**40)
         self.rank, self.world_size = _rank_and_world(rank, world_size)
         self.shuffle = bool(shuffle)
+        self.group_by_length = bool(group_by_length)
+        if self.group_by_length and not self.shuffle:
+            raise ValueError("group_by_length groups the shuffled order (as the trainer does); it needs shuffle=True")
         self._mask = _mask_arg(mask)
         self._rows = _native.Rows(self.path, split, self.seed, self._mask, quiet)
         self._consumed = 0
@@ -198,8 +208,10 @@ class ShardDataset(_Base):
 
     def __len__(self) -> int:
         """This rank's rows per epoch (every rank has as many)."""
-        n = len(self._rows)
-        return (n - n % self.world_size) // self.world_size
+        n, w, b = len(self._rows), self.world_size, self.batch_size
+        if self.group_by_length:
+            return n // (b * w) * b
+        return (n - n % w) // w
 
     def set_epoch(self, epoch: int) -> None:
         """Starts epoch `epoch` from its first row (its own order and masks)."""
@@ -208,17 +220,46 @@ class ShardDataset(_Base):
         self._resume = None
         self._rotation = 0
 
-    # The share: blocks of this rank's rows, as (first position in the epoch's order, length).
-    # Global batch k holds positions k·G..k·G+s (G = batch_size × world_size; s = G but in the
-    # epoch's last batch); rank r's part of it is the trainer's, `Share::part`: from
-    # ⌊r·s/world⌋, cut to ⌊s/world⌋ rows so every rank has as many.
-    def _blocks(self):
+    # The share: this rank's blocks in order, as (length, read) with read(lo) the block's rows
+    # from its row `lo` on. Global batch k holds positions k·G..k·G+s (G = batch_size ×
+    # world_size; s = G but in the epoch's last batch); rank r's part of it is the trainer's,
+    # `Share::part`: from ⌊r·s/world⌋, cut to ⌊s/world⌋ rows so every rank has as many. With
+    # group_by_length the global batches are the trainer's length-grouped ones, read a window
+    # (the trainer's 50 global batches sorted by length together) at a time, and only when one
+    # of its blocks is wanted.
+    def _blocks(self, epoch: int):
         n, w, b = len(self._rows), self.world_size, self.batch_size
         group = b * w
-        for start in range(0, n, group):
-            s = min(group, n - start)
-            if s // w:
-                yield start + self.rank * s // w, s // w
+        if not self.group_by_length:
+            for start in range(0, n, group):
+                s = min(group, n - start)
+                if s // w:
+                    first = start + self.rank * s // w
+                    yield s // w, (lambda lo, first=first, length=s // w: self._read(epoch, first, lo, length))
+            return
+        per = self._rows.group_batches
+        for window in range(self._rows.windows(group)):
+            cache = {}
+
+            def parts(window=window, cache=cache):
+                if "parts" not in cache:
+                    cache["parts"] = self._rows.grouped(epoch, window, group, self.rank, w)
+                return cache["parts"]
+
+            if (window + 1) * per * group <= n:  # a whole window: every batch full
+                for i in range(per):
+                    yield b, (lambda lo, i=i, parts=parts: iter(parts()[i][lo:]))
+            else:
+                # The epoch's one short batch, which the shuffle put among the last window's,
+                # is left out: a block shorter than batch_size there would shift the
+                # DataLoader's batches off the trainer's (and off their lengths).
+                for part in parts():
+                    if len(part) == b:
+                        yield b, (lambda lo, part=part: iter(part[lo:]))
+
+    def _read(self, epoch: int, first: int, lo: int, length: int):
+        for at in range(lo, length, _FETCH):
+            yield from self._rows_at(epoch, first + at, min(_FETCH, length - at))
 
     def _rows_at(self, epoch: int, first: int, count: int) -> List[Dict[str, Any]]:
         if self.shuffle:
@@ -259,7 +300,7 @@ class ShardDataset(_Base):
         self._consumed = 0
         own_before = 0  # rows of this iterator's blocks before the current one
         share_at = 0  # index in the rank's share of the current block's first row
-        for block, (first, length) in enumerate(self._blocks()):
+        for block, (length, read) in enumerate(self._blocks(epoch)):
             block_start = share_at
             share_at += length
             if workers and (block - rotation) % workers != worker:
@@ -267,8 +308,8 @@ class ShardDataset(_Base):
             lo = min(length, max(skip_share - block_start, skip_own - own_before, 0))
             self._consumed = own_before + lo
             own_before += length
-            for at in range(lo, length, _FETCH):
-                for row in self._rows_at(epoch, first + at, min(_FETCH, length - at)):
+            if lo < length:
+                for row in read(lo):
                     self._consumed += 1
                     yield row
 
@@ -290,6 +331,7 @@ class ShardDataset(_Base):
             "rank": self.rank,
             "world_size": self.world_size,
             "batch_size": self.batch_size,
+            "group_by_length": self.group_by_length,
             "worker": None,
             "num_workers": 0,
             "consumed": self._consumed,
@@ -328,6 +370,7 @@ class ShardDataset(_Base):
             ("rank", self.rank),
             ("world_size", self.world_size),
             ("batch_size", self.batch_size),
+            ("group_by_length", self.group_by_length),
         ]:
             if state.get(key) != ours:
                 raise ValueError(

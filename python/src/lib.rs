@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use bertpipe::model::config::Family;
+use bertpipe::train::data::Example;
 use bertpipe::train::rows::{MaskChoice, TrainRows};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -198,6 +199,42 @@ impl Rows {
         let examples = py
             .detach(|| rows.iter().map(|&r| self.inner.example(r, epoch)).collect::<anyhow::Result<Vec<_>>>())
             .map_err(error)?;
+        self.dicts(py, examples)
+    }
+
+    /// Global batches a window of length-grouped rows holds (the trainer's windows).
+    #[getter]
+    fn group_batches(&self) -> usize {
+        bertpipe::train::data::GROUP_BATCHES
+    }
+
+    /// Windows of an epoch of length-grouped global batches of `global_batch` rows.
+    fn windows(&self, global_batch: usize) -> u64 {
+        self.inner.windows(global_batch)
+    }
+
+    /// Rank `rank`'s part of each global batch of window `window`, rows grouped by length as
+    /// the trainer groups them: a list (a batch) of lists of row dicts.
+    fn grouped<'py>(
+        &self,
+        py: Python<'py>,
+        epoch: u64,
+        window: u64,
+        global_batch: usize,
+        rank: usize,
+        ranks: usize,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let parts = py.detach(|| self.inner.grouped_window(epoch, window, global_batch, rank, ranks)).map_err(error)?;
+        let out = PyList::empty(py);
+        for part in parts {
+            out.append(self.dicts(py, part)?)?;
+        }
+        Ok(out)
+    }
+}
+
+impl Rows {
+    fn dicts<'py>(&self, py: Python<'py>, examples: Vec<Example>) -> PyResult<Bound<'py, PyList>> {
         let classify = self.inner.task == "classify";
         let labelled = self.inner.mask.is_some() || self.inner.static_masks;
         let out = PyList::empty(py);

@@ -103,7 +103,7 @@ pub const GROUP_BATCHES: usize = 50;
 
 type Batches<'a> = Box<dyn Iterator<Item = Result<Batch>> + Send + 'a>;
 type Steps<'a> = Box<dyn Iterator<Item = Result<Step>> + Send + 'a>;
-type Groups<'a> = Box<dyn Iterator<Item = Result<Vec<Example>>> + Send + 'a>;
+pub(super) type Groups<'a> = Box<dyn Iterator<Item = Result<Vec<Example>>> + Send + 'a>;
 
 /// How an optimiser step's global batch is shared: among `ranks` data-parallel ranks, each
 /// summing `micro` micro-batches (gradient accumulation).
@@ -323,7 +323,7 @@ impl LoaderSpec {
     }
 
     /// The rows of each batch of `epoch` from batch `skip` on, in training order.
-    fn groups_from(&self, epoch: u64, skip: u64) -> Result<Groups<'_>> {
+    pub(super) fn groups_from(&self, epoch: u64, skip: u64) -> Result<Groups<'_>> {
         match &self.order {
             Order::InFileOrder => {
                 let rows = self.rows_in_file_order(epoch)?;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 
-use super::data::{Example, LoaderSpec, Order, RowKind};
+use super::data::{Example, LoaderSpec, Order, RowKind, Share, GROUP_BATCHES};
 use super::order::{Permutation, RowStore};
 use crate::model::config::Family;
 use crate::sequence::mask::MaskSpec;
@@ -31,6 +31,14 @@ pub enum MaskChoice {
     Rate(f64),
     /// Not masked: the rows' ids as the shards hold them, without labels.
     Off,
+}
+
+/// Pretraining rows without dynamic masking: what a kind reads when the rows stay unmasked.
+fn unmasked(kind: &RowKind) -> RowKind {
+    match kind {
+        RowKind::Pretrain { .. } => RowKind::Pretrain { mask: None },
+        other => other.clone(),
+    }
 }
 
 /// One split of a shard folder as `bertpipe train` reads it.
@@ -172,6 +180,50 @@ impl TrainRows {
     /// Epoch `epoch`'s order: position → row.
     pub fn order(&self, epoch: u64) -> Permutation {
         Permutation::new(self.len(), self.seed, epoch)
+    }
+
+    /// Windows of an epoch of length-grouped global batches of `global_batch` rows (each of
+    /// [`GROUP_BATCHES`] global batches, the last window fewer).
+    pub fn windows(&self, global_batch: usize) -> u64 {
+        self.len().div_ceil((global_batch * GROUP_BATCHES) as u64)
+    }
+
+    /// Rank `rank`'s part of each global batch of window `window` of `epoch`, with rows grouped
+    /// by length as `bertpipe train` draws them with `group_by_length` and a global batch of
+    /// `global_batch` rows: the window's rows sorted by length, cut into global batches,
+    /// the batches shuffled — the trainer's own code ([`LoaderSpec`]), so the same batches.
+    /// A part is the trainer's ([`Share::part`]), cut to `⌊s / ranks⌋` rows of a batch of `s`
+    /// so every rank has as many.
+    pub fn grouped_window(
+        &self,
+        epoch: u64,
+        window: u64,
+        global_batch: usize,
+        rank: usize,
+        ranks: usize,
+    ) -> Result<Vec<Vec<Example>>> {
+        if global_batch == 0 || ranks == 0 || rank >= ranks {
+            bail!("rank {rank} of {ranks} with a global batch of {global_batch} rows");
+        }
+        let spec = LoaderSpec { batch_size: global_batch, group_by_length: true, ..self.spec.clone() };
+        let spec = match &self.mask {
+            Some(_) => spec,
+            // Rows read unmasked: no masks drawn while grouping (lengths do not change).
+            None => LoaderSpec { kind: unmasked(&spec.kind), ..spec },
+        };
+        let per_window = GROUP_BATCHES as u64;
+        let share = Share { rank, ranks, micro: 1 };
+        let parts = spec
+            .groups_from(epoch, window * per_window)?
+            .take(per_window as usize)
+            .map(|g| {
+                let mut rows = g?;
+                let s = rows.len();
+                let part = share.part(rank, s);
+                Ok(rows.drain(part.start..part.start + s / ranks).collect())
+            })
+            .collect();
+        parts
     }
 
     /// Row `row` (`0..len`) as training reads it in `epoch`: masked for that epoch when the

@@ -101,6 +101,37 @@ def test_two_ranks_take_the_trainers_parts_of_each_global_batch(imdb, repo, comm
         assert indices(ds) == want
 
 
+@pytest.mark.parametrize("epoch,ranks,per_rank", [(0, 2, 8), (1, 2, 8), (0, 2, 1), (1, 3, 2)])
+def test_length_grouped_batches_are_the_trainers_default(imdb, repo, command, epoch, ranks, per_rank):
+    # The trainer's global batch on one process, shown batch by batch; 290 rows make one
+    # window at 16 rows a batch, and three (two whole) at 2.
+    g = ranks * per_rank
+    n = ShardDataset(imdb, "train").rows_in_split
+    batches = -(-n // g)
+    rows = show_batches(command, repo, "pipelines/imdb-finetune.yaml", imdb, epoch, batches,
+                        extra=["--set", "group_by_length=true", "--set", f"per_device_train_batch_size={g}"])
+    by_batch = [[int(r["row"]) for r in rows if int(r["batch"]) == b] for b in range(batches)]
+    assert sum(map(len, by_batch)) == n
+    # Its full batches: the epoch's short one (somewhere in the last window) is left out.
+    by_batch = [batch for batch in by_batch if len(batch) == g]
+    whole = ShardDataset(imdb, "train", seed=42, epoch=epoch, batch_size=g, group_by_length=True)
+    assert indices(whole) == [row for batch in by_batch for row in batch]
+    assert len(whole) == n // g * g
+    for rank in range(ranks):
+        def ds():
+            return ShardDataset(imdb, "train", seed=42, epoch=epoch, rank=rank, world_size=ranks,
+                                batch_size=per_rank, group_by_length=True)
+
+        want = [row for batch in by_batch for row in batch[rank * per_rank: (rank + 1) * per_rank]]
+        assert indices(ds()) == want
+        assert loader_indices(ds(), workers=2, batch_size=per_rank) == want
+        # Resumed from the rows a loop consumed, with workers.
+        half = len(want) // per_rank // 2 * per_rank  # half the epoch's steps
+        again = ds()
+        again.load_state_dict(ds().state_dict(consumed=half))
+        assert loader_indices(again, workers=2, batch_size=per_rank) == want[half:]
+
+
 def test_three_ranks_take_subsets_of_the_trainers_parts_in_a_short_last_batch(imdb):
     # 290 rows, global batch 3 × 5 = 15: the last batch has 5 rows, parts of 1, 2, 2 rows in
     # the trainer; each rank takes one, from its own part.
