@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{assert_ok, assert_same_losses, run_pipeline, stderr, weight_gap};
+use common::{assert_ok, assert_same_losses, metrics, run_pipeline, stderr, weight_gap};
 use serde_json::Value;
 
 const CONFIG: &str = "pipelines/imdb-finetune.yaml";
@@ -92,14 +92,6 @@ fn mpirun(programs: &[(usize, Vec<String>)], env: &[(&str, &str)], limit: Durati
 
 fn ranks(n: usize, args: Vec<String>) -> Vec<(usize, Vec<String>)> {
     vec![(n, args)]
-}
-
-fn metrics(out: &Path) -> Vec<Value> {
-    std::fs::read_to_string(out.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 #[test]

@@ -5,16 +5,8 @@ mod common;
 
 use std::path::Path;
 
-use common::{assert_ok, bertpipe, bertpipe_env, root, run_pipeline, stderr};
+use common::{assert_ok, bertpipe, bertpipe_env, metrics, root, run_pipeline, stderr};
 use serde_json::Value;
-
-fn metrics(out: &Path) -> Vec<Value> {
-    std::fs::read_to_string(out.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 fn shards(dir: &Path, pipeline: &str, extra: &[&str]) -> std::path::PathBuf {
     let out = dir.join(Path::new(pipeline).file_stem().unwrap());

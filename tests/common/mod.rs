@@ -278,14 +278,18 @@ pub fn walk_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The training losses a run logged in `metrics.jsonl`, by step.
-pub fn train_losses(out: &Path) -> Vec<(u64, f64)> {
+/// The records of a training run's `metrics.jsonl`, in order.
+pub fn metrics(out: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(out.join("metrics.jsonl"))
         .unwrap()
         .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter_map(|r| Some((r.get("step")?.as_u64()?, r.get("loss")?.as_f64()?)))
+        .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// The training losses a run logged in `metrics.jsonl`, by step.
+pub fn train_losses(out: &Path) -> Vec<(u64, f64)> {
+    metrics(out).iter().filter_map(|r| Some((r.get("step")?.as_u64()?, r.get("loss")?.as_f64()?))).collect()
 }
 
 /// Two runs logged the same training losses at the same steps, to 1e-4 relative.
