@@ -92,18 +92,7 @@ fn stats(
         })?),
     };
     py.detach(|| {
-        let opts = StatsOptions {
-            by,
-            max_len: None,
-            top: 10,
-            vocab: None,
-            cased: false,
-            set: overrides,
-            threads,
-            quiet,
-            word_buckets: None,
-            verified: false,
-        };
+        let opts = StatsOptions { by, set: overrides, threads, quiet, ..StatsOptions::default() };
         match bertpipe::stats::run(&input, &opts) {
             Ok((report, _)) => Ok(serde_json::to_string(&report).expect("the report serialises")),
             Err(StatsError::Config(e)) => Err(BertpipeError::new_err(e.to_string())),

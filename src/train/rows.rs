@@ -108,26 +108,20 @@ impl TrainRows {
                         );
                     }
                 }
-                let spec = match (dynamic, mask) {
-                    (false, MaskChoice::Rate(_)) => bail!(
+                if let (false, MaskChoice::Rate(_)) = (dynamic, mask) {
+                    bail!(
                         "'{}' was masked by its pipeline (masking: static): its rows carry their masks, so a masking rate cannot be chosen here; leave mask unset",
                         data.display()
-                    ),
-                    (false, _) => None,
-                    (true, choice) => {
-                        let t = steps.iter().find_map(PipelineStep::as_tokenize);
-                        let encoder = t.context("the shards' pipeline has no tokenize step")?.load()?;
-                        let rate = match choice {
-                            MaskChoice::Family(f) => f.masked_lm_prob(),
-                            // Rows read unmasked: the spec only says the shards are masked at
-                            // training time (and keys the same row store as the trainer's).
-                            MaskChoice::Off => Family::Bert.masked_lm_prob(),
-                            MaskChoice::Rate(r) if (0.0..1.0).contains(&r) && r > 0.0 => r,
-                            MaskChoice::Rate(r) => bail!("a masking rate is a fraction in (0, 1), got {r}"),
-                        };
-                        Some(Arc::new(step.mask_spec(&encoder.info(), encoder.words(), rate)?))
-                    }
-                };
+                    );
+                }
+                let spec = super::setup::dynamic_mask(&steps, |_| match mask {
+                    MaskChoice::Family(f) => Ok(f.masked_lm_prob()),
+                    // Rows read unmasked: the spec only says the shards are masked at training
+                    // time (and keys the same row store as the trainer's).
+                    MaskChoice::Off => Ok(Family::Bert.masked_lm_prob()),
+                    MaskChoice::Rate(r) if r > 0.0 && r < 1.0 => Ok(r),
+                    MaskChoice::Rate(r) => bail!("a masking rate is a fraction in (0, 1), got {r}"),
+                })?;
                 (RowKind::Pretrain { mask: spec }, Vec::new(), !dynamic)
             }
             other => bail!(

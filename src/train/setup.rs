@@ -31,6 +31,26 @@ pub(super) fn pipeline_of(manifest: &Manifest) -> Option<Pipeline> {
     serde_json::from_value(manifest.config.clone()).ok()
 }
 
+/// The trainer's dynamic masking of pretraining shards made by the pipeline `steps`: `None`
+/// when the pipeline masked them itself (static); else masks at the pipeline's
+/// `masked_lm_prob`, or at `default_rate(vocabulary size)` when it gives none.
+pub(super) fn dynamic_mask(
+    steps: &[PipelineStep],
+    default_rate: impl FnOnce(usize) -> Result<f64>,
+) -> Result<Option<Arc<crate::sequence::mask::MaskSpec>>> {
+    let step = steps
+        .iter()
+        .find_map(PipelineStep::as_pretrain)
+        .context("the shards' pipeline has no pretrain_sequences step")?;
+    if step.masking != Masking::Dynamic {
+        return Ok(None);
+    }
+    let t = steps.iter().find_map(PipelineStep::as_tokenize);
+    let encoder = t.context("the shards' pipeline has no tokenize step")?.load()?;
+    let rate = default_rate(encoder.info().vocab_size)?;
+    Ok(Some(Arc::new(step.mask_spec(&encoder.info(), encoder.words(), rate)?)))
+}
+
 /// Class names in label order: the shards' ([`crate::shards::class_names`]: aclImdb folders, an
 /// inverted `label_map`, the label names the pipeline found), then `LABEL_i` up to `max_label`.
 /// (What this and [`Loaders::new`] read of the manifest's `config` is part of a pipeline
@@ -465,16 +485,9 @@ impl Loaders {
         let kind = match cfg.task {
             Objective::Classify => RowKind::Classify { num_labels: label_names.len(), remap },
             Objective::Pretrain => {
-                let step = pretrain_step.context("the shards' pipeline has no pretrain_sequences step")?;
-                let mask = if step.masking == Masking::Dynamic {
-                    let t = steps.iter().find_map(PipelineStep::as_tokenize);
-                    let encoder = t.context("the shards' pipeline has no tokenize step")?.load()?;
-                    // The trainer masks: at the pipeline's rate, else the model family's.
-                    let rate = model_config(cfg, encoder.info().vocab_size)?.family().masked_lm_prob();
-                    Some(Arc::new(step.mask_spec(&encoder.info(), encoder.words(), rate)?))
-                } else {
-                    None
-                };
+                // The trainer masks: at the pipeline's rate, else the model family's.
+                let mask =
+                    dynamic_mask(&steps, |vocab_size| Ok(model_config(cfg, vocab_size)?.family().masked_lm_prob()))?;
                 RowKind::Pretrain { mask }
             }
         };
