@@ -45,11 +45,12 @@ def pipeline_run(
     threads: int = 0,
     overwrite: bool = False,
     resume: bool = False,
-    quiet: bool = True,
+    quiet: bool = False,
 ) -> Dict[str, Any]:
     """`bertpipe pipeline run PIPELINE --set K=V …`: runs the pipeline in this process and
     returns what it wrote: `out` (the shard folder), `manifest` (its manifest.json as a dict),
     `seconds`, `text_bytes`, `peak_rss_bytes`, `found` (what the source found by itself).
+    Its progress goes to stderr as the command's does (a bar, or lines in a log) unless `quiet`.
     A configuration error raises BertpipeError with every problem, located."""
     if isinstance(overrides, str):
         overrides = [overrides]

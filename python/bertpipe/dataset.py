@@ -120,7 +120,9 @@ class ShardDataset(_Base):
             batches: the epoch's one short batch is left out, so a DataLoader's batches are the
             trainer's; False: the plain permutation, what the trainer draws with
             `group_by_length: false`.
-        quiet: no progress bar while the row store is built (the first use of these shards).
+        quiet: no progress while the row store is built (the first use of these shards: one
+            pass over the split, which takes a while on a large corpus). By default it shows, on
+            stderr: a bar on a terminal, `[row store] …` lines in a log.
     """
 
     def __init__(
@@ -136,7 +138,7 @@ class ShardDataset(_Base):
         mask: Union[None, bool, float, str] = None,
         batch_size: int = 1,
         group_by_length: bool = False,
-        quiet: bool = True,
+        quiet: bool = False,
     ):
         self.path = os.fspath(path)
         self.split = split
