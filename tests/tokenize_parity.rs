@@ -189,6 +189,52 @@ fn tokenizer_json_loads_and_agrees() {
     assert_eq!(got, reference(true).encode(text, false).unwrap().get_ids());
 }
 
+/// A BERT tokenizer.json takes the WordPiece fast path but keeps its own post-processor's
+/// sequence layout: with ModernBERT's pair template (`[CLS] A [SEP] B [SEP]`, all type 0) a
+/// pair's second segment is not given token type 1, so ModernBERT trains on its shards; with
+/// BERT's template it is. Without a post-processor, BERT's layout.
+#[test]
+fn a_fast_path_tokenizer_json_keeps_its_own_pair_template() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokenizer.json");
+    reference(true).save(&path, false).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let load = |json: &serde_json::Value| {
+        std::fs::write(&path, serde_json::to_string(json).unwrap()).unwrap();
+        let step = bertpipe::tokenize::Tokenize {
+            vocab: None,
+            tokenizer: Some(path.clone()),
+            lowercase: true,
+            strip_accents: None,
+            max_word_chars: 100,
+            encoder: None,
+            sentences: false,
+        };
+        let info = step.load().unwrap().info();
+        assert_eq!(info.encoder, "wordpiece", "the fast path");
+        info.special_ids
+    };
+    json["post_processor"] = serde_json::Value::Null;
+    let plain = load(&json);
+    assert!(plain.pair_type_ids && plain.pair_separators == 1);
+    let (cls, sep) = (plain.cls, plain.sep);
+    for second_type in [0, 1] {
+        json["post_processor"] = serde_json::json!({
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                       {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": "[SEP]", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": second_type}},
+                     {"SpecialToken": {"id": "[SEP]", "type_id": second_type}}],
+            "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [cls], "tokens": ["[CLS]"]},
+                               "[SEP]": {"id": "[SEP]", "ids": [sep], "tokens": ["[SEP]"]}}
+        });
+        let s = load(&json);
+        assert_eq!(s.pair_type_ids, second_type == 1, "pair template with B of type {second_type}");
+        assert_eq!((s.cls, s.sep, s.pad, s.mask, s.pair_separators), (cls, sep, plain.pad, plain.mask, 1));
+    }
+}
+
 /// A `vocab.txt` is read as HF's `WordPiece::read_file` reads it: each line without trailing
 /// whitespace, and a token listed twice keeps its last id (the earlier id is no token's).
 #[test]

@@ -125,6 +125,22 @@ impl HfTokenizer {
     }
 }
 
+/// The specials and the sequence layout a tokenizer.json's own post-processor gives (for the
+/// WordPiece fast path, which encodes by itself but must build sequences as the file says: a
+/// BERT-vocabulary file with ModernBERT's pair template has no token type 1). `None` when the
+/// file has no post-processor.
+pub fn post_processor_specials(tokenizer: &Tokenizer, json: &[u8]) -> Result<Option<SpecialIds>> {
+    if tokenizer.get_post_processor().is_none() {
+        return Ok(None);
+    }
+    let mut t = tokenizer.clone();
+    let saved_pad = t.get_padding().map(|p| p.pad_id);
+    t.with_padding(None);
+    t.with_truncation(None).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let spec: Value = serde_json::from_slice(json)?;
+    specials(&t, &spec, saved_pad).map(Some)
+}
+
 /// The specials and the sequence layout, from the post-processor, the padding settings the file
 /// was saved with (`saved_pad`), the model and the added tokens.
 fn specials(t: &Tokenizer, spec: &Value, saved_pad: Option<u32>) -> Result<SpecialIds> {

@@ -276,8 +276,15 @@ fn load_tokenizer_json(path: &std::path::Path) -> Result<Encoder> {
     {
         if norm.clean_text && norm.handle_chinese_chars && wp.continuing_subword_prefix == "##" {
             let vocab = tokenizers::Model::get_vocab(wp);
-            let w = WordPiece::from_tokens(vocab, norm.lowercase, norm.strip_accents, wp.max_input_chars_per_word, sha)
-                .with_context(|| format!("tokenizer '{}'", path.display()))?;
+            let named = || format!("tokenizer '{}'", path.display());
+            let mut w =
+                WordPiece::from_tokens(vocab, norm.lowercase, norm.strip_accents, wp.max_input_chars_per_word, sha)
+                    .with_context(named)?;
+            // Sequences are built as the file's post-processor says (its ids, separators and
+            // token types), not as a vocab.txt's BERT defaults.
+            if let Some(specials) = hf::post_processor_specials(&tokenizer, &bytes).with_context(named)? {
+                w.specials = specials;
+            }
             return Ok(Encoder::WordPiece(w));
         }
     }
