@@ -154,6 +154,45 @@ fn roberta_hidden_states_mlm_logits_and_loss_match_transformers() {
     assert_eq!(positions, vec![2, 3, 1, 1, 1, 2, 3, 4]);
 }
 
+/// Padding-free batches (one stream of real tokens, attention within each row) against
+/// PyTorch's padded ones, for each family: the real tokens' hidden states, the MLM logits at
+/// the same positions and (BERT) the NSP logits, within 1e-5.
+#[test]
+fn padding_free_batches_match_transformers_for_every_family() {
+    let cases = [
+        ("golden_model.json", "tiny-bert-pretrain", ModelKind::PreTraining),
+        ("golden_roberta.json", "tiny-roberta-mlm", ModelKind::MaskedLm),
+        ("golden_modernbert.json", "tiny-modernbert-mlm", ModelKind::MaskedLm),
+    ];
+    for (golden, checkpoint, kind) in cases {
+        let g = golden_of(golden);
+        let m = load(kind, checkpoint);
+        let (ids, types, mask) = (ints(&g["input_ids"]), ints(&g["token_type_ids"]), ints(&g["attention_mask"]));
+        let (padded, b, s) = inputs(&g);
+        assert!(mask.contains(&0), "{golden}: the fixture's batch has no padding; the test would prove nothing");
+        let free = padded.into_packed(&ids, &types, &mask).unwrap();
+        let hidden = m.encoder.forward(&free, &mut ForwardPass::eval()).unwrap();
+        let theirs = floats(&g["hidden"]);
+        let h = theirs.len() / (b * s);
+        let real: Vec<f64> =
+            (0..b * s).filter(|&i| mask[i] == 1).flat_map(|i| theirs[i * h..(i + 1) * h].to_vec()).collect();
+        close(&format!("{checkpoint}: padding-free hidden states"), &tensor_f64(&hidden), &real, TOL);
+        let padded_positions: Vec<u32> = tensor_f64(&mlm_positions(&g, s)).iter().map(|&p| p as u32).collect();
+        let at: Vec<u32> = padded_positions.iter().map(|&p| free.token_index(p)).collect();
+        let at = Tensor::from_vec(at, padded_positions.len(), &Device::Cpu).unwrap();
+        let out = m.forward(&free, Some(&at), &mut ForwardPass::eval()).unwrap();
+        close(
+            &format!("{checkpoint}: padding-free MLM logits"),
+            &tensor_f64(&out.mlm_logits.unwrap()),
+            &floats(&g["mlm_logits"]),
+            TOL,
+        );
+        if let Some(nsp) = out.logits {
+            close(&format!("{checkpoint}: padding-free NSP logits"), &tensor_f64(&nsp), &floats(&g["nsp_logits"]), TOL);
+        }
+    }
+}
+
 #[test]
 fn roberta_several_scheduled_adamw_steps_match_pytorch() {
     scheduled_steps(&golden_of("golden_roberta.json"), "tiny-roberta-cls");

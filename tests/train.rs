@@ -214,6 +214,58 @@ fn gradient_checkpointing_trains_as_the_plain_backward_does() {
     }
 }
 
+/// `padding_free: true` trains as padded batches do: the same losses, gradient norms and
+/// evaluations step by step with dropout on (masks are keyed by a token's place in its row),
+/// for the classifier without length grouping (batches of very different lengths), MLM + NSP
+/// (the MLM positions move into the stream), packed rows with block-diagonal attention, and
+/// with gradient checkpointing.
+#[test]
+fn padding_free_trains_as_padded_batches_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let cls = shards(dir.path(), "pipelines/imdb.yaml", &[]);
+    let mlm = shards(dir.path(), "pipelines/imdb-pretrain.yaml", &[]);
+    let packed_dir = dir.path().join("packed");
+    std::fs::create_dir(&packed_dir).unwrap();
+    let packed = shards(&packed_dir, "pipelines/imdb-pretrain.yaml", &["--set", "steps[7].nsp=false"]);
+    let series =
+        |out: &Path, key: &str| -> Vec<f64> { metrics(out).iter().filter_map(|r| r.get(key)?.as_f64()).collect() };
+    let cases: [(&str, &Path, &[&str]); 4] = [
+        ("pipelines/imdb-finetune.yaml", &cls, &["per_device_train_batch_size=8", "group_by_length=false"]),
+        ("pipelines/imdb-finetune.yaml", &cls, &["per_device_train_batch_size=4", "gradient_checkpointing=true"]),
+        ("pipelines/imdb-mlm.yaml", &mlm, &["per_device_train_batch_size=8"]),
+        ("pipelines/imdb-mlm.yaml", &packed, &["per_device_train_batch_size=4", "attention=block_diagonal"]),
+    ];
+    for (k, (config, data, extra)) in cases.into_iter().enumerate() {
+        let mut settings = vec!["max_steps=3", "logging_steps=1", "eval_steps=3", "save_steps=3"];
+        settings.extend_from_slice(extra);
+        let padded = dir.path().join(format!("padded{k}"));
+        assert_ok(&train(config, data, &padded, &settings, &[]));
+        settings.push("padding_free=true");
+        let free = dir.path().join(format!("free{k}"));
+        assert_ok(&train(config, data, &free, &settings, &[]));
+        let keys = ["loss", "grad_norm", "eval_loss", "eval_accuracy", "eval_mlm_loss", "eval_nsp_loss"];
+        for key in keys {
+            let (a, b) = (series(&padded, key), series(&free, key));
+            assert_eq!(a.len(), b.len(), "{config} {extra:?} {key}: {a:?} vs {b:?}");
+            for (x, y) in a.iter().zip(&b) {
+                assert!(
+                    (x - y).abs() <= 1e-4 * x.abs().max(1.0),
+                    "{config} {extra:?} {key}: padded {a:?} vs padding-free {b:?}"
+                );
+            }
+        }
+        assert_eq!(series(&padded, "loss").len(), 3, "{config} {extra:?}");
+        // Not vacuous: the padded run padded, the padding-free one did not.
+        assert!(
+            series(&padded, "padding").iter().any(|&p| p > 0.0),
+            "{config} {extra:?}: {:?}",
+            series(&padded, "padding")
+        );
+        assert!(series(&free, "padding").iter().all(|&p| p == 0.0), "{config} {extra:?}");
+        assert!(!series(&padded, "eval_loss").is_empty(), "{config} {extra:?}");
+    }
+}
+
 #[test]
 fn a_nan_loss_stops_with_the_step_and_keeps_the_last_checkpoint() {
     let dir = tempfile::tempdir().unwrap();

@@ -31,11 +31,20 @@ pub struct ForwardPass {
     rows: std::sync::Arc<[u64]>,
     /// The dtype the matrix products run in (see [`ForwardPass::mm`]); f32 unless set.
     pub compute: DType,
+    /// A padding-free batch's row starts in its token stream (see [`Packed`]): the token
+    /// dropout sites key each token by its position in its row, as in a padded batch.
+    stream: Option<std::sync::Arc<[u32]>>,
 }
 
 impl ForwardPass {
     pub fn eval() -> ForwardPass {
-        ForwardPass { train: false, rng: Rng(0), rows: std::sync::Arc::from(Vec::new()), compute: DType::F32 }
+        ForwardPass {
+            train: false,
+            rng: Rng(0),
+            rows: std::sync::Arc::from(Vec::new()),
+            compute: DType::F32,
+            stream: None,
+        }
     }
 
     /// Training at optimiser step `step` on a batch whose rows have these keys (the trainer's:
@@ -46,7 +55,14 @@ impl ForwardPass {
             rng: Rng::for_key(seed, &[0x4452_4f50, step]),
             rows: rows.into(),
             compute: DType::F32,
+            stream: None,
         }
+    }
+
+    /// Dropout sites for the layout of `inputs`: a padding-free batch's token stream, or
+    /// padded rows. [`crate::model::BertWithHead`] sets it from the batch it runs.
+    pub fn for_inputs(&mut self, inputs: &Inputs) {
+        self.stream = inputs.packed.as_ref().map(|p| p.starts.clone());
     }
 
     /// Matrix products in `dtype` (bf16 on CUDA's tensor cores), everything else in f32.
@@ -71,12 +87,27 @@ impl ForwardPass {
     /// is 0. Each site gets its own key from the step's stream; which elements it drops is
     /// a hash of that key and the element's index (see [`Dropout`]).
     pub fn site(&mut self, p: f64) -> Option<Dropout> {
+        self.row_site(p).map(|d| d.in_stream(self.stream.clone()))
+    }
+
+    /// A site whose tensors have the batch's rows as their leading axis (`[rows, …]`: the
+    /// heads' pooled states, attention probabilities), in either layout.
+    pub fn row_site(&mut self, p: f64) -> Option<Dropout> {
         (self.train && p > 0.0).then(|| Dropout::new(self.rng.next_u64(), p, self.rows.clone()))
     }
 
-    /// Inverted dropout: zero with probability `p`, scale the rest by 1/(1−p).
+    /// Inverted dropout on token states (`[rows, seq, …]`, or a padding-free `[1, tokens, …]`):
+    /// zero with probability `p`, scale the rest by 1/(1−p).
     pub fn dropout(&mut self, x: &Tensor, p: f64) -> Result<Tensor> {
         match self.site(p) {
+            Some(d) => d.apply(x),
+            None => Ok(x.clone()),
+        }
+    }
+
+    /// Inverted dropout on one state per batch row (`[rows, hidden]`: the heads' input).
+    pub fn row_dropout(&mut self, x: &Tensor, p: f64) -> Result<Tensor> {
+        match self.row_site(p) {
             Some(d) => d.apply(x),
             None => Ok(x.clone()),
         }
@@ -234,15 +265,25 @@ impl BertEmbeddings {
         })
     }
 
-    /// `input_ids`, `token_type_ids`: u32 `[batch, seq]`.
-    pub fn forward(&self, input_ids: &Tensor, token_type_ids: &Tensor, mode: &mut ForwardPass) -> Result<Tensor> {
+    /// The batch's `input_ids` and `token_type_ids` (u32 `[batch, seq]`, or a padding-free
+    /// `[1, tokens]` whose positions restart at each row).
+    pub fn forward(&self, inputs: &Inputs, mode: &mut ForwardPass) -> Result<Tensor> {
+        let (input_ids, token_type_ids) = (&inputs.input_ids, &inputs.token_type_ids);
         let (b, s) = input_ids.dims2()?;
         let hidden = self.word_embeddings.dim(1)?;
         let words = self.word_embeddings.embedding(&input_ids.flatten_all()?)?.reshape((b, s, hidden))?;
         let types = self.token_type_embeddings.embedding(&token_type_ids.flatten_all()?)?.reshape((b, s, hidden))?;
-        let x = match self.padding_idx {
-            None => (words + types)?.broadcast_add(&self.position_embeddings.narrow(0, 0, s)?)?,
-            Some(pad) => {
+        let x = match (&inputs.packed, self.padding_idx) {
+            (Some(packed), pad) => {
+                // Each row's positions from 0 (BERT) or from `padding_idx + 1` (RoBERTa).
+                let offset = pad.map_or(0, |p| p + 1);
+                let ids: Vec<u32> = packed.positions.iter().map(|&p| p + offset).collect();
+                let ids = Tensor::from_vec(ids, b * s, input_ids.device())?;
+                let positions = self.position_embeddings.embedding(&ids)?.reshape((b, s, hidden))?;
+                ((words + types)? + positions)?
+            }
+            (None, None) => (words + types)?.broadcast_add(&self.position_embeddings.narrow(0, 0, s)?)?,
+            (None, Some(pad)) => {
                 let ids = roberta_position_ids(input_ids, pad)?.flatten_all()?;
                 let positions = self.position_embeddings.embedding(&ids)?.reshape((b, s, hidden))?;
                 ((words + types)? + positions)?
@@ -286,15 +327,17 @@ impl BertSelfAttention {
     }
 
     /// `mask_bias`: additive, broadcastable to `[batch, heads, seq, seq]` (0 keep, −1e9 drop).
-    fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut ForwardPass) -> Result<Tensor> {
+    /// A padding-free batch's projections are laid out as rows for the attention core and
+    /// the context taken back into the stream (see [`Packed`]).
+    fn forward(&self, x: &Tensor, at: &Attention, mode: &mut ForwardPass) -> Result<Tensor> {
         let d = x.dim(2)? / self.heads;
         // x·Wᵀ, then the bias added while splitting into [b, heads, s, d].
-        let split = |l: &Linear| ops::split_heads(&l.matmul(x, mode)?, &l.bias, self.heads);
+        let split = |l: &Linear| ops::split_heads(&at.to_rows(&l.matmul(x, mode)?)?, &l.bias, self.heads);
         let (q, k, v) = (split(&self.query)?, split(&self.key)?, split(&self.value)?);
         // dropout(softmax(q·kᵀ/√d + mask)), one fused kernel on the CPU.
-        let drop = mode.site(self.dropout);
-        let probs = ops::attention_softmax(&mode.mm(&q, &k.t()?)?, mask_bias, 1.0 / (d as f64).sqrt(), drop)?;
-        ops::merge_heads(&mode.mm(&probs, &v)?)
+        let drop = mode.row_site(self.dropout);
+        let probs = ops::attention_softmax(&mode.mm(&q, &k.t()?)?, &at.mask_bias, 1.0 / (d as f64).sqrt(), drop)?;
+        at.to_stream(&ops::merge_heads(&mode.mm(&probs, &v)?)?)
     }
 }
 
@@ -350,8 +393,8 @@ impl BertAttention {
         })
     }
 
-    fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut ForwardPass) -> Result<Tensor> {
-        let a = self.self_attention.forward(x, mask_bias, mode)?;
+    fn forward(&self, x: &Tensor, at: &Attention, mode: &mut ForwardPass) -> Result<Tensor> {
+        let a = self.self_attention.forward(x, at, mode)?;
         self.output.forward(&a, x, mode)
     }
 }
@@ -409,8 +452,8 @@ impl BertLayer {
         })
     }
 
-    pub fn forward(&self, x: &Tensor, mask_bias: &Tensor, mode: &mut ForwardPass) -> Result<Tensor> {
-        let a = self.attention.forward(x, mask_bias, mode)?;
+    pub fn forward(&self, x: &Tensor, at: &Attention, mode: &mut ForwardPass) -> Result<Tensor> {
+        let a = self.attention.forward(x, at, mode)?;
         let i = linear_activation(&self.intermediate.dense, self.intermediate.act, &a, mode)?;
         self.output.forward(&i, &a, mode)
     }
@@ -446,19 +489,20 @@ impl BertModel {
         Ok(BertModel { config: c.clone(), embeddings, layers, pooler })
     }
 
-    /// Last hidden states `[batch, seq, hidden]`. `mask_bias` from [`padding_mask_bias`] or
-    /// [`block_mask_bias`].
+    /// Last hidden states `[batch, seq, hidden]` (a padding-free batch: `[1, tokens, hidden]`).
     pub fn forward(&self, batch: &Inputs, mode: &mut ForwardPass) -> Result<Tensor> {
-        let mut x = self.embeddings.forward(&batch.input_ids, &batch.token_type_ids, mode)?;
+        mode.for_inputs(batch);
+        let at = Attention::of(batch);
+        let mut x = self.embeddings.forward(batch, mode)?;
         for layer in &self.layers {
-            x = layer.forward(&x, &batch.mask_bias, mode)?;
+            x = layer.forward(&x, &at, mode)?;
         }
         Ok(x)
     }
 
-    /// `tanh(dense(hidden[:, 0]))`.
-    pub fn pool(&self, hidden: &Tensor, mode: &ForwardPass) -> Result<Tensor> {
-        let first = first_token(hidden)?;
+    /// `tanh(dense(hidden[:, 0]))`, each row's first token (see [`first_token`]).
+    pub fn pool(&self, hidden: &Tensor, inputs: &Inputs, mode: &ForwardPass) -> Result<Tensor> {
+        let first = first_token(hidden, inputs)?;
         match &self.pooler {
             Some(p) => p.forward(&first, mode)?.tanh(),
             None => Ok(first),
@@ -466,19 +510,99 @@ impl BertModel {
     }
 }
 
-/// `hidden[:, 0]`: each row's first token, `[batch, hidden]`.
-pub fn first_token(hidden: &Tensor) -> Result<Tensor> {
-    hidden.narrow(1, 0, 1)?.squeeze(1)
+/// `hidden[:, 0]`: each row's first token, `[batch, hidden]` (of a padding-free batch: the
+/// token at each row's start).
+pub fn first_token(hidden: &Tensor, inputs: &Inputs) -> Result<Tensor> {
+    match &inputs.packed {
+        Some(p) => hidden.squeeze(0)?.index_select(&p.firsts, 0),
+        None => hidden.narrow(1, 0, 1)?.squeeze(1),
+    }
 }
 
 /// One batch of model inputs on the device.
 pub struct Inputs {
+    /// u32 `[batch, seq]`, padded; padding-free: `[1, tokens]`, the rows one after another.
     pub input_ids: Tensor,
     pub token_type_ids: Tensor,
     /// 1.0 for a token, 0.0 for padding, f32 `[batch, seq]` (ModernBERT's mean pooling).
     pub attention_mask: Tensor,
-    /// Additive attention bias, `[batch, 1, 1, seq]` or `[batch, 1, seq, seq]`.
+    /// Additive attention bias, `[batch, 1, 1, seq]` or `[batch, 1, seq, seq]`: the padded
+    /// layout the attention core runs in, padding-free batches included.
     pub mask_bias: Tensor,
+    /// A padding-free batch's stream layout; `None` when padded.
+    pub packed: Option<Packed>,
+}
+
+/// A padding-free batch (HF's `DataCollatorWithFlattening`, TRL's `padding_free`): the rows
+/// are one stream of tokens `[1, tokens, …]`, and every position-wise part of the model —
+/// embeddings, projections, MLP, norms, dropout, the MLM head — runs on real tokens only.
+/// Attention stays within each row: the attention core gathers q, k and v into the padded
+/// `[rows, heads, seq, d]` layout (`cu_seqlens` → rows, as varlen kernels index them), runs
+/// the masked softmax there and scatters the context back. Positions restart at each row.
+///
+/// The gathers cost two index passes over `rows × seq × hidden` per layer; the padded part of
+/// the attention core is `seq/hidden` of a layer's work at most (and the length grouping keeps
+/// `seq` near every row's length), so what padding-free saves is the padding of everything else.
+#[derive(Clone)]
+pub struct Packed {
+    /// `cu_seqlens`: row `r` is tokens `starts[r]..starts[r + 1]` of the stream.
+    pub starts: std::sync::Arc<[u32]>,
+    /// Each token's position in its row.
+    pub positions: Vec<u32>,
+    pub rows: usize,
+    /// The longest row: the attention core's padded length.
+    pub seq: usize,
+    /// u32 `[rows · seq]`: the stream token at each padded slot (padding points at token 0,
+    /// masked out as a key and dropped as a query).
+    gather: Tensor,
+    /// u32 `[tokens]`: each token's padded slot.
+    scatter: Tensor,
+    /// u32 `[rows]`: each row's first token.
+    firsts: Tensor,
+}
+
+impl Packed {
+    /// Stream `[1, tokens, w]` → rows `[rows, seq, w]` (padding slots hold token 0).
+    pub fn to_rows(&self, x: &Tensor) -> Result<Tensor> {
+        let w = x.dim(candle_core::D::Minus1)?;
+        x.reshape(((), w))?.index_select(&self.gather, 0)?.reshape((self.rows, self.seq, w))
+    }
+
+    /// Rows `[rows, seq, w]` → stream `[1, tokens, w]` (padding slots left behind).
+    pub fn to_stream(&self, x: &Tensor) -> Result<Tensor> {
+        let w = x.dim(candle_core::D::Minus1)?;
+        let tokens = self.positions.len();
+        x.reshape(((), w))?.index_select(&self.scatter, 0)?.reshape((1, tokens, w))
+    }
+}
+
+/// What an attention layer needs of its batch: the additive mask, and how a padding-free
+/// batch's stream maps to rows.
+pub struct Attention {
+    pub mask_bias: Tensor,
+    pub packed: Option<Packed>,
+}
+
+impl Attention {
+    pub fn of(inputs: &Inputs) -> Attention {
+        Attention { mask_bias: inputs.mask_bias.clone(), packed: inputs.packed.clone() }
+    }
+
+    /// Token states as rows for the attention core (unchanged when padded).
+    pub fn to_rows(&self, x: &Tensor) -> Result<Tensor> {
+        match &self.packed {
+            Some(p) => p.to_rows(x),
+            None => Ok(x.clone()),
+        }
+    }
+
+    /// The attention core's rows back as token states (unchanged when padded).
+    pub fn to_stream(&self, x: &Tensor) -> Result<Tensor> {
+        match &self.packed {
+            Some(p) => p.to_stream(x),
+            None => Ok(x.clone()),
+        }
+    }
 }
 
 /// Masked positions get −1e9 before the softmax: exp underflows to exactly 0, as with HF's
@@ -502,7 +626,63 @@ impl Inputs {
             token_type_ids: Tensor::from_slice(token_type_ids, (batch, seq), device)?,
             attention_mask: Tensor::from_vec(keep, (batch, seq), device)?,
             mask_bias: Tensor::from_vec(bias, (batch, 1, 1, seq), device)?,
+            packed: None,
         })
+    }
+
+    /// The same batch padding-free: the real tokens of each row (those with `attention_mask`
+    /// 1, which must come first in the row) as one stream. Masks — padding, or the block
+    /// diagonal of [`Inputs::with_block_diagonal`], applied before or after — stay in the
+    /// padded layout the attention core uses.
+    pub fn into_packed(mut self, input_ids: &[u32], token_type_ids: &[u32], attention_mask: &[u32]) -> Result<Inputs> {
+        let (batch, seq) = self.attention_mask.dims2()?;
+        let device = self.input_ids.device().clone();
+        let mut starts = Vec::with_capacity(batch + 1);
+        let (mut ids, mut types, mut positions) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut gather, mut scatter, mut firsts) = (vec![0u32; batch * seq], Vec::new(), Vec::with_capacity(batch));
+        for r in 0..batch {
+            let row = r * seq..(r + 1) * seq;
+            let len = attention_mask[row.clone()].iter().take_while(|&&m| m != 0).count();
+            if attention_mask[row.start + len..row.end].iter().any(|&m| m != 0) {
+                candle_core::bail!("padding-free: row {r} has padding before its last token");
+            }
+            let start = ids.len() as u32;
+            starts.push(start);
+            firsts.push(start);
+            for i in 0..len {
+                gather[r * seq + i] = start + i as u32;
+                scatter.push((r * seq + i) as u32);
+                positions.push(i as u32);
+            }
+            ids.extend_from_slice(&input_ids[row.start..row.start + len]);
+            types.extend_from_slice(&token_type_ids[row.start..row.start + len]);
+        }
+        let tokens = ids.len();
+        starts.push(tokens as u32);
+        self.input_ids = Tensor::from_vec(ids, (1, tokens), &device)?;
+        self.token_type_ids = Tensor::from_vec(types, (1, tokens), &device)?;
+        self.packed = Some(Packed {
+            starts: starts.into(),
+            positions,
+            rows: batch,
+            seq,
+            gather: Tensor::from_vec(gather, batch * seq, &device)?,
+            scatter: Tensor::from_vec(scatter, tokens, &device)?,
+            firsts: Tensor::from_vec(firsts, batch, &device)?,
+        });
+        Ok(self)
+    }
+
+    /// The position of flat index `row · seq + i` of the padded batch in this batch's layout
+    /// (the MLM positions' index into the hidden states): itself when padded.
+    pub fn token_index(&self, padded: u32) -> u32 {
+        match &self.packed {
+            Some(p) => {
+                let (r, i) = (padded as usize / p.seq, padded as usize % p.seq);
+                p.starts[r] + i as u32
+            }
+            None => padded,
+        }
     }
 
     /// Packed rows with attention kept inside each document: `segments[b]` holds the start

@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use candle_core::backprop::GradStore;
 use candle_core::{Device, Module, Tensor, Var};
 
-use bert::{linear_activation, BertModel, ForwardPass, Inputs, LayerNorm, Linear};
+use bert::{linear_activation, Attention, BertModel, ForwardPass, Inputs, LayerNorm, Linear};
 use config::{BertConfig, Family, Pooling};
 use modernbert::{LayerInputs, ModernBertModel, ModernBertPredictionHead};
 use params::{Init, ParamLoader, Params};
@@ -119,7 +119,7 @@ pub enum Encoder {
 
 /// What every layer of a batch shares: BERT's mask; ModernBERT's masks and rotary tables.
 enum LayerContext {
-    Bert(Tensor),
+    Bert(Attention),
     ModernBert(LayerInputs),
 }
 
@@ -149,21 +149,21 @@ impl Encoder {
 
     fn context(&self, inputs: &Inputs) -> Result<LayerContext> {
         Ok(match self {
-            Encoder::Bert(_) => LayerContext::Bert(inputs.mask_bias.clone()),
+            Encoder::Bert(_) => LayerContext::Bert(Attention::of(inputs)),
             Encoder::ModernBert(m) => LayerContext::ModernBert(m.layer_inputs(inputs)?),
         })
     }
 
     fn embed(&self, inputs: &Inputs, mode: &mut ForwardPass) -> Result<Tensor> {
         Ok(match self {
-            Encoder::Bert(b) => b.embeddings.forward(&inputs.input_ids, &inputs.token_type_ids, mode)?,
+            Encoder::Bert(b) => b.embeddings.forward(inputs, mode)?,
             Encoder::ModernBert(m) => m.embeddings.forward(&inputs.input_ids, mode)?,
         })
     }
 
     fn layer(&self, i: usize, x: &Tensor, context: &LayerContext, mode: &mut ForwardPass) -> Result<Tensor> {
         Ok(match (self, context) {
-            (Encoder::Bert(b), LayerContext::Bert(mask)) => b.layers[i].forward(x, mask, mode)?,
+            (Encoder::Bert(b), LayerContext::Bert(at)) => b.layers[i].forward(x, at, mode)?,
             (Encoder::ModernBert(m), LayerContext::ModernBert(at)) => m.layers[i].forward(x, at, mode)?,
             _ => unreachable!("a context is made by its own encoder"),
         })
@@ -193,10 +193,10 @@ impl Encoder {
     }
 
     /// `tanh(pooler(hidden[:, 0]))` where there is a pooler, else `hidden[:, 0]`.
-    fn pool(&self, hidden: &Tensor, mode: &ForwardPass) -> Result<Tensor> {
+    fn pool(&self, hidden: &Tensor, inputs: &Inputs, mode: &ForwardPass) -> Result<Tensor> {
         Ok(match self {
-            Encoder::Bert(b) => b.pool(hidden, mode)?,
-            Encoder::ModernBert(_) => bert::first_token(hidden)?,
+            Encoder::Bert(b) => b.pool(hidden, inputs, mode)?,
+            Encoder::ModernBert(_) => bert::first_token(hidden, inputs)?,
         })
     }
 }
@@ -400,27 +400,31 @@ impl BertWithHead {
     ) -> Result<Outputs> {
         Ok(match &self.head {
             Head::Classifier { classifier, dropout } => {
-                let pooled = self.encoder.pool(hidden, mode)?;
-                let pooled = mode.dropout(&pooled, *dropout)?;
+                let pooled = self.encoder.pool(hidden, inputs, mode)?;
+                let pooled = mode.row_dropout(&pooled, *dropout)?;
                 Outputs { logits: Some(classifier.forward(&pooled, mode)?), mlm_logits: None }
             }
             Head::RobertaClassifier { dense, out_proj, dropout } => {
                 // Without a pooler, `pool` is the first token's hidden state.
-                let x = mode.dropout(&self.encoder.pool(hidden, mode)?, *dropout)?;
+                let x = mode.row_dropout(&self.encoder.pool(hidden, inputs, mode)?, *dropout)?;
                 let x = dense.forward(&x, mode)?.tanh()?;
-                let x = mode.dropout(&x, *dropout)?;
+                let x = mode.row_dropout(&x, *dropout)?;
                 Outputs { logits: Some(out_proj.forward(&x, mode)?), mlm_logits: None }
             }
             Head::ModernBertClassifier { head, classifier, dropout, pooling } => {
                 let pooled = match pooling {
-                    Pooling::Cls => bert::first_token(hidden)?,
+                    Pooling::Cls => bert::first_token(hidden, inputs)?,
                     Pooling::Mean => {
+                        let rows = match &inputs.packed {
+                            Some(p) => p.to_rows(hidden)?,
+                            None => hidden.clone(),
+                        };
                         let keep = inputs.attention_mask.unsqueeze(2)?;
-                        let sum = hidden.broadcast_mul(&keep)?.sum(1)?;
+                        let sum = rows.broadcast_mul(&keep)?.sum(1)?;
                         sum.broadcast_div(&keep.sum(1)?)?
                     }
                 };
-                let x = mode.dropout(&head.forward(&pooled, mode)?, *dropout)?;
+                let x = mode.row_dropout(&head.forward(&pooled, mode)?, *dropout)?;
                 Outputs { logits: Some(classifier.forward(&x, mode)?), mlm_logits: None }
             }
             Head::Pretraining { mlm, nsp } => {
@@ -433,7 +437,7 @@ impl BertWithHead {
                     None => None,
                 };
                 let logits = match nsp {
-                    Some(nsp) => Some(nsp.forward(&self.encoder.pool(hidden, mode)?, mode)?),
+                    Some(nsp) => Some(nsp.forward(&self.encoder.pool(hidden, inputs, mode)?, mode)?),
                     None => None,
                 };
                 Outputs { logits, mlm_logits }
@@ -459,6 +463,7 @@ impl BertWithHead {
         loss_of: impl FnOnce(&Outputs) -> Result<Tensor>,
     ) -> Result<GradStore> {
         let frozen = self.frozen()?;
+        mode.for_inputs(inputs);
         // Masks and rotary tables are constants of the batch: made once, used by both passes.
         let context = self.encoder.context(inputs)?;
         let embeddings_mode = mode.clone();
@@ -616,6 +621,179 @@ mod tests {
             backward(&l).unwrap()
         };
         (loss, model.gradients(&grads).unwrap())
+    }
+
+    /// A padded batch of rows of lengths 9, 4 and 7 and the same batch padding-free, for a
+    /// model of config `c`; the MLM positions (flat, padded) and the targets of the head.
+    fn padded_and_padding_free(c: &BertConfig, blocks: bool) -> (Inputs, Inputs, Vec<u32>) {
+        let d = Device::Cpu;
+        let (lens, s) = ([9usize, 4, 7], 9);
+        let pad = c.pad_token_id.unwrap_or(0) as u32;
+        let (mut ids, mut types, mut mask) = (vec![pad; 3 * s], vec![0u32; 3 * s], vec![0u32; 3 * s]);
+        for (r, &len) in lens.iter().enumerate() {
+            for i in 0..len {
+                // Ids past the special ones, never the padding id.
+                ids[r * s + i] = 2 + ((r * 13 + i * 7) % (c.vocab_size - 3)) as u32;
+                mask[r * s + i] = 1;
+                if c.type_vocab_size > 1 && i >= len / 2 {
+                    types[r * s + i] = 1;
+                }
+            }
+        }
+        let mut padded = Inputs::new(&ids, &types, &mask, 3, s, &d).unwrap();
+        if blocks {
+            // Packed MLM rows: two documents in rows 0 and 2, attention kept in each.
+            let segments = vec![vec![0, 5], vec![0], vec![0, 3]];
+            padded = padded.with_block_diagonal(&segments, &mask, 3, s).unwrap();
+        }
+        let mut free = Inputs::new(&ids, &types, &mask, 3, s, &d).unwrap();
+        if blocks {
+            free = free.with_block_diagonal(&[vec![0, 5], vec![0], vec![0, 3]], &mask, 3, s).unwrap();
+        }
+        let free = free.into_packed(&ids, &types, &mask).unwrap();
+        (padded, free, vec![1, 4, 10, 12, 20, 24])
+    }
+
+    /// Loss and gradients of one step on `inputs` (MLM positions in the padded layout are
+    /// mapped to the batch's own, as the trainer's runner does).
+    fn loss_and_gradients(
+        model: &BertWithHead,
+        inputs: &Inputs,
+        padded_positions: &[u32],
+        checkpointed: bool,
+        compute: DType,
+    ) -> (f32, Vec<Tensor>) {
+        let d = Device::Cpu;
+        let positions = (model.kind != ModelKind::SequenceClassification).then(|| {
+            let at: Vec<u32> = padded_positions.iter().map(|&p| inputs.token_index(p)).collect();
+            Tensor::from_vec(at, padded_positions.len(), &d).unwrap()
+        });
+        let loss_of = |out: &Outputs| -> Result<Tensor> {
+            let mut loss = Tensor::zeros((), DType::F32, &d)?;
+            if let Some(l) = &out.logits {
+                let t = Tensor::from_slice(&[1u32, 0, 1], 3, &d)?;
+                loss = (loss + candle_nn::loss::cross_entropy(l, &t)?)?;
+            }
+            if let Some(m) = &out.mlm_logits {
+                let t = Tensor::from_slice(&[3u32, 9, 17, 2, 30, 11], 6, &d)?;
+                loss = (loss + candle_nn::loss::cross_entropy(m, &t)?)?;
+            }
+            Ok(loss)
+        };
+        let mut mode = ForwardPass::train(5, 3, vec![40u64, 7, 19]).with_compute(compute);
+        let mut loss = 0.0;
+        let grads = if checkpointed {
+            model
+                .backward_checkpointed(inputs, positions.as_ref(), &mut mode, |out| {
+                    let l = loss_of(out)?;
+                    loss = l.to_scalar::<f32>()?;
+                    Ok(l)
+                })
+                .unwrap()
+        } else {
+            let l = loss_of(&model.forward(inputs, positions.as_ref(), &mut mode).unwrap()).unwrap();
+            loss = l.to_scalar::<f32>().unwrap();
+            backward(&l).unwrap()
+        };
+        (loss, model.gradients(&grads).unwrap())
+    }
+
+    /// Every family and task, dropout off and on, plain and checkpointed, f32 and bf16: a
+    /// padding-free batch gives the padded batch's loss and gradients (to 1e-4 of the largest
+    /// gradient of each tensor; bf16 products to 1e-2), the dropout masks included — they are
+    /// keyed by a token's position in its row, not in the stream.
+    #[test]
+    fn padding_free_batches_give_the_padded_loss_and_gradients() {
+        let bert = |dropout: f64| {
+            let mut c = BertConfig::new(48, 2, 32, 4, 64);
+            c.set_hidden_dropout(dropout);
+            c.set_attention_dropout(dropout);
+            c
+        };
+        let roberta = |dropout: f64| {
+            let mut c = bert(dropout);
+            c.model_type = "roberta".into();
+            c.pad_token_id = Some(1);
+            c.type_vocab_size = 1;
+            c
+        };
+        let modern = |dropout: f64, pooling: &str| {
+            let mut c = bert(dropout);
+            c.model_type = "modernbert".into();
+            c.num_hidden_layers = 3;
+            c.set_extra("local_attention", 4.into());
+            c.set_extra("global_attn_every_n_layers", 2.into());
+            c.set_extra("classifier_pooling", pooling.into());
+            c.set_extra("embedding_dropout", dropout.into());
+            c.set_extra("mlp_dropout", dropout.into());
+            c.set_extra("classifier_dropout", dropout.into());
+            c
+        };
+        for dropout in [0.0, 0.2] {
+            let cases = [
+                (ModelKind::SequenceClassification, bert(dropout), false),
+                (ModelKind::PreTraining, bert(dropout), false),
+                (ModelKind::PreTraining, bert(dropout), true),
+                (ModelKind::SequenceClassification, roberta(dropout), false),
+                (ModelKind::MaskedLm, roberta(dropout), false),
+                (ModelKind::SequenceClassification, modern(dropout, "mean"), false),
+                (ModelKind::SequenceClassification, modern(dropout, "cls"), false),
+                (ModelKind::MaskedLm, modern(dropout, "cls"), true),
+            ];
+            for (kind, c, blocks) in cases {
+                let model = BertWithHead::fresh(kind, &c, &Device::Cpu, 11).unwrap();
+                let (padded, free, positions) = padded_and_padding_free(&c, blocks);
+                for (checkpointed, compute, tol) in
+                    [(false, DType::F32, 1e-4), (true, DType::F32, 1e-4), (false, DType::BF16, 1e-2)]
+                {
+                    let what = format!(
+                        "{kind:?} {} dropout {dropout} blocks {blocks} checkpointed {checkpointed} {compute:?}",
+                        c.model_type
+                    );
+                    let (want_loss, want) = loss_and_gradients(&model, &padded, &positions, false, compute);
+                    let (loss, got) = loss_and_gradients(&model, &free, &positions, checkpointed, compute);
+                    assert!(
+                        (loss - want_loss).abs() <= tol as f32 * want_loss.abs().max(1.0),
+                        "{what}: loss {loss} against the padded {want_loss}"
+                    );
+                    for ((name, _), (a, b)) in model.params.vars.iter().zip(want.iter().zip(&got)) {
+                        let scale = a.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap().max(1e-6);
+                        let diff = (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+                        assert!(
+                            diff <= tol as f32 * scale,
+                            "{what} {name}: gradients differ by {diff} (scale {scale})"
+                        );
+                    }
+                    // Not vacuous: gradients reach the parameters.
+                    assert!(want.iter().any(|g| g.abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap() > 0.0));
+                }
+            }
+        }
+    }
+
+    /// The stream's dropout keys each token by its row and its position in the row: the
+    /// factors of a `[1, tokens, w]` stream are the padded `[rows, seq, w]` factors of the
+    /// real tokens, whatever chunk a thread starts at.
+    #[test]
+    fn stream_dropout_drops_what_the_padded_batch_drops() {
+        use super::ops::Dropout;
+        let rows: std::sync::Arc<[u64]> = vec![3u64, 99, 5, 1000].into();
+        let (lens, seq, w) = ([700usize, 1, 0, 333], 700, 48);
+        let starts: Vec<u32> = std::iter::once(0)
+            .chain(lens.iter().scan(0u32, |t, &l| {
+                *t += l as u32;
+                Some(*t)
+            }))
+            .collect();
+        let tokens = *starts.last().unwrap() as usize;
+        let padded = Dropout::new(77, 0.3, rows.clone()).factors(lens.len() * seq * w).unwrap();
+        let stream = Dropout::new(77, 0.3, rows).in_stream(Some(starts.into())).factors(tokens * w).unwrap();
+        let mut want = Vec::new();
+        for (r, &len) in lens.iter().enumerate() {
+            want.extend_from_slice(&padded[r * seq * w..(r * seq + len) * w]);
+        }
+        assert_eq!(stream, want);
+        assert!(stream.contains(&0.0) && stream.iter().any(|&f| f > 1.0));
     }
 
     #[test]

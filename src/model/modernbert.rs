@@ -11,12 +11,14 @@
 //! with a local window (every `global_attn_every_n_layers`-th layer is global), and a final
 //! norm. Linear layers and norms have no biases unless the config asks for them.
 //!
-//! HF's unpadded flash-attention path computes the same numbers as its padded SDPA/eager path;
-//! this is the padded one (every row is computed to the batch's longest).
+//! HF's unpadded flash-attention path computes the same numbers as its padded SDPA/eager path.
+//! Here a batch is padded (every row computed to the batch's longest), or padding-free
+//! ([`Packed`]: everything but the attention core on real tokens only; rotary positions and
+//! the local window are those of each row, as the core runs in the padded layout).
 
 use candle_core::{DType, Device, Module, Result, Tensor, D};
 
-use super::bert::{project, ForwardPass, Inputs, LayerNorm, Name, MASKED};
+use super::bert::{project, ForwardPass, Inputs, LayerNorm, Name, Packed, MASKED};
 use super::config::{Activation, BertConfig, ModernBertSettings};
 use super::ops;
 use super::params::{Init, ParamLoader};
@@ -106,11 +108,13 @@ impl ModernBertEmbeddings {
 }
 
 /// What a layer needs of its batch besides the hidden states: its additive attention mask and
-/// its rotary `cos`/`sin` (`[seq, head_dim]`), which differ between global and local layers.
+/// its rotary `cos`/`sin` (`[seq, head_dim]`), which differ between global and local layers;
+/// and a padding-free batch's layout.
 pub struct Attend {
     pub mask_bias: Tensor,
     pub cos: Tensor,
     pub sin: Tensor,
+    pub packed: Option<Packed>,
 }
 
 /// The batch's [`Attend`] for global and for local layers.
@@ -141,16 +145,26 @@ impl ModernBertAttention {
     }
 
     pub fn forward(&self, x: &Tensor, at: &Attend, mode: &mut ForwardPass) -> Result<Tensor> {
-        let (b, s, h) = x.dims3()?;
-        let d = h / self.heads;
+        let qkv = self.Wqkv.forward(x, mode)?;
+        // A padding-free stream's projections as the attention core's padded rows.
+        let qkv = match &at.packed {
+            Some(p) => p.to_rows(&qkv)?,
+            None => qkv,
+        };
+        let (b, s, h3) = qkv.dims3()?;
+        let d = h3 / 3 / self.heads;
         // `[b, s, 3·h]` viewed as `(3, heads, d)` per token: q, k, v as `[b, heads, s, d]`.
-        let qkv = self.Wqkv.forward(x, mode)?.reshape((b, s, 3, self.heads, d))?.permute((2, 0, 3, 1, 4))?;
+        let qkv = qkv.reshape((b, s, 3, self.heads, d))?.permute((2, 0, 3, 1, 4))?;
         let q = rotate(&qkv.get(0)?.contiguous()?, &at.cos, &at.sin)?;
         let k = rotate(&qkv.get(1)?.contiguous()?, &at.cos, &at.sin)?;
         let v = qkv.get(2)?.contiguous()?;
-        let drop = mode.site(self.dropout);
+        let drop = mode.row_site(self.dropout);
         let probs = ops::attention_softmax(&mode.mm(&q, &k.t()?)?, &at.mask_bias, 1.0 / (d as f64).sqrt(), drop)?;
         let context = ops::merge_heads(&mode.mm(&probs, &v)?)?;
+        let context = match &at.packed {
+            Some(p) => p.to_stream(&context)?,
+            None => context,
+        };
         let y = self.Wo.forward(&context, mode)?;
         mode.dropout(&y, self.dropout)
     }
@@ -272,7 +286,8 @@ impl ModernBertModel {
     /// away (`|q − k| > local_attention / 2`).
     pub fn layer_inputs(&self, inputs: &Inputs) -> Result<LayerInputs> {
         let device = inputs.input_ids.device();
-        let s = inputs.input_ids.dim(1)?;
+        // The attention core's length: the padded rows' (a padding-free batch's longest row).
+        let s = inputs.attention_mask.dim(1)?;
         // `[1, 1, s, s]`: 0 within the window, −1e9 beyond it, made on the device.
         let position = Tensor::arange(0u32, s as u32, device)?.to_dtype(DType::F32)?;
         let distance = position.unsqueeze(1)?.broadcast_sub(&position.unsqueeze(0)?)?.abs()?;
@@ -284,13 +299,20 @@ impl ModernBertModel {
         let (cos_g, sin_g) = rotary_tables(&self.inv_freq_global, s, device)?;
         let (cos_l, sin_l) = rotary_tables(&self.inv_freq_local, s, device)?;
         Ok(LayerInputs {
-            global: Attend { mask_bias: inputs.mask_bias.clone(), cos: cos_g, sin: sin_g },
-            local: Attend { mask_bias: local_mask, cos: cos_l, sin: sin_l },
+            global: Attend {
+                mask_bias: inputs.mask_bias.clone(),
+                cos: cos_g,
+                sin: sin_g,
+                packed: inputs.packed.clone(),
+            },
+            local: Attend { mask_bias: local_mask, cos: cos_l, sin: sin_l, packed: inputs.packed.clone() },
         })
     }
 
-    /// Last hidden states `[batch, seq, hidden]`, after `final_norm`.
+    /// Last hidden states `[batch, seq, hidden]` (padding-free: `[1, tokens, hidden]`), after
+    /// `final_norm`.
     pub fn forward(&self, inputs: &Inputs, mode: &mut ForwardPass) -> Result<Tensor> {
+        mode.for_inputs(inputs);
         let at = self.layer_inputs(inputs)?;
         let mut x = self.embeddings.forward(&inputs.input_ids, mode)?;
         for layer in &self.layers {

@@ -373,6 +373,11 @@ impl CustomOp3 for SoftmaxBwd {
 /// `[batch, seq, hidden]` that position is `t·hidden + h`, which does not depend on how far
 /// the batch is padded. Attention probabilities `[batch, heads, q, k]` are keyed by
 /// `(head, q, k)` instead (see [`Dropout::attention_position`]), for the same reason.
+///
+/// A padding-free batch ([`Dropout::in_stream`]) is one stream of tokens `[1, tokens, width]`
+/// with row `r` at tokens `starts[r]..starts[r + 1]`: token `t` of row `r` is keyed as
+/// position `(t − starts[r])·width + j` of row `r`, the position it has in a padded batch, so
+/// both layouts drop the same elements.
 #[derive(Clone, Debug)]
 pub struct Dropout {
     key: u64,
@@ -380,6 +385,45 @@ pub struct Dropout {
     threshold: u64,
     scale: f32,
     rows: std::sync::Arc<[u64]>,
+    /// Padding-free: each row's first token in the stream, then the token count.
+    stream: Option<std::sync::Arc<[u32]>>,
+}
+
+/// Where each batch row's elements lie in a tensor being dropped out.
+#[derive(Clone, Copy)]
+enum RowLayout<'a> {
+    /// Every row `per_row` consecutive elements.
+    Uniform(usize),
+    /// A token stream: row `r` is elements `starts[r]·width..starts[r + 1]·width`.
+    Stream { width: usize, starts: &'a [u32] },
+}
+
+impl RowLayout<'_> {
+    /// The row of element `i`, its position in that row and the elements of the row after it.
+    fn locate(self, i: usize) -> (usize, usize, usize) {
+        match self {
+            RowLayout::Uniform(per_row) => (i / per_row, i % per_row, per_row - i % per_row),
+            RowLayout::Stream { width, starts } => {
+                let t = (i / width) as u32;
+                // The last row starting at or before t (rows are never empty past the end).
+                let r = starts.partition_point(|&s| s <= t).saturating_sub(1);
+                let first = starts[r] as usize * width;
+                let end = starts.get(r + 1).map_or(usize::MAX, |&e| e as usize * width);
+                (r, i - first, end - i)
+            }
+        }
+    }
+
+    /// Elements in row `r`.
+    fn row_len(self, r: usize) -> usize {
+        match self {
+            RowLayout::Uniform(per_row) => per_row,
+            RowLayout::Stream { width, starts } => match (starts.get(r), starts.get(r + 1)) {
+                (Some(&a), Some(&b)) => (b - a) as usize * width,
+                _ => usize::MAX,
+            },
+        }
+    }
 }
 
 /// SplitMix64's finaliser.
@@ -392,7 +436,21 @@ fn mix(mut z: u64) -> u64 {
 
 impl Dropout {
     pub fn new(key: u64, p: f64, rows: std::sync::Arc<[u64]>) -> Dropout {
-        Dropout { key, threshold: (p * (1u64 << 32) as f64) as u64, scale: (1.0 / (1.0 - p)) as f32, rows }
+        Dropout {
+            key,
+            threshold: (p * (1u64 << 32) as f64) as u64,
+            scale: (1.0 / (1.0 - p)) as f32,
+            rows,
+            stream: None,
+        }
+    }
+
+    /// The same dropout on a padding-free token stream: `starts` holds each row's first token
+    /// and then the number of tokens (`cu_seqlens`). Only tensors of the stream's tokens may be
+    /// dropped with it; attention probabilities keep their padded `[rows, heads, q, k]` layout.
+    pub fn in_stream(mut self, starts: Option<std::sync::Arc<[u32]>>) -> Dropout {
+        self.stream = starts;
+        self
     }
 
     /// The key of batch row `r`'s mask at this site.
@@ -413,35 +471,47 @@ impl Dropout {
         }
     }
 
-    /// Elements per batch row of an `n`-element tensor.
-    fn per_row(&self, n: usize) -> Result<usize> {
+    /// Where the batch rows lie in an `n`-element tensor.
+    fn layout(&self, n: usize) -> Result<RowLayout<'_>> {
+        if let Some(starts) = &self.stream {
+            let tokens = *starts.last().unwrap_or(&0) as usize;
+            if tokens == 0 || n % tokens != 0 || starts.len() != self.rows.len() + 1 {
+                candle_core::bail!(
+                    "dropout: {n} elements are not a stream of {tokens} tokens in {} rows",
+                    self.rows.len()
+                );
+            }
+            return Ok(RowLayout::Stream { width: n / tokens, starts });
+        }
         let rows = self.rows.len().max(1);
         if n % rows != 0 {
             candle_core::bail!("dropout: {n} elements do not split into {rows} batch rows");
         }
-        Ok((n / rows).max(1))
+        Ok(RowLayout::Uniform((n / rows).max(1)))
     }
 
-    /// The factors of elements `first..first + out.len()` of a tensor with `per_row` elements
-    /// per batch row (one division per call, not per element).
-    fn fill(&self, first: usize, per_row: usize, out: &mut [f32]) {
-        let (mut r, mut at) = (first / per_row, first % per_row);
+    /// The factors of elements `first..first + out.len()` of a tensor laid out as `layout`
+    /// (one row lookup per call, not per element).
+    fn fill(&self, first: usize, layout: RowLayout, out: &mut [f32]) {
+        let (mut r, mut at, mut left) = layout.locate(first);
         let mut key = self.row_key(r);
         for v in out.iter_mut() {
-            *v = self.hashed(key, at as u64);
-            at += 1;
-            if at == per_row {
+            while left == 0 {
                 (r, at) = (r + 1, 0);
+                left = layout.row_len(r);
                 key = self.row_key(r);
             }
+            *v = self.hashed(key, at as u64);
+            at += 1;
+            left -= 1;
         }
     }
 
     /// The factors of the elements of an `n`-element tensor, for the graph path.
     pub fn factors(&self, n: usize) -> Result<Vec<f32>> {
-        let per_row = self.per_row(n)?;
+        let layout = self.layout(n)?;
         let mut out = zeroed(n);
-        out.par_chunks_mut(1 << 14).enumerate().for_each(|(c, chunk)| self.fill(c << 14, per_row, chunk));
+        out.par_chunks_mut(1 << 14).enumerate().for_each(|(c, chunk)| self.fill(c << 14, layout, chunk));
         Ok(out)
     }
 
@@ -492,10 +562,10 @@ impl candle_core::CustomOp1 for DropoutOp {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let x = slice(s, l, self.name())?;
-        let per_row = self.0.per_row(x.len())?;
+        let layout = self.0.layout(x.len())?;
         let mut y = zeroed(x.len());
         y.par_chunks_mut(1 << 14).zip(x.par_chunks(1 << 14)).enumerate().for_each(|(c, (ys, xs))| {
-            self.0.fill(c << 14, per_row, ys);
+            self.0.fill(c << 14, layout, ys);
             for (y, &v) in ys.iter_mut().zip(xs) {
                 *y *= v;
             }
@@ -684,9 +754,9 @@ impl CustomOp3 for BiasDropoutResidualOp {
         if l1.shape() != l3.shape() || l1.shape().dims().last() != Some(&h) {
             candle_core::bail!("bias-dropout-residual: {:?}, bias {h}, residual {:?}", l1.shape(), l3.shape());
         }
-        let per_row = match &self.drop {
-            Some(d) => d.per_row(x.len())?,
-            None => x.len().max(1),
+        let layout = match &self.drop {
+            Some(d) => d.layout(x.len())?,
+            None => RowLayout::Uniform(x.len().max(1)),
         };
         let mut y = zeroed(x.len());
         let rows = rows_per_task(h);
@@ -696,7 +766,7 @@ impl CustomOp3 for BiasDropoutResidualOp {
                 for (i, ((yr, xr), rr)) in ys.chunks_mut(h).zip(xs.chunks(h)).zip(rs.chunks(h)).enumerate() {
                     match &self.drop {
                         Some(d) => {
-                            d.fill((t * rows + i) * h, per_row, &mut factors);
+                            d.fill((t * rows + i) * h, layout, &mut factors);
                             for j in 0..h {
                                 yr[j] = (xr[j] + b[j]) * factors[j] + rr[j];
                             }

@@ -139,6 +139,11 @@ pub struct TrainConfig {
     /// are the same.
     #[serde(default)]
     pub gradient_checkpointing: bool,
+    /// Padding-free batches (TRL's name): a batch's rows run as one stream of real tokens,
+    /// attention kept within each row, positions restarting per row; the same losses and
+    /// gradients as padded batches (docs/training.md, "Padding-free batches").
+    #[serde(default)]
+    pub padding_free: bool,
     /// Packed MLM rows: `full` attention across the documents of a row, or `block_diagonal`.
     #[serde(default)]
     pub attention: AttentionKind,
@@ -378,6 +383,12 @@ impl TrainConfig {
             if v == 0 {
                 y.error(key, "must be at least 1".into());
             }
+        }
+        if self.padding_free && self.pad_to_max_length {
+            y.error(
+                "padding_free",
+                "padding-free batches have no padding, and `pad_to_max_length: true` pads every batch to max_len: set one of them".into(),
+            );
         }
         if self.learning_rate.is_nan() || self.learning_rate <= 0.0 {
             y.error("learning_rate", format!("must be positive, got {}", self.learning_rate));

@@ -159,6 +159,9 @@ pub struct StepTotals {
     pub rows: usize,
     /// Real (unpadded) tokens.
     pub tokens: usize,
+    /// Token positions padded batches compute: each part's rows × its padded length, over the
+    /// parts of every rank (a padding-free step computes `tokens`).
+    pub slots: usize,
     /// MLM: masked tokens (the MLM loss's denominator).
     pub mlm_targets: usize,
     /// NSP: rows of the parts whose rows all have an NSP label (the NSP loss's denominator).
@@ -386,6 +389,8 @@ impl LoaderSpec {
             if p.iter().all(|e| e.nsp_label.is_some()) {
                 global.nsp_rows += p.len();
             }
+            let longest = p.iter().map(|e| e.input_ids.len()).max().unwrap_or(0);
+            global.slots += p.len() * self.pad_to.unwrap_or(longest).max(longest);
         }
         for e in rows {
             global.tokens += e.input_ids.len();

@@ -202,7 +202,7 @@ impl Trainer {
                 let grads = self.sum_over_ranks(grads)?;
                 tally.window.comm_seconds += reduce_started.elapsed().as_secs_f64();
                 let loss = self.check_finite(scalars[0])?;
-                tally.add(loss, &step.global);
+                tally.add(loss, &step.global, self.cfg.padding_free);
                 let lr = self.optimizer_step(&grads, &mut tally)?;
                 let epoch_done = consumed == self.batches_per_epoch;
                 self.state.batch_in_epoch = consumed;
@@ -438,6 +438,7 @@ impl Trainer {
             device: &self.device,
             attention: self.cfg.attention,
             compute: self.cfg.dtype.dtype(),
+            padding_free: self.cfg.padding_free,
         }
     }
 
@@ -641,6 +642,8 @@ pub struct Runner<'a> {
     pub attention: AttentionKind,
     /// The dtype of the matrix products (f32, or bf16 with f32 master weights).
     pub compute: DType,
+    /// Run batches padding-free ([`crate::model::bert::Packed`]).
+    pub padding_free: bool,
 }
 
 impl Runner<'_> {
@@ -662,9 +665,15 @@ impl Runner<'_> {
         if self.attention == AttentionKind::BlockDiagonal && batch.doc_boundaries.iter().any(|b| !b.is_empty()) {
             inputs = inputs.with_block_diagonal(&batch.doc_boundaries, &batch.attention_mask, batch.rows, batch.seq)?;
         }
+        if self.padding_free {
+            inputs = inputs.into_packed(&batch.input_ids, &batch.token_type_ids, &batch.attention_mask)?;
+        }
         let positions = match self.model.kind {
             crate::model::ModelKind::SequenceClassification => None,
-            _ => Some(Tensor::from_slice(&batch.mlm_positions, batch.mlm_positions.len(), d)?),
+            _ => {
+                let at: Vec<u32> = batch.mlm_positions.iter().map(|&p| inputs.token_index(p)).collect();
+                Some(Tensor::from_vec(at, batch.mlm_positions.len(), d)?)
+            }
         };
         Ok((inputs, positions))
     }
@@ -685,7 +694,7 @@ pub fn evaluate_classify(
 ) -> Result<(ClassificationMetrics, Option<ClassificationMetrics>)> {
     // Inference only: no graph for a backward pass, each activation freed after its use.
     let frozen = ctx.model.frozen()?;
-    let ctx = &Runner { model: &frozen, device: ctx.device, attention: ctx.attention, compute: ctx.compute };
+    let ctx = &Runner { model: &frozen, ..*ctx };
     let mut mode = ctx.eval_mode();
     let mut mine: Vec<EvalBatch> = Vec::new();
     for (i, batch) in spec.epoch(0)?.enumerate() {
@@ -725,7 +734,7 @@ pub fn evaluate_classify(
 /// batch and the tallies are summed.
 pub fn evaluate_pretrain(ctx: &Runner, spec: &LoaderSpec, world: &World) -> Result<crate::metrics::PretrainMetrics> {
     let frozen = ctx.model.frozen()?;
-    let ctx = &Runner { model: &frozen, device: ctx.device, attention: ctx.attention, compute: ctx.compute };
+    let ctx = &Runner { model: &frozen, ..*ctx };
     let mut mode = ctx.eval_mode();
     let mut tally = PretrainTally::default();
     for (i, batch) in spec.epoch(0)?.enumerate() {
@@ -896,8 +905,9 @@ struct RunTally {
 
 impl RunTally {
     /// One optimiser step: its global loss and global batch.
-    fn add(&mut self, loss: f64, global: &StepTotals) {
-        self.window.add(loss, global.rows, global.tokens);
+    fn add(&mut self, loss: f64, global: &StepTotals, padding_free: bool) {
+        let slots = if padding_free { global.tokens } else { global.slots };
+        self.window.add(loss, global.rows, global.tokens, slots);
         self.samples += global.rows as u64;
         self.tokens += global.tokens as u64;
     }
@@ -910,6 +920,8 @@ struct LogWindow {
     batches: u64,
     rows: u64,
     tokens: u64,
+    /// Token positions the batches computed (padding included).
+    slots: u64,
     since: Option<Instant>,
     grad_norm: f64,
     last_loss: f64,
@@ -918,12 +930,13 @@ struct LogWindow {
 }
 
 impl LogWindow {
-    fn add(&mut self, loss: f64, rows: usize, tokens: usize) {
+    fn add(&mut self, loss: f64, rows: usize, tokens: usize, slots: usize) {
         self.since.get_or_insert_with(Instant::now);
         self.loss_sum += loss;
         self.batches += 1;
         self.rows += rows as u64;
         self.tokens += tokens as u64;
+        self.slots += slots as u64;
         self.last_loss = loss;
     }
 
@@ -947,6 +960,8 @@ impl LogWindow {
             "grad_norm": self.grad_norm,
             "samples_per_second": (sps * 100.0).round() / 100.0,
             "tokens_per_second": tps.round(),
+            // The share of computed token positions that were padding (0 padding-free).
+            "padding": round4(1.0 - self.tokens as f64 / self.slots.max(1) as f64),
         });
         if self.comm_seconds > 0.0 {
             // Data-parallel: the time in the all-reduce of the gradients and the step's scalars.
@@ -1052,7 +1067,13 @@ pub fn evaluate_checkpoint(
         max_tokens: Some(config::default_eval_max_tokens()),
     };
     let names = model.config.label_names();
-    let ctx = Runner { model: &model, device: &device, attention: AttentionKind::Full, compute: DType::F32 };
+    let ctx = Runner {
+        model: &model,
+        device: &device,
+        attention: AttentionKind::Full,
+        compute: DType::F32,
+        padding_free: false,
+    };
     evaluate_classify(&ctx, &spec, &names, &World::SINGLE)
 }
 

@@ -113,7 +113,14 @@ impl Trainer {
                 } else {
                     "one batch's rows held in memory".into()
                 },
-                train.pad_to.map(|p| format!(", padded to {p}")).unwrap_or_default()
+                if cfg.padding_free {
+                    "; padding-free (each batch one stream of its rows' tokens, attention within each row)".to_string()
+                } else {
+                    train
+                        .pad_to
+                        .map(|p| format!(", padded to {p}"))
+                        .unwrap_or_else(|| ", padded to each batch's longest row".into())
+                }
             ),
         );
         if let Some(masking) = self.masking() {
