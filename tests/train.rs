@@ -266,6 +266,88 @@ fn padding_free_trains_as_padded_batches_do() {
     }
 }
 
+/// `max_tokens_per_batch`: every batch of the dry run's table is within the budget (padded:
+/// rows × the longest row; padding-free: the rows' tokens) or one row alone, each epoch draws
+/// every row once, epochs may have different batch counts and the steps number on across them;
+/// a budgeted run trains that many steps over two epochs, and is resumed exactly.
+#[test]
+fn a_token_budget_bounds_every_batch_and_keeps_the_order_and_resume_guarantees() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = shards(dir.path(), "pipelines/imdb.yaml", &[]);
+    let rows = common::manifest(&data)["splits"]["train"]["rows"].as_u64().unwrap() as usize;
+    let budget = 1500;
+    let mut totals = Vec::new();
+    for free in [false, true] {
+        let settings =
+            [format!("max_tokens_per_batch={budget}"), format!("padding_free={free}"), "num_train_epochs=2".into()];
+        let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
+        let out = dir.path().join(format!("plan-{free}"));
+        let mut counts = Vec::new();
+        let mut last_step = 0;
+        for epoch in 0..2 {
+            let range = format!("{epoch}:0..100000");
+            let o = train_flags(
+                "pipelines/imdb-finetune.yaml",
+                &data,
+                &out,
+                &settings,
+                &["--dry-run", "--show-batches", &range],
+                &[],
+            );
+            assert_ok(&o);
+            let text = String::from_utf8(o.stdout).unwrap();
+            assert!(text.contains(&format!("at most {budget} tokens")), "{text}");
+            let table = text.split("epoch\tbatch\tstep\trow\tid\tlabel\ttokens\n").nth(1).unwrap();
+            let mut batches: std::collections::BTreeMap<u64, (u64, Vec<usize>)> = Default::default();
+            let mut seen = vec![0; rows];
+            for line in table.lines() {
+                let f: Vec<&str> = line.split('\t').collect();
+                let (batch, step, row, tokens): (u64, u64, usize, usize) =
+                    (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap(), f[6].parse().unwrap());
+                batches.entry(batch).or_insert((step, Vec::new())).1.push(tokens);
+                seen[row] += 1;
+            }
+            assert!(seen.iter().all(|&n| n == 1), "free {free} epoch {epoch}: every row once");
+            for (b, (step, lens)) in &batches {
+                let cost = if free { lens.iter().sum() } else { lens.len() * lens.iter().max().unwrap() };
+                assert!(cost <= budget || lens.len() == 1, "free {free} epoch {epoch} batch {b}: {lens:?}");
+                assert!(lens.len() <= 16, "at most per_device_train_batch_size rows");
+                assert_eq!(*step, last_step + 1, "steps number on across epochs");
+                last_step = *step;
+            }
+            counts.push(batches.len());
+        }
+        totals.push(counts.iter().sum::<usize>());
+        let o = train_flags("pipelines/imdb-finetune.yaml", &data, &out, &settings, &["--dry-run"], &[]);
+        let plan = String::from_utf8(o.stdout).unwrap();
+        let total: usize = counts.iter().sum();
+        assert!(plan.contains(&format!("{total} optimiser steps")), "{counts:?}\n{plan}");
+    }
+    // Padding-free batches hold more rows under the same budget: fewer of them.
+    assert!(totals[1] < totals[0], "batches padded, padding-free: {totals:?}");
+    // Trained over the epoch boundary, and resumed exactly.
+    let settings = [
+        "max_tokens_per_batch=1500",
+        "padding_free=true",
+        "num_train_epochs=2",
+        "logging_steps=1",
+        "eval_split=none",
+        "save_steps=5",
+        "per_device_train_batch_size=32",
+    ];
+    let whole = dir.path().join("whole");
+    assert_ok(&train("pipelines/imdb-finetune.yaml", &data, &whole, &settings, &[]));
+    let parts = dir.path().join("parts");
+    let o = train("pipelines/imdb-finetune.yaml", &data, &parts, &settings, &[("BERTPIPE_STOP_AT_STEP", "7")]);
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    assert_ok(&train_flags("pipelines/imdb-finetune.yaml", &data, &parts, &settings, &["--resume"], &[]));
+    let key = |r: &Value| (r["step"].clone(), r["epoch"].clone(), r["loss"].clone(), r["grad_norm"].clone());
+    let (a, b): (Vec<_>, Vec<_>) =
+        (metrics(&whole).iter().map(key).collect(), metrics(&parts).iter().map(key).collect());
+    assert_eq!(a, b, "a budgeted run after --resume differs from the uninterrupted one");
+    assert_eq!(a.last().unwrap().1.as_f64(), Some(2.0), "two whole epochs: {:?}", a.last());
+}
+
 #[test]
 fn a_nan_loss_stops_with_the_step_and_keeps_the_last_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
@@ -460,7 +542,7 @@ fn dry_run_prints_the_plan_and_the_batches_training_draws_and_writes_nothing() {
         &["--dry-run", "--show-batches", "0:999..1000"],
         &[],
     );
-    assert!(!o.status.success() && stderr(&o).contains("an epoch has"), "{}", stderr(&o));
+    assert!(!o.status.success() && stderr(&o).contains("epoch 0 has"), "{}", stderr(&o));
     let o = bertpipe(&["train", "pipelines/imdb-finetune.yaml", "--show-batches", "0:1..2"]);
     assert!(!o.status.success() && stderr(&o).contains("--dry-run"), "{}", stderr(&o));
 }

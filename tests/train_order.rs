@@ -120,6 +120,8 @@ fn a_label_sorted_split_is_mixed_in_every_window_for_any_shard_size() {
                 pad_id: 0,
                 seed: 42,
                 max_tokens: None,
+                packed: false,
+                lengths: None,
             });
             for epoch in 0..2 {
                 let batches = epoch_batches(&spec, epoch, 0);
@@ -171,6 +173,8 @@ fn pretraining_rows_read_in_neg_pos_unsup_blocks_are_mixed_and_resume_exactly() 
             pad_id: 0,
             seed: 3,
             max_tokens: None,
+            packed: false,
+            lengths: None,
         });
         for epoch in 0..2 {
             // In file order the split is neg rows, then pos, then unsup: its thirds by

@@ -144,6 +144,12 @@ pub struct TrainConfig {
     /// gradients as padded batches (docs/training.md, "Padding-free batches").
     #[serde(default)]
     pub padding_free: bool,
+    /// Batches by a token budget as well as by rows: a global batch ends before its tokens
+    /// (padded: rows × the longest row; padding-free: the rows' own) would pass this many per
+    /// device (× ranks × accumulation steps), so a step's cost is flat across lengths. Unset:
+    /// by rows only.
+    #[serde(default)]
+    pub max_tokens_per_batch: Option<usize>,
     /// Packed MLM rows: `full` attention across the documents of a row, or `block_diagonal`.
     #[serde(default)]
     pub attention: AttentionKind,
@@ -383,6 +389,9 @@ impl TrainConfig {
             if v == 0 {
                 y.error(key, "must be at least 1".into());
             }
+        }
+        if self.max_tokens_per_batch == Some(0) {
+            y.error("max_tokens_per_batch", "must be at least 1".into());
         }
         if self.padding_free && self.pad_to_max_length {
             y.error(

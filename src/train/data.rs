@@ -92,10 +92,16 @@ pub struct LoaderSpec {
     pub pad_to: Option<usize>,
     pub pad_id: u32,
     pub seed: u64,
-    /// At most this many tokens (rows × padded length) per batch, when set: a batch ends early
-    /// rather than exceed it (evaluation batches: their memory is bounded by tokens, so a
-    /// 512-token split takes the memory a 128-token one does).
+    /// At most this many tokens per batch, when set: a batch ends early rather than exceed it
+    /// (evaluation batches: their memory is bounded by tokens, so a 512-token split takes the
+    /// memory a 128-token one does; training with `max_tokens_per_batch`: a step's cost is flat
+    /// across lengths). Tokens are rows × the padded length, or with `packed` the rows' own.
     pub max_tokens: Option<usize>,
+    /// Batches run padding-free: the budget counts real tokens.
+    pub packed: bool,
+    /// Each row's length by its place in the row store, for counting an epoch's batches under a
+    /// token budget without reading the rows (see [`LoaderSpec::batches_in_epoch`]).
+    pub lengths: Option<Arc<Vec<u32>>>,
 }
 
 /// Row-grouping window for length grouping, in batches (HF's "megabatch" idea).
@@ -366,8 +372,7 @@ impl LoaderSpec {
         if self.group_by_length {
             chunk.sort_by_key(|e| std::cmp::Reverse(e.input_ids.len()));
         }
-        let ranges =
-            batch_ranges(chunk.iter().map(|e| e.input_ids.len()), self.batch_size, self.max_tokens, self.pad_to);
+        let ranges = self.ranges(chunk.iter().map(|e| e.input_ids.len()));
         let mut rest = chunk.into_iter();
         let mut groups: Vec<Vec<Example>> = ranges.iter().map(|r| rest.by_ref().take(r.len()).collect()).collect();
         if let (true, Some(rng)) = (self.group_by_length, rng) {
@@ -440,11 +445,55 @@ impl LoaderSpec {
         b
     }
 
-    /// Number of batches an epoch of `rows` usable rows yields.
+    /// Number of batches an epoch of `rows` usable rows yields by row count alone.
     pub fn batches_per_epoch(&self, rows: u64) -> u64 {
         let window = self.window_rows() as u64;
         let per_window = window.div_ceil(self.batch_size as u64);
         (rows / window) * per_window + (rows % window).div_ceil(self.batch_size as u64)
+    }
+
+    /// Number of batches epoch `epoch` yields: by row count, or — under a token budget, where
+    /// it depends on which rows share a window — by cutting each window of the epoch's
+    /// permutation as [`LoaderSpec::groups_from`] does, from the rows' lengths alone.
+    /// Training loaders only (they draw epochs from a row store); 0 for another.
+    pub fn batches_in_epoch(&self, epoch: u64) -> u64 {
+        let Order::Permuted(store) = &self.order else {
+            return 0;
+        };
+        let (Some(_), Some(lengths)) = (self.max_tokens, &self.lengths) else {
+            return self.batches_per_epoch(store.rows());
+        };
+        let perm = Permutation::new(store.rows(), self.seed, epoch);
+        let window = self.window_rows() as u64;
+        let mut batches = 0;
+        for w in 0..store.rows().div_ceil(window) {
+            let mut lens: Vec<usize> = (w * window..((w + 1) * window).min(perm.len()))
+                .map(|t| lengths[perm.at(t) as usize] as usize)
+                .collect();
+            if self.group_by_length {
+                lens.sort_by_key(|&l| std::cmp::Reverse(l));
+            }
+            batches += self.ranges(lens.into_iter()).len() as u64;
+        }
+        batches
+    }
+
+    /// Optimiser steps in `epochs` epochs (fractional: the last one's share of its batches,
+    /// rounded up), from epoch 0.
+    pub fn steps_in_epochs(&self, epochs: f64) -> u64 {
+        let whole = epochs.floor() as u64;
+        let mut steps: u64 = (0..whole).map(|e| self.batches_in_epoch(e)).sum();
+        let part = epochs - whole as f64;
+        if part > 0.0 {
+            steps += (part * self.batches_in_epoch(whole) as f64).ceil() as u64;
+        }
+        steps
+    }
+
+    /// How rows of these lengths, in order, are cut into this loader's batches.
+    fn ranges(&self, lens: impl Iterator<Item = usize>) -> Vec<std::ops::Range<usize>> {
+        let cost = if self.packed { Cost::Tokens } else { Cost::Padded(self.pad_to) };
+        batch_ranges(lens, self.batch_size, self.max_tokens, cost)
     }
 
     /// Runs [`LoaderSpec::steps_from`] on a background thread; the channel holds a few steps
@@ -503,27 +552,45 @@ impl<I: Iterator<Item = Result<Example>>> Iterator for Chunks<I> {
     }
 }
 
+/// What a batch's tokens are, against a token budget.
+#[derive(Debug, Clone, Copy)]
+enum Cost {
+    /// Rows × the longest row (or the length every row is padded to).
+    Padded(Option<usize>),
+    /// The rows' own tokens (padding-free).
+    Tokens,
+}
+
 /// How rows of these lengths are cut into batches, in order: `batch_size` rows each, or fewer
-/// where `max_tokens` (rows × the longest row, or `pad_to`) would be exceeded; a row longer than
-/// the budget is a batch of its own.
+/// where `max_tokens` (counted as `cost` says) would be exceeded; a row longer than the budget
+/// is a batch of its own.
 fn batch_ranges(
     lens: impl Iterator<Item = usize>,
     batch_size: usize,
     max_tokens: Option<usize>,
-    pad_to: Option<usize>,
+    cost: Cost,
 ) -> Vec<std::ops::Range<usize>> {
     let lens: Vec<usize> = lens.collect();
     let (batch_size, budget) = (batch_size.max(1), max_tokens.unwrap_or(usize::MAX));
+    let pad_to = match cost {
+        Cost::Padded(p) => p.unwrap_or(0),
+        Cost::Tokens => 0,
+    };
     let mut out = Vec::new();
     let mut start = 0;
     while start < lens.len() {
-        let (mut end, mut longest) = (start, pad_to.unwrap_or(0));
+        let (mut end, mut longest, mut tokens) = (start, pad_to, 0usize);
         while end < lens.len() && end - start < batch_size {
             let l = longest.max(lens[end]);
-            if end > start && l.saturating_mul(end - start + 1) > budget {
+            let t = tokens + lens[end];
+            let spent = match cost {
+                Cost::Padded(_) => l.saturating_mul(end - start + 1),
+                Cost::Tokens => t,
+            };
+            if end > start && spent > budget {
                 break;
             }
-            longest = l;
+            (longest, tokens) = (l, t);
             end += 1;
         }
         out.push(start..end);
@@ -534,7 +601,7 @@ fn batch_ranges(
 
 #[cfg(test)]
 mod batch_tests {
-    use super::{batch_ranges, Share};
+    use super::{batch_ranges, Cost, Share};
 
     #[test]
     fn a_global_batch_is_shared_once_among_ranks_and_micro_batches() {
@@ -566,15 +633,23 @@ mod batch_tests {
     #[test]
     fn batches_are_bounded_by_rows_and_by_tokens() {
         let lens = [10, 10, 10, 10, 10];
-        assert_eq!(batch_ranges(lens.into_iter(), 2, None, None), [0..2, 2..4, 4..5]);
+        assert_eq!(batch_ranges(lens.into_iter(), 2, None, Cost::Padded(None)), [0..2, 2..4, 4..5]);
         // 512-token rows under 8192 tokens: 16 per batch; 128-token rows: the 64 rows asked.
-        assert_eq!(batch_ranges(std::iter::repeat_n(512, 40), 64, Some(8192), None), [0..16, 16..32, 32..40]);
-        let one = batch_ranges(std::iter::repeat_n(128, 64), 64, Some(8192), None);
+        assert_eq!(
+            batch_ranges(std::iter::repeat_n(512, 40), 64, Some(8192), Cost::Padded(None)),
+            [0..16, 16..32, 32..40]
+        );
+        let one = batch_ranges(std::iter::repeat_n(128, 64), 64, Some(8192), Cost::Padded(None));
         assert_eq!((one.len(), one[0].clone()), (1, 0..64));
         // The padded length is the longest so far: a long row closes the batch before it.
-        assert_eq!(batch_ranges([4, 4, 4, 20, 4].into_iter(), 8, Some(40), None), [0..3, 3..5]);
+        assert_eq!(batch_ranges([4, 4, 4, 20, 4].into_iter(), 8, Some(40), Cost::Padded(None)), [0..3, 3..5]);
         // A row over the budget alone; `pad_to` pads every row.
-        assert_eq!(batch_ranges([100, 5].into_iter(), 8, Some(50), None), [0..1, 1..2]);
-        assert_eq!(batch_ranges([5, 5, 5].into_iter(), 8, Some(40), Some(20)), [0..2, 2..3]);
+        assert_eq!(batch_ranges([100, 5].into_iter(), 8, Some(50), Cost::Padded(None)), [0..1, 1..2]);
+        assert_eq!(batch_ranges([5, 5, 5].into_iter(), 8, Some(40), Cost::Padded(Some(20))), [0..2, 2..3]);
+        // Padding-free: the rows' own tokens count; the long row costs what it holds.
+        assert_eq!(batch_ranges([4, 4, 4, 20, 10].into_iter(), 8, Some(40), Cost::Tokens), [0..4, 4..5]);
+        assert_eq!(batch_ranges([4, 4, 4, 20, 4].into_iter(), 8, Some(40), Cost::Tokens), vec![(0..5)]);
+        assert_eq!(batch_ranges([30, 5, 5, 1].into_iter(), 8, Some(40), Cost::Tokens), [0..3, 3..4]);
+        assert_eq!(batch_ranges([100, 5].into_iter(), 8, Some(50), Cost::Tokens), [0..1, 1..2]);
     }
 }

@@ -156,7 +156,8 @@ pub struct Trainer {
     /// Files copied into every checkpoint (vocab.txt, tokenizer_config.json).
     extra_files: Vec<(String, Vec<u8>)>,
     state: TrainerState,
-    batches_per_epoch: u64,
+    /// Batches in the current epoch (they differ by epoch under a token budget).
+    batches_in_epoch: u64,
     total_steps: u64,
     warmup_steps: u64,
     /// `None` in a dry run, which writes nothing.
@@ -181,6 +182,7 @@ impl Trainer {
         let mut tally = RunTally::default();
         'epochs: while self.state.global_step < self.total_steps {
             let epoch = self.state.epoch_index;
+            self.batches_in_epoch = self.train.batches_in_epoch(epoch);
             let mut consumed = self.state.batch_in_epoch;
             for step in self.train.spawn_steps(epoch, consumed, share) {
                 let step = step?;
@@ -204,7 +206,7 @@ impl Trainer {
                 let loss = self.check_finite(scalars[0])?;
                 tally.add(loss, &step.global, self.cfg.padding_free);
                 let lr = self.optimizer_step(&grads, &mut tally)?;
-                let epoch_done = consumed == self.batches_per_epoch;
+                let epoch_done = consumed == self.batches_in_epoch;
                 self.state.batch_in_epoch = consumed;
                 if epoch_done {
                     self.state.epoch_index += 1;
@@ -217,7 +219,7 @@ impl Trainer {
             if self.state.epoch_index == epoch {
                 bail!(
                     "epoch {epoch} ended after {consumed} batches, {} were expected: did the shards change during training?",
-                    self.batches_per_epoch
+                    self.batches_in_epoch
                 );
             }
         }
@@ -586,7 +588,7 @@ impl Trainer {
     }
 
     fn epoch_progress(&self) -> f64 {
-        self.state.epoch_index as f64 + self.state.batch_in_epoch as f64 / self.batches_per_epoch.max(1) as f64
+        self.state.epoch_index as f64 + self.state.batch_in_epoch as f64 / self.batches_in_epoch.max(1) as f64
     }
 
     /// The bar on a terminal; in a log, plain lines instead (see [`StepProgress`]).
@@ -1065,6 +1067,8 @@ pub fn evaluate_checkpoint(
         pad_id,
         seed: 0,
         max_tokens: Some(config::default_eval_max_tokens()),
+        packed: false,
+        lengths: None,
     };
     let names = model.config.label_names();
     let ctx = Runner {

@@ -99,15 +99,28 @@ impl Trainer {
             }
             ranks
         });
+        let first_epoch = train.batches_in_epoch(0);
         line(
             "batches",
             format!(
-                "global batch {} rows = {} per device × {} rank(s) × {} accumulation step(s), {} per epoch; {}{}",
+                "global batch {} rows = {} per device × {} rank(s) × {} accumulation step(s){}, {}; {}{}",
                 train.batch_size,
                 cfg.per_device_train_batch_size,
                 w.size,
                 cfg.gradient_accumulation_steps,
-                self.batches_per_epoch,
+                match train.max_tokens {
+                    Some(t) => format!(
+                        ", at most {t} tokens ({} per device){}",
+                        cfg.max_tokens_per_batch.unwrap_or(t),
+                        if train.packed { "" } else { " counting padding" }
+                    ),
+                    None => String::new(),
+                },
+                match train.max_tokens {
+                    Some(_) =>
+                        format!("{first_epoch} in epoch 0 (epochs differ: it depends on which rows share a window)"),
+                    None => format!("{first_epoch} per epoch"),
+                },
                 if train.group_by_length {
                     format!("rows grouped by length within windows of {window} (the rows held in memory)")
                 } else {
@@ -126,7 +139,7 @@ impl Trainer {
         if let Some(masking) = self.masking() {
             line("masking", masking);
         }
-        let steps_per_epoch = self.batches_per_epoch;
+        let steps_per_epoch = first_epoch;
         line(
             "schedule",
             format!(
@@ -284,9 +297,11 @@ impl Trainer {
     /// than one rank, the rank that trains it.
     fn show_batches(&self, r: BatchRange) -> Result<String> {
         let spec: &LoaderSpec = &self.train;
-        if r.from >= self.batches_per_epoch {
-            bail!("--show-batches: an epoch has {} batches (0..{})", self.batches_per_epoch, self.batches_per_epoch);
+        let in_epoch = spec.batches_in_epoch(r.epoch);
+        if r.from >= in_epoch {
+            bail!("--show-batches: epoch {} has {in_epoch} batches (0..{in_epoch})", r.epoch);
         }
+        let before: u64 = (0..r.epoch).map(|e| spec.batches_in_epoch(e)).sum();
         let ranks = self.world.size;
         // Pretraining rows: the positions masked in the row (the trainer's masks, dynamic or
         // the pipeline's), so another loader's masks can be held to them.
@@ -294,11 +309,11 @@ impl Trainer {
         let mut s = String::from("epoch\tbatch\tstep\trow\tid\tlabel\ttokens");
         s.push_str(if masked { "\tmasked" } else { "" });
         s.push_str(if ranks > 1 { "\trank\n" } else { "\n" });
-        let to = r.to.min(self.batches_per_epoch);
+        let to = r.to.min(in_epoch);
         for (k, batch) in spec.epoch_from(r.epoch, r.from)?.take((to - r.from) as usize).enumerate() {
             let batch = batch?;
             let b = r.from + k as u64;
-            let step = r.epoch * self.batches_per_epoch + b + 1;
+            let step = before + b + 1;
             let share = super::data::Share { rank: 0, ranks, micro: self.cfg.gradient_accumulation_steps };
             for i in 0..batch.rows {
                 let tokens =

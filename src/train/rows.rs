@@ -144,6 +144,8 @@ impl TrainRows {
             pad_id: tokenizer.special_ids.pad,
             seed,
             max_tokens: None,
+            packed: false,
+            lengths: None,
         };
         let store = Arc::new(spec.row_store(quiet)?);
         spec.order = Order::Permuted(store.clone());

@@ -165,7 +165,6 @@ impl Trainer {
             );
         }
         let eval = eval_loader(cfg, &shards.manifest, &data.train, &mut notes)?;
-        let batches_per_epoch = data.train.batches_per_epoch(data.usable_rows);
 
         let (model, mut state, resumed) = model_and_state(cfg, opts, &shards, &data, &dev, &world, &mut notes)?;
         let mut optimizer =
@@ -176,9 +175,7 @@ impl Trainer {
         let resume_from = resumed.map(|(dir, _)| dir);
 
         // A batch of the loader is an optimiser step's global batch.
-        let steps_per_epoch = batches_per_epoch;
-        let total_steps =
-            cfg.max_steps.unwrap_or_else(|| (cfg.num_train_epochs * steps_per_epoch as f64).ceil() as u64).max(1);
+        let total_steps = cfg.max_steps.unwrap_or_else(|| data.train.steps_in_epochs(cfg.num_train_epochs)).max(1);
         let warmup_steps = cfg.warmup_steps.unwrap_or_else(|| (cfg.warmup_ratio * total_steps as f64).ceil() as u64);
         // Before anything is written: every rank must be training the same thing.
         same_on_every_rank(&world, cfg, opts, &data.train, &model, state.global_step, total_steps)?;
@@ -195,6 +192,7 @@ impl Trainer {
             }
             _ => None,
         };
+        let batches_in_epoch = data.train.batches_in_epoch(state.epoch_index);
         Ok(Trainer {
             cfg: cfg.clone(),
             opts: opts.clone(),
@@ -205,8 +203,8 @@ impl Trainer {
             eval,
             label_names: data.label_names,
             extra_files,
+            batches_in_epoch,
             state,
-            batches_per_epoch,
             total_steps,
             warmup_steps,
             metrics_log,
@@ -434,7 +432,6 @@ fn hf_tokenizer_config(
 /// How the shards' rows become training examples.
 struct Loaders {
     train: LoaderSpec,
-    usable_rows: u64,
     /// Classification: training rows of each class.
     class_counts: Vec<u64>,
     label_names: Vec<String>,
@@ -502,7 +499,10 @@ impl Loaders {
             pad_to: cfg.pad_to_max_length.then(|| m.longest_row()),
             pad_id: shards.tokenizer()?.special_ids.pad,
             seed: cfg.seed,
-            max_tokens: None,
+            // The global batch's budget, as its rows: per device × ranks × accumulation steps.
+            max_tokens: cfg.max_tokens_per_batch.map(|t| t * world.size * cfg.gradient_accumulation_steps),
+            packed: cfg.padding_free,
+            lengths: None,
         };
         let store = train.row_store(quiet)?;
         if store.rows() != usable_rows {
@@ -513,6 +513,11 @@ impl Loaders {
                 cfg.train_split
             );
         }
+        if train.max_tokens.is_some() {
+            // How many batches each epoch has depends on the rows' lengths: read once.
+            let lengths = (0..store.rows()).map(|i| Ok(store.get(i)?.input_ids.len() as u32)).collect::<Result<_>>()?;
+            train.lengths = Some(Arc::new(lengths));
+        }
         train.order = Order::Permuted(Arc::new(store));
         let model_kind = match cfg.task {
             Objective::Classify => ModelKind::SequenceClassification,
@@ -521,7 +526,7 @@ impl Loaders {
         };
         let masked_at_default_rate = cfg.task == Objective::Pretrain
             && pretrain_step.is_some_and(|p| p.masking == Masking::Static && p.masked_lm_prob.is_none());
-        Ok(Loaders { train, usable_rows, class_counts, label_names, label_note, model_kind, masked_at_default_rate })
+        Ok(Loaders { train, class_counts, label_names, label_note, model_kind, masked_at_default_rate })
     }
 }
 
@@ -554,7 +559,10 @@ fn eval_loader(
         split,
         order: Order::InFileOrder,
         batch_size: cfg.per_device_eval_batch_size,
+        // Rows × padded length: what an evaluation batch holds in either layout.
         max_tokens: Some(cfg.eval_max_tokens),
+        packed: false,
+        lengths: None,
         ..train.clone()
     }))
 }
