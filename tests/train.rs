@@ -325,27 +325,47 @@ fn a_token_budget_bounds_every_batch_and_keeps_the_order_and_resume_guarantees()
     }
     // Padding-free batches hold more rows under the same budget: fewer of them.
     assert!(totals[1] < totals[0], "batches padded, padding-free: {totals:?}");
-    // Trained over the epoch boundary, and resumed exactly.
-    let settings = [
-        "max_tokens_per_batch=1500",
-        "padding_free=true",
-        "num_train_epochs=2",
-        "logging_steps=1",
-        "eval_split=none",
-        "save_steps=5",
-        "per_device_train_batch_size=32",
-    ];
-    let whole = dir.path().join("whole");
-    assert_ok(&train("pipelines/imdb-finetune.yaml", &data, &whole, &settings, &[]));
-    let parts = dir.path().join("parts");
-    let o = train("pipelines/imdb-finetune.yaml", &data, &parts, &settings, &[("BERTPIPE_STOP_AT_STEP", "7")]);
-    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
-    assert_ok(&train_flags("pipelines/imdb-finetune.yaml", &data, &parts, &settings, &["--resume"], &[]));
-    let key = |r: &Value| (r["step"].clone(), r["epoch"].clone(), r["loss"].clone(), r["grad_norm"].clone());
-    let (a, b): (Vec<_>, Vec<_>) =
-        (metrics(&whole).iter().map(key).collect(), metrics(&parts).iter().map(key).collect());
-    assert_eq!(a, b, "a budgeted run after --resume differs from the uninterrupted one");
-    assert_eq!(a.last().unwrap().1.as_f64(), Some(2.0), "two whole epochs: {:?}", a.last());
+    // Trained over the epoch boundary, and resumed exactly: with one window (length grouping
+    // over the whole sample) and with many (shuffled batches: a window is a batch's rows, and
+    // under the budget it holds several batches, so the resume point is found by counting).
+    for (k, group) in ["true", "false"].into_iter().enumerate() {
+        let group = format!("group_by_length={group}");
+        let settings = [
+            "max_tokens_per_batch=1500",
+            "padding_free=true",
+            "num_train_epochs=2",
+            "logging_steps=1",
+            "eval_split=none",
+            "save_steps=5",
+            "per_device_train_batch_size=32",
+            &group,
+        ];
+        let whole = dir.path().join(format!("whole{k}"));
+        assert_ok(&train("pipelines/imdb-finetune.yaml", &data, &whole, &settings, &[]));
+        let parts = dir.path().join(format!("parts{k}"));
+        let o = train("pipelines/imdb-finetune.yaml", &data, &parts, &settings, &[("BERTPIPE_STOP_AT_STEP", "7")]);
+        assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+        assert_ok(&train_flags("pipelines/imdb-finetune.yaml", &data, &parts, &settings, &["--resume"], &[]));
+        let key = |r: &Value| (r["step"].clone(), r["epoch"].clone(), r["loss"].clone(), r["grad_norm"].clone());
+        let (a, b): (Vec<_>, Vec<_>) =
+            (metrics(&whole).iter().map(key).collect(), metrics(&parts).iter().map(key).collect());
+        assert_eq!(a, b, "{group}: a budgeted run after --resume differs from the uninterrupted one");
+        assert_eq!(a.last().unwrap().1.as_f64(), Some(2.0), "{group}: two whole epochs: {:?}", a.last());
+        // A --show-batches range from the middle is that part of the range from the start.
+        let show = |range: &str| -> Vec<String> {
+            let flags = ["--dry-run", "--show-batches", range];
+            let o = train_flags("pipelines/imdb-finetune.yaml", &data, &whole, &settings, &flags, &[]);
+            assert_ok(&o);
+            let text = String::from_utf8(o.stdout).unwrap();
+            let table = text.split("epoch\tbatch\tstep\trow\tid\tlabel\ttokens\n").nth(1).unwrap();
+            table.lines().map(str::to_string).collect()
+        };
+        let all = show("1:0..12");
+        let batch_of = |l: &String| l.split('\t').nth(1).unwrap().parse::<u64>().unwrap();
+        let tail: Vec<String> = all.iter().filter(|l| batch_of(l) >= 5).cloned().collect();
+        assert!(!tail.is_empty());
+        assert_eq!(show("1:5..12"), tail, "{group}");
+    }
 }
 
 #[test]

@@ -275,9 +275,11 @@ impl BertEmbeddings {
         let types = self.token_type_embeddings.embedding(&token_type_ids.flatten_all()?)?.reshape((b, s, hidden))?;
         let x = match (&inputs.packed, self.padding_idx) {
             (Some(packed), pad) => {
-                // Each row's positions from 0 (BERT) or from `padding_idx + 1` (RoBERTa).
-                let offset = pad.map_or(0, |p| p + 1);
-                let ids: Vec<u32> = packed.positions.iter().map(|&p| p + offset).collect();
+                // Each row's positions from 0 (BERT) or as RoBERTa's padded path numbers them.
+                let ids = match pad {
+                    None => packed.positions.clone(),
+                    Some(pad) => packed.roberta_positions(pad),
+                };
                 let ids = Tensor::from_vec(ids, b * s, input_ids.device())?;
                 let positions = self.position_embeddings.embedding(&ids)?.reshape((b, s, hidden))?;
                 ((words + types)? + positions)?
@@ -549,6 +551,8 @@ pub struct Packed {
     pub starts: std::sync::Arc<[u32]>,
     /// Each token's position in its row.
     pub positions: Vec<u32>,
+    /// The stream's token ids (RoBERTa's positions depend on them).
+    ids: Vec<u32>,
     pub rows: usize,
     /// The longest row: the attention core's padded length.
     pub seq: usize,
@@ -562,6 +566,26 @@ pub struct Packed {
 }
 
 impl Packed {
+    /// RoBERTa's position ids, row by row as [`roberta_position_ids`] gives them in a padded
+    /// batch (HF's `create_position_ids_from_input_ids`): `pad + 1, pad + 2, …` over the
+    /// tokens that are not the padding id, and `pad` on one that is (a literal `<pad>` in a
+    /// text), which the count then skips.
+    pub fn roberta_positions(&self, pad: u32) -> Vec<u32> {
+        let mut out = Vec::with_capacity(self.ids.len());
+        for row in self.starts.windows(2) {
+            let mut count = 0;
+            for &id in &self.ids[row[0] as usize..row[1] as usize] {
+                if id == pad {
+                    out.push(pad);
+                } else {
+                    count += 1;
+                    out.push(pad + count);
+                }
+            }
+        }
+        out
+    }
+
     /// Stream `[1, tokens, w]` → rows `[rows, seq, w]` (padding slots hold token 0).
     pub fn to_rows(&self, x: &Tensor) -> Result<Tensor> {
         let w = x.dim(candle_core::D::Minus1)?;
@@ -659,11 +683,12 @@ impl Inputs {
         }
         let tokens = ids.len();
         starts.push(tokens as u32);
-        self.input_ids = Tensor::from_vec(ids, (1, tokens), &device)?;
+        self.input_ids = Tensor::from_slice(&ids, (1, tokens), &device)?;
         self.token_type_ids = Tensor::from_vec(types, (1, tokens), &device)?;
         self.packed = Some(Packed {
             starts: starts.into(),
             positions,
+            ids,
             rows: batch,
             seq,
             gather: Tensor::from_vec(gather, batch * seq, &device)?,

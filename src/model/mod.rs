@@ -624,7 +624,8 @@ mod tests {
     }
 
     /// A padded batch of rows of lengths 9, 4 and 7 and the same batch padding-free, for a
-    /// model of config `c`; the MLM positions (flat, padded) and the targets of the head.
+    /// model of config `c`; the MLM positions (flat, padded) and the targets of the head. Row 0
+    /// holds the padding id as a token (a literal `<pad>` in a text: RoBERTa's positions skip it).
     fn padded_and_padding_free(c: &BertConfig, blocks: bool) -> (Inputs, Inputs, Vec<u32>) {
         let d = Device::Cpu;
         let (lens, s) = ([9usize, 4, 7], 9);
@@ -640,6 +641,7 @@ mod tests {
                 }
             }
         }
+        ids[2] = pad;
         let mut padded = Inputs::new(&ids, &types, &mask, 3, s, &d).unwrap();
         if blocks {
             // Packed MLM rows: two documents in rows 0 and 2, attention kept in each.

@@ -346,8 +346,21 @@ impl LoaderSpec {
             Order::Permuted(store) => {
                 let perm = Permutation::new(store.rows(), self.seed, epoch);
                 let window = self.window_rows() as u64;
-                let per_window = window.div_ceil(self.batch_size as u64);
-                let (first, mut drop) = (skip / per_window, (skip % per_window) as usize);
+                // The window holding batch `skip`, and the batches of it before that one.
+                let (first, mut drop) = match self.window_batches(epoch) {
+                    Some(counts) => {
+                        let (mut w, mut before) = (0, 0);
+                        while w < counts.len() && before + counts[w] <= skip {
+                            before += counts[w];
+                            w += 1;
+                        }
+                        (w as u64, (skip - before) as usize)
+                    }
+                    None => {
+                        let per_window = window.div_ceil(self.batch_size as u64);
+                        (skip / per_window, (skip % per_window) as usize)
+                    }
+                };
                 let windows = store.rows().div_ceil(window);
                 let (spec, store) = (self.clone(), store.clone());
                 Ok(Box::new((first..windows).flat_map(move |w| {
@@ -460,22 +473,32 @@ impl LoaderSpec {
         let Order::Permuted(store) = &self.order else {
             return 0;
         };
-        let (Some(_), Some(lengths)) = (self.max_tokens, &self.lengths) else {
-            return self.batches_per_epoch(store.rows());
+        match self.window_batches(epoch) {
+            Some(counts) => counts.iter().sum(),
+            None => self.batches_per_epoch(store.rows()),
+        }
+    }
+
+    /// Under a token budget, the batches each window of epoch `epoch` is cut into (they depend
+    /// on its rows' lengths); `None` when every window has `⌈window / batch⌉`.
+    fn window_batches(&self, epoch: u64) -> Option<Vec<u64>> {
+        let (Order::Permuted(store), Some(_), Some(lengths)) = (&self.order, self.max_tokens, &self.lengths) else {
+            return None;
         };
         let perm = Permutation::new(store.rows(), self.seed, epoch);
         let window = self.window_rows() as u64;
-        let mut batches = 0;
-        for w in 0..store.rows().div_ceil(window) {
-            let mut lens: Vec<usize> = (w * window..((w + 1) * window).min(perm.len()))
-                .map(|t| lengths[perm.at(t) as usize] as usize)
-                .collect();
-            if self.group_by_length {
-                lens.sort_by_key(|&l| std::cmp::Reverse(l));
-            }
-            batches += self.ranges(lens.into_iter()).len() as u64;
-        }
-        batches
+        let counts = (0..store.rows().div_ceil(window))
+            .map(|w| {
+                let mut lens: Vec<usize> = (w * window..((w + 1) * window).min(perm.len()))
+                    .map(|t| lengths[perm.at(t) as usize] as usize)
+                    .collect();
+                if self.group_by_length {
+                    lens.sort_by_key(|&l| std::cmp::Reverse(l));
+                }
+                self.ranges(lens.into_iter()).len() as u64
+            })
+            .collect();
+        Some(counts)
     }
 
     /// Optimiser steps in `epochs` epochs (fractional: the last one's share of its batches,

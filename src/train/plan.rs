@@ -139,13 +139,27 @@ impl Trainer {
         if let Some(masking) = self.masking() {
             line("masking", masking);
         }
+        // Epochs the steps cover, counted epoch by epoch (under a token budget they differ).
+        let (mut epochs, mut left) = (0.0, self.total_steps);
+        for e in 0.. {
+            let n = if e == 0 { first_epoch } else { train.batches_in_epoch(e) }.max(1);
+            if left <= n || e > 10_000 {
+                epochs += left as f64 / n as f64;
+                break;
+            }
+            (epochs, left) = (epochs + 1.0, left - n);
+        }
         let steps_per_epoch = first_epoch;
         line(
             "schedule",
             format!(
-                "{} optimiser steps ({:.2} epochs of {steps_per_epoch}); {:?}, warmup {} steps, peak learning rate {:e}",
+                "{} optimiser steps ({epochs:.2} epochs {}); {:?}, warmup {} steps, peak learning rate {:e}",
                 self.total_steps,
-                self.total_steps as f64 / steps_per_epoch.max(1) as f64,
+                if train.max_tokens.is_some() {
+                    format!("of their own lengths, {steps_per_epoch} batches in epoch 0")
+                } else {
+                    format!("of {steps_per_epoch}")
+                },
                 cfg.lr_scheduler_type,
                 self.warmup_steps,
                 cfg.learning_rate
@@ -224,8 +238,12 @@ impl Trainer {
         let manifest = &self.train.shards.manifest;
         let seq = self.train.pad_to.unwrap_or_else(|| manifest.longest_row()) as u64;
         let eval = self.eval.as_ref().map(|e| (e.batch_size as u64, e.max_tokens.unwrap_or(usize::MAX) as u64));
-        // A step's activations are a micro-batch's: `per_device_train_batch_size` rows.
-        let micro = self.cfg.per_device_train_batch_size as u64;
+        // A step's activations are a micro-batch's: `per_device_train_batch_size` rows, or under
+        // a token budget as many rows of the longest length as the budget holds.
+        let mut micro = self.cfg.per_device_train_batch_size as u64;
+        if let Some(budget) = self.cfg.max_tokens_per_batch {
+            micro = micro.min((budget as u64 / seq.max(1)).max(1));
+        }
         let mut shape = memory::Shape::new(&self.model.config, params, micro, seq, eval);
         shape.checkpointing = self.cfg.gradient_checkpointing;
         if self.cfg.task == super::config::Objective::Pretrain {

@@ -500,7 +500,9 @@ impl Loaders {
             pad_id: shards.tokenizer()?.special_ids.pad,
             seed: cfg.seed,
             // The global batch's budget, as its rows: per device × ranks × accumulation steps.
-            max_tokens: cfg.max_tokens_per_batch.map(|t| t * world.size * cfg.gradient_accumulation_steps),
+            max_tokens: cfg
+                .max_tokens_per_batch
+                .map(|t| t.saturating_mul(world.size).saturating_mul(cfg.gradient_accumulation_steps)),
             packed: cfg.padding_free,
             lengths: None,
         };
