@@ -4,7 +4,10 @@ written SORTED BY LABEL (as many real CSVs are), for benches/finetune.sh.
 
 Each text mixes words of its topic with words of another topic and shared filler; 8% of the
 labels are flipped, so the best possible accuracy is about 92%.
+With UNEVEN=1 (benches/padding_free.sh) the lengths are heavy-tailed from 5 to 200 words
+(log-normal, median about 27 words), as tweets and reviews mixed are.
 Usage: finetune_corpus.py OUT.csv [ROWS]"""
+import math, os
 import csv, random, sys
 
 TOPICS = {
@@ -15,11 +18,16 @@ TOPICS = {
 FILLER = ("the a this that was is really quite very today yesterday people everyone new old good bad "
           "week again still never always more less long short").split()
 
+UNEVEN = os.environ.get("UNEVEN") == "1"
+
 def text(rng, label):
     names = list(TOPICS)
     other = rng.choice([n for n in names if n != label])
+    filler = rng.randint(4, 16)
+    if UNEVEN:
+        filler = max(0, min(200, round(math.exp(rng.gauss(3.3, 0.9)))) - 5)
     words = (rng.sample(TOPICS[label], rng.randint(2, 4)) + rng.sample(TOPICS[other], rng.randint(0, 1))
-             + [rng.choice(FILLER) for _ in range(rng.randint(4, 16))])
+             + [rng.choice(FILLER) for _ in range(filler)])
     rng.shuffle(words)
     return " ".join(words).capitalize() + "."
 

@@ -7,7 +7,7 @@ epoch's end, as HF Trainer with eval/save_strategy "epoch". Prints one JSON line
 Usage: finetune_torch.py CHECKPOINT SHARDS OUT EPOCHS BATCH LR WARMUP_RATIO
 Environment: MAX_STEPS (stop after N steps), PAD_TO (pad every batch to at least N tokens, as
 bertpipe's pad_to_max_length), GRADIENT_CHECKPOINTING=1 (model.gradient_checkpointing_enable())."""
-import glob, json, math, os, sys, time
+import glob, inspect, json, math, os, sys, time
 import pyarrow.parquet as pq
 import torch
 from transformers import AutoModelForSequenceClassification, get_linear_schedule_with_warmup
@@ -36,6 +36,13 @@ def collate(items):
 train, test = list(zip(*rows("train"))), list(zip(*rows("test")))
 num_labels = max(l for *_, l in train) + 1
 model = AutoModelForSequenceClassification.from_pretrained(ckpt, num_labels=num_labels)
+# ModernBERT takes no token_type_ids.
+TYPES = "token_type_ids" in inspect.signature(model.forward).parameters
+
+def run(ids, types, mask, **kw):
+    if TYPES:
+        kw["token_type_ids"] = types
+    return model(input_ids=ids, attention_mask=mask, **kw)
 if os.environ.get("GRADIENT_CHECKPOINTING") == "1":
     model.gradient_checkpointing_enable()
 no_decay = lambda n: n.endswith("bias") or "LayerNorm" in n
@@ -59,7 +66,7 @@ def evaluate():
     with torch.no_grad():
         for i in range(0, len(test), 64):
             ids, types, mask, y = collate(test[i:i + 64])
-            pred = model(input_ids=ids, token_type_ids=types, attention_mask=mask).logits.argmax(-1)
+            pred = run(ids, types, mask).logits.argmax(-1)
             for t, p in zip(y.tolist(), pred.tolist()):
                 conf[t][p] += 1
     model.train()
@@ -77,7 +84,7 @@ history = []
 step = 0
 for epoch in range(epochs):
     for ids, types, mask, y in loader:
-        loss = model(input_ids=ids, token_type_ids=types, attention_mask=mask, labels=y).loss
+        loss = run(ids, types, mask, labels=y).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step(); sched.step(); opt.zero_grad()
