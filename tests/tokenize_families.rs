@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int8Type};
 use arrow_array::Array;
-use bertpipe::tokenize::{Encoder, Tokenize};
+use bertpipe::tokenize::Encoder;
 use common::*;
 use serde_json::Value;
 
@@ -27,15 +27,7 @@ fn tokenizer_path(family: &str) -> PathBuf {
 }
 
 fn load(family: &str) -> Encoder {
-    let t = Tokenize {
-        vocab: None,
-        tokenizer: Some(tokenizer_path(family)),
-        lowercase: true,
-        strip_accents: None,
-        max_word_chars: 100,
-        encoder: None,
-        sentences: false,
-    };
+    let t = common::tokenizer_json_step(tokenizer_path(family));
     t.load().unwrap()
 }
 
@@ -301,15 +293,7 @@ fn a_tokenizer_without_a_start_and_end_token_is_refused() {
     json["post_processor"] = Value::Null;
     let path = dir.path().join("tokenizer.json");
     std::fs::write(&path, serde_json::to_string(&json).unwrap()).unwrap();
-    let t = Tokenize {
-        vocab: None,
-        tokenizer: Some(path.clone()),
-        lowercase: true,
-        strip_accents: None,
-        max_word_chars: 100,
-        encoder: None,
-        sentences: false,
-    };
+    let t = common::tokenizer_json_step(path.clone());
     let err = format!("{:#}", t.load().unwrap_err());
     assert!(err.contains(&path.display().to_string()) && err.contains("post-processor makes `A`"), "{err}");
 }

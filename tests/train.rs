@@ -183,6 +183,44 @@ fn fused_kernels_train_as_the_graph_of_basic_ops_does_dropout_included() {
 /// backward does: the same losses and gradient norms step by step, dropout included, for the
 /// classifier and for MLM + NSP (whose decoder is tied to the word embeddings, so its two
 /// gradients must be summed), and packed rows with block-diagonal attention.
+/// Each of `keys` in two runs' metrics.jsonl: as many values, each pair within 1e-4 (relative
+/// to 1 or the value); `what` names the comparison in a failure.
+fn same_series(a: &Path, b: &Path, keys: &[&str], what: &str) {
+    let series =
+        |out: &Path, key: &str| -> Vec<f64> { metrics(out).iter().filter_map(|r| r.get(key)?.as_f64()).collect() };
+    for key in keys {
+        let (x, y) = (series(a, key), series(b, key));
+        assert_eq!(x.len(), y.len(), "{what} {key}: {x:?} vs {y:?}");
+        for (p, q) in x.iter().zip(&y) {
+            assert!((p - q).abs() <= 1e-4 * p.abs().max(1.0), "{what} {key}: {x:?} vs {y:?}");
+        }
+    }
+}
+
+/// Each case (`config`, shards, its own settings) trained twice under `dir` — with `settings`,
+/// then with `toggle` too — and the two runs' `keys` held equal ([`same_series`]); the pairs
+/// of output folders, for further checks.
+fn trains_alike(
+    dir: &Path,
+    cases: &[(&str, &Path, &[&str])],
+    settings: &[&str],
+    toggle: &str,
+    keys: &[&str],
+) -> Vec<(std::path::PathBuf, std::path::PathBuf)> {
+    let mut pairs = Vec::new();
+    for (k, (config, data, extra)) in cases.iter().enumerate() {
+        let mut settings = settings.to_vec();
+        settings.extend_from_slice(extra);
+        let (without, with) = (dir.join(format!("without{k}")), dir.join(format!("with{k}")));
+        assert_ok(&train(config, data, &without, &settings, &[]));
+        settings.push(toggle);
+        assert_ok(&train(config, data, &with, &settings, &[]));
+        same_series(&without, &with, keys, &format!("{config} {extra:?}: without and with {toggle}"));
+        pairs.push((without, with));
+    }
+    pairs
+}
+
 #[test]
 fn gradient_checkpointing_trains_as_the_plain_backward_does() {
     let dir = tempfile::tempdir().unwrap();
@@ -195,21 +233,9 @@ fn gradient_checkpointing_trains_as_the_plain_backward_does() {
         ("pipelines/imdb-mlm.yaml", &mlm, &["per_device_train_batch_size=8"]),
         ("pipelines/imdb-mlm.yaml", &mlm, &["per_device_train_batch_size=4", "attention=block_diagonal"]),
     ];
-    for (k, (config, data, extra)) in cases.into_iter().enumerate() {
-        let mut settings = vec!["max_steps=4", "logging_steps=1", "eval_steps=4", "save_steps=4"];
-        settings.extend_from_slice(extra);
-        let plain = dir.path().join(format!("plain{k}"));
-        assert_ok(&train(config, data, &plain, &settings, &[]));
-        settings.push("gradient_checkpointing=true");
-        let recomputed = dir.path().join(format!("recomputed{k}"));
-        assert_ok(&train(config, data, &recomputed, &settings, &[]));
-        for key in ["loss", "grad_norm", "eval_loss", "eval_mlm_loss"] {
-            let (a, b) = (series(&plain, key), series(&recomputed, key));
-            assert_eq!(a.len(), b.len(), "{config} {key}: {a:?} vs {b:?}");
-            for (x, y) in a.iter().zip(&b) {
-                assert!((x - y).abs() <= 1e-4 * x.abs().max(1.0), "{config} {key}: plain {a:?} vs checkpointed {b:?}");
-            }
-        }
+    let settings = ["max_steps=4", "logging_steps=1", "eval_steps=4", "save_steps=4"];
+    let keys = ["loss", "grad_norm", "eval_loss", "eval_mlm_loss"];
+    for (plain, _) in trains_alike(dir.path(), &cases, &settings, "gradient_checkpointing=true", &keys) {
         assert!(!series(&plain, "loss").is_empty());
     }
 }
@@ -235,25 +261,10 @@ fn padding_free_trains_as_padded_batches_do() {
         ("pipelines/imdb-mlm.yaml", &mlm, &["per_device_train_batch_size=8"]),
         ("pipelines/imdb-mlm.yaml", &packed, &["per_device_train_batch_size=4", "attention=block_diagonal"]),
     ];
-    for (k, (config, data, extra)) in cases.into_iter().enumerate() {
-        let mut settings = vec!["max_steps=3", "logging_steps=1", "eval_steps=3", "save_steps=3"];
-        settings.extend_from_slice(extra);
-        let padded = dir.path().join(format!("padded{k}"));
-        assert_ok(&train(config, data, &padded, &settings, &[]));
-        settings.push("padding_free=true");
-        let free = dir.path().join(format!("free{k}"));
-        assert_ok(&train(config, data, &free, &settings, &[]));
-        let keys = ["loss", "grad_norm", "eval_loss", "eval_accuracy", "eval_mlm_loss", "eval_nsp_loss"];
-        for key in keys {
-            let (a, b) = (series(&padded, key), series(&free, key));
-            assert_eq!(a.len(), b.len(), "{config} {extra:?} {key}: {a:?} vs {b:?}");
-            for (x, y) in a.iter().zip(&b) {
-                assert!(
-                    (x - y).abs() <= 1e-4 * x.abs().max(1.0),
-                    "{config} {extra:?} {key}: padded {a:?} vs padding-free {b:?}"
-                );
-            }
-        }
+    let settings = ["max_steps=3", "logging_steps=1", "eval_steps=3", "save_steps=3"];
+    let keys = ["loss", "grad_norm", "eval_loss", "eval_accuracy", "eval_mlm_loss", "eval_nsp_loss"];
+    let pairs = trains_alike(dir.path(), &cases, &settings, "padding_free=true", &keys);
+    for ((config, _, extra), (padded, free)) in cases.iter().zip(pairs) {
         assert_eq!(series(&padded, "loss").len(), 3, "{config} {extra:?}");
         // Not vacuous: the padded run padded, the padding-free one did not.
         assert!(
