@@ -153,12 +153,12 @@ impl Trainer {
         line(
             "schedule",
             format!(
-                "{} optimiser steps ({epochs:.2} epochs {}); {:?}, warmup {} steps, peak learning rate {:e}",
+                "{} optimiser steps ({epochs:.2} epochs{}); {:?}, warmup {} steps, peak learning rate {:e}",
                 self.total_steps,
                 if train.max_tokens.is_some() {
-                    format!("of their own lengths, {steps_per_epoch} batches in epoch 0")
+                    format!("; {steps_per_epoch} batches in epoch 0, the others by their rows' lengths")
                 } else {
-                    format!("of {steps_per_epoch}")
+                    format!(" of {steps_per_epoch}")
                 },
                 cfg.lr_scheduler_type,
                 self.warmup_steps,
