@@ -379,6 +379,43 @@ fn a_token_budget_bounds_every_batch_and_keeps_the_order_and_resume_guarantees()
     }
 }
 
+/// A model without token types (ModernBERT) trains on shards of a BERT vocab.txt (whose pairs
+/// would give type 1) when their rows hold no pairs: classification rows and MLM-only rows are
+/// one segment of type 0 each. Next-sentence rows are refused, naming the tokenizer to use.
+#[test]
+fn a_model_without_token_types_fine_tunes_on_bert_vocabulary_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = shards(dir.path(), "pipelines/imdb.yaml", &[]);
+    let fixture = common::root().join("tests/fixtures/tiny-modernbert-cls/config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    config["vocab_size"] = 30522.into();
+    config["max_position_embeddings"] = 512.into();
+    config["pad_token_id"] = 0.into();
+    let path = dir.path().join("modernbert.json");
+    std::fs::write(&path, config.to_string()).unwrap();
+    let model = format!("model.config={}", path.display());
+    let settings = ["model.preset=null", &model, "max_steps=2", "eval_split=none", "per_device_train_batch_size=4"];
+    let out = dir.path().join("mb");
+    assert_ok(&train("pipelines/imdb-finetune.yaml", &data, &out, &settings, &[]));
+    assert!(out.join("final/config.json").exists());
+    let mlm = shards(dir.path(), "pipelines/imdb-pretrain.yaml", &["--set", "steps[7].nsp=false"]);
+    let out = dir.path().join("mlm");
+    assert_ok(&train("pipelines/imdb-mlm.yaml", &mlm, &out, &settings, &[]));
+    // Not vacuous: those rows really are all type 0.
+    use arrow_array::cast::AsArray;
+    let files = common::shard_files(&mlm.join("train"));
+    assert!(!files.is_empty());
+    for batch in files.iter().flat_map(|f| common::read_parquet(f)) {
+        let types = batch.column_by_name("token_type_ids").unwrap().as_list::<i32>();
+        assert!(types.values().as_primitive::<arrow_array::types::Int8Type>().values().iter().all(|&t| t == 0));
+    }
+    let nsp_dir = dir.path().join("nsp");
+    std::fs::create_dir(&nsp_dir).unwrap();
+    let nsp = shards(&nsp_dir, "pipelines/imdb-pretrain.yaml", &[]);
+    let o = train("pipelines/imdb-mlm.yaml", &nsp, &dir.path().join("nsp-out"), &settings, &[]);
+    assert!(!o.status.success() && stderr(&o).contains("has no token types"), "{}", stderr(&o));
+}
+
 #[test]
 fn a_nan_loss_stops_with_the_step_and_keeps_the_last_checkpoint() {
     let dir = tempfile::tempdir().unwrap();

@@ -681,7 +681,13 @@ fn model_and_state(
             c.max_sequence()
         );
     }
-    if !c.family().has_token_types() && shards.tokenizer()?.special_ids.pair_type_ids {
+    // Only next-sentence rows hold pairs (classification and MLM-only rows are one segment, of
+    // type 0). A family without token types has no next-sentence head either; this refusal
+    // comes first and names the tokenizer to use.
+    if data.model_kind == ModelKind::PreTraining
+        && !c.family().has_token_types()
+        && shards.tokenizer()?.special_ids.pair_type_ids
+    {
         bail!(
             "the shards give a pair's second segment token type 1, but {} has no token types: tokenize with the model's own tokenizer.json",
             c.family().name()
