@@ -33,6 +33,23 @@ PY
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
+# RUNS alternating runs of pipelines/imdb.yaml (THREADS workers, 0: all cores) and the Python
+# reference (../shared/bench/py_imdb_pipeline.py with $PY, PROCS processes) on the aclImdb
+# folder DIR; each side's wall seconds in the arrays OURS and THEIRS.
+imdb_side_by_side() {
+  local dir=$1 procs=$2 threads=${3:-0} wall
+  OURS=(); THEIRS=()
+  for _ in $(seq "$RUNS"); do
+    read -r wall _ < <(measure "$BIN" pipeline run pipelines/imdb.yaml --quiet --overwrite --threads "$threads" \
+      --set "source.path=$dir" --set "source.labels=[neg, pos]" --set "sink.path=$WORK/side-by-side-out")
+    OURS+=("$wall")
+    rm -rf "$WORK/side-by-side-py"
+    read -r wall _ < <(measure "$PY" ../shared/bench/py_imdb_pipeline.py "$dir" data/vocab/bert-base-uncased.txt \
+      "$WORK/side-by-side-py" --procs "$procs")
+    THEIRS+=("$wall")
+  done
+}
+
 # Finds or makes the Python environment a benchmark needs: $PYTHON if set, else .venv, made
 # here from the package registries when absent (torch's CPU-only index first, PyPI after).
 # Sets PY; on failure says why and returns 1, so a script can stop with that message instead

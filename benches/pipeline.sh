@@ -60,16 +60,8 @@ ref=../shared/bench/py_imdb_pipeline.py
 if [[ " $PIPELINES " == *" imdb "* ]] && [ -f "$ref" ] && "$py" -c "import tokenizers, pyarrow, numpy" 2>/dev/null; then
   dir="$WORK/imdb-50000/aclImdb"
   procs=$(nproc); [ "$THREADS" -gt 0 ] && procs=$THREADS
-  ours=(); theirs=()
-  for _ in $(seq "$RUNS"); do
-    read -r wall _ < <(measure "$BIN" pipeline run pipelines/imdb.yaml --quiet --overwrite --threads "$THREADS" \
-      --set "source.path=$dir" --set "source.labels=[neg, pos]" --set "sink.path=$WORK/out")
-    ours+=("$wall")
-    rm -rf "$WORK/py-out"
-    read -r wall _ < <(measure "$py" "$ref" "$dir" data/vocab/bert-base-uncased.txt "$WORK/py-out" --procs "$procs")
-    theirs+=("$wall")
-  done
-  a=$(printf '%s\n' "${ours[@]}" | median); b=$(printf '%s\n' "${theirs[@]}" | median)
+  imdb_side_by_side "$dir" "$procs" "$THREADS"
+  a=$(printf '%s\n' "${OURS[@]}" | median); b=$(printf '%s\n' "${THEIRS[@]}" | median)
   awk -v a="$a" -v b="$b" -v p="$procs" 'BEGIN { printf "pipelines/imdb.yaml vs the Python reference, 50,000 reviews (folder, %d processes): %.3f s vs %.3f s: %.1fx (target >= 20)\n", p, a, b, b / a }'
 else
   echo "(no Python reference run: needs PIPELINES to include imdb, $ref and $py with tokenizers, pyarrow, numpy)"

@@ -22,15 +22,7 @@ printf '%-6s %8s %12s %12s %7s\n' shape "text MB" "bertpipe s" "python s" ratio
 for shape in base ascii html short long; do
   d="$WORK/shapes/$shape/aclImdb"
   mb=$(cat "$d"/train/*/* "$d"/test/*/* | wc -c)
-  ours=(); theirs=()
-  for _ in $(seq "$RUNS"); do
-    read -r wall _ < <(measure "$BIN" pipeline run pipelines/imdb.yaml --quiet --overwrite \
-      --set "source.path=$d" --set "source.labels=[neg, pos]" --set "sink.path=$WORK/shapes-out")
-    ours+=("$wall")
-    rm -rf "$WORK/shapes-py"
-    read -r wall _ < <(measure "$PY" "$ref" "$d" data/vocab/bert-base-uncased.txt "$WORK/shapes-py" --procs "$(nproc)")
-    theirs+=("$wall")
-  done
-  a=$(printf '%s\n' "${ours[@]}" | best); b=$(printf '%s\n' "${theirs[@]}" | best)
+  imdb_side_by_side "$d" "$(nproc)"
+  a=$(printf '%s\n' "${OURS[@]}" | best); b=$(printf '%s\n' "${THEIRS[@]}" | best)
   awk -v s="$shape" -v mb="$mb" -v a="$a" -v b="$b" 'BEGIN { printf "%-6s %8.1f %12.3f %12.3f %6.1fx\n", s, mb / 1e6, a, b, b / a }'
 done
