@@ -45,7 +45,10 @@ def run(ids, types, mask, **kw):
     return model(input_ids=ids, attention_mask=mask, **kw)
 if os.environ.get("GRADIENT_CHECKPOINTING") == "1":
     model.gradient_checkpointing_enable()
-no_decay = lambda n: n.endswith("bias") or "LayerNorm" in n
+# HF Trainer's rule, as bertpipe's optimiser: no decay on biases and on every LayerNorm, which
+# ModernBERT names `norm`, `attn_norm`, `mlp_norm`, `final_norm`.
+no_decay = lambda n: (n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n
+                      or n.rsplit(".", 2)[-2].endswith("norm"))
 groups = [
     {"params": [p for n, p in model.named_parameters() if not no_decay(n)], "weight_decay": 0.01},
     {"params": [p for n, p in model.named_parameters() if no_decay(n)], "weight_decay": 0.0},
