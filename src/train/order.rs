@@ -251,6 +251,27 @@ impl RowStore {
         decode(&buf).with_context(|| format!("{}: row {i}", self.damaged()))
     }
 
+    /// Each row's token count, in store order, from the index and each row's 12-byte header
+    /// (its split index, then the length of its ids) — without reading or decoding the rows.
+    pub fn tokens_per_row(&self) -> Result<Vec<u32>> {
+        let mut index = vec![0u8; (self.rows as usize + 1) * 8];
+        self.index.read_exact_at(&mut index, 0).with_context(|| self.damaged())?;
+        let offsets: Vec<u64> =
+            index.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+        let mut header = [0u8; 12];
+        offsets
+            .windows(2)
+            .enumerate()
+            .map(|(i, span)| {
+                if span[1] < span[0].saturating_add(12) || span[1] > self.bytes {
+                    bail!("{}: row {i} spans bytes {}..{}", self.damaged(), span[0], span[1]);
+                }
+                self.data.read_exact_at(&mut header, span[0]).with_context(|| self.damaged())?;
+                Ok(u32::from_le_bytes(header[8..].try_into().expect("4 bytes")))
+            })
+            .collect()
+    }
+
     fn damaged(&self) -> String {
         format!("the row store '{}' is damaged (delete it and it is rebuilt)", self.dir.display())
     }
@@ -606,6 +627,9 @@ mod tests {
         };
         let store = build(&examples);
         assert_eq!(store.rows(), 50);
+        // The token counts from the rows' headers are the decoded rows' (1 to 7 tokens).
+        let lengths: Vec<u32> = examples.iter().map(|e| e.input_ids.len() as u32).collect();
+        assert_eq!(store.tokens_per_row().unwrap(), lengths);
         for (i, e) in examples.iter().enumerate() {
             let got = store.get(i as u64).unwrap();
             assert_eq!(format!("{got:?}"), format!("{e:?}"));

@@ -517,8 +517,7 @@ impl Loaders {
         }
         if train.max_tokens.is_some() {
             // How many batches each epoch has depends on the rows' lengths: read once.
-            let lengths = (0..store.rows()).map(|i| Ok(store.get(i)?.input_ids.len() as u32)).collect::<Result<_>>()?;
-            train.lengths = Some(Arc::new(lengths));
+            train.lengths = Some(Arc::new(store.tokens_per_row()?));
         }
         train.order = Order::Permuted(Arc::new(store));
         let model_kind = match cfg.task {
