@@ -169,6 +169,67 @@ pub fn read(path: &Path) -> io::Result<Vec<u8>> {
     Ok(b)
 }
 
+/// [`read`] for the many small files of a folder corpus, which a worker reads one after another
+/// from the same few folders. The file is opened relative to its folder, kept open per thread
+/// (`openat`: the kernel does not walk the whole path again for every file), read through a
+/// per-thread buffer into a vector of its exact size (no `statx` for a size hint, no `lseek`,
+/// and no spare capacity held by every document in flight), and `stat`ed only while a
+/// recording wants its stamp: 4 system calls a file instead of 7. On the short-review corpus of
+/// `benches/pipeline_shapes.sh` (20,000 files of ~150 bytes) reading was a third of the run.
+pub fn read_in_folder(path: &Path) -> io::Result<Vec<u8>> {
+    use std::cell::RefCell;
+    use std::ffi::CString;
+    use std::io::Read;
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    const SCRATCH: usize = 64 * 1024;
+    thread_local! {
+        static FOLDER: RefCell<Option<(PathBuf, File)>> = const { RefCell::new(None) };
+        static BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return read(path) };
+    let Ok(name) = CString::new(name.as_bytes()) else { return read(path) };
+    let fd = FOLDER.with_borrow_mut(|folder| -> io::Result<i32> {
+        if folder.as_ref().is_none_or(|(d, _)| d != dir) {
+            let at = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+            let handle =
+                std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_PATH).open(at)?;
+            *folder = Some((dir.to_path_buf(), handle));
+        }
+        let (_, handle) = folder.as_ref().expect("just set");
+        // SAFETY: `name` is a NUL-terminated string and `handle` an open folder.
+        Ok(unsafe { libc::openat(handle.as_raw_fd(), name.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })
+    })?;
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let mut file = unsafe { File::from_raw_fd(fd) };
+    if recording() {
+        note_stamped(path, file.metadata().ok().map(|m| Stamp::of(&m)));
+    }
+    BUFFER.with_borrow_mut(|buf| {
+        buf.resize(SCRATCH, 0);
+        let mut len = 0;
+        loop {
+            match file.read(&mut buf[len..]) {
+                Ok(0) => return Ok(buf[..len].to_vec()),
+                Ok(n) => len += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            if len == buf.len() {
+                // Larger than the buffer: the rest is read straight into the result.
+                let mut out = buf[..len].to_vec();
+                file.read_to_end(&mut out)?;
+                return Ok(out);
+            }
+        }
+    })
+}
+
 /// `std::fs::read_to_string`, noted with the file's stamp as it was read.
 pub fn read_to_string(path: &Path) -> io::Result<String> {
     String::from_utf8(read(path)?).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))

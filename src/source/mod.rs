@@ -434,13 +434,13 @@ impl PendingFile {
     /// Its `input_bytes` are the bytes read (the listing did not `stat` the file).
     pub fn load(mut self) -> Result<SourceItem> {
         if let Some(reason) = self.reject {
-            let text = crate::contract::reads::read(&self.path)
+            let text = crate::contract::reads::read_in_folder(&self.path)
                 .map(|b| String::from_utf8_lossy(&b).into_owned())
                 .unwrap_or_default();
             self.meta.input_bytes = text.len() as u64;
             return Ok(self.meta.reject(reason, text));
         }
-        let bytes = crate::contract::reads::read(&self.path)
+        let bytes = crate::contract::reads::read_in_folder(&self.path)
             .with_context(|| format!("could not read '{}'", self.path.display()))?;
         self.meta.input_bytes = bytes.len() as u64;
         Ok(self.meta.into_item(bytes, self.policy))
