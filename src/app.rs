@@ -466,15 +466,50 @@ fn refused_under_a_launcher(command: &str, instead: &str) -> Option<ExitCode> {
 
 fn run_experiment(args: crate::cli::ExperimentArgs) -> ExitCode {
     use crate::experiment;
-    // Every rank would run the whole chain into the same folder: refused until the chain
-    // hands only its train stages to the ranks.
-    if let Some(code) = refused_under_a_launcher("run", "the chain once, and a train stage's training data-parallel") {
-        return code;
-    }
     let exp = match experiment::load(&args.experiment, &args.set) {
         Ok(e) => e,
         Err(e) => return config_failure(&e),
     };
+    let train_stage = args.stage.as_deref().filter(|s| {
+        matches!(exp.stage(s).map(|s| &s.spec), Some(experiment::Spec::Train(_)))
+            && task_spec(&args.task).ok().flatten().is_none()
+    });
+    if let Some(stage) = train_stage {
+        if args.dry_run || args.scan {
+            eprintln!("error: --stage {stage} runs the train stage; --dry-run and --scan are for the whole chain and for pipeline tasks");
+            return ExitCode::from(2);
+        }
+        let opts = experiment::RunOptions {
+            force: args.force,
+            dry_run: false,
+            quiet: args.quiet,
+            wait: args.wait,
+            until: None,
+        };
+        let code = match experiment::run_train_stage(&exp, stage, &opts) {
+            Ok(entry) => {
+                let main = crate::train::dist::world().is_ok_and(|w| w.is_main());
+                let interrupted = entry.status == "interrupted";
+                if main && interrupted {
+                    eprintln!("interrupted during `{stage}`; run the same command to continue");
+                } else if main && !args.quiet {
+                    eprintln!("`{}`: {} ({})", entry.stage, entry.status, entry.reason);
+                }
+                finished(interrupted)
+            }
+            // Every rank knows: none waits for another.
+            Err(e) if e.downcast_ref::<experiment::Refused>().is_some() => failure(e),
+            Err(e) => rank_failure(e),
+        };
+        crate::train::dist::finish();
+        return code;
+    }
+    // Every rank would run the whole chain into the same folder: only a train stage runs as
+    // ranks (`--stage NAME`).
+    let instead = "the chain without a launcher, and a train stage as ranks with `--stage NAME`";
+    if let Some(code) = refused_under_a_launcher("run", instead) {
+        return code;
+    }
     if let Some(stage) = &args.stage {
         let task = match required_task(&args.task, "--stage runs one task of a task array") {
             Ok(t) => t,
@@ -482,7 +517,13 @@ fn run_experiment(args: crate::cli::ExperimentArgs) -> ExitCode {
         };
         return report(experiment::run_task(&exp, stage, task, args.scan, args.quiet));
     }
-    let opts = experiment::RunOptions { force: args.force, dry_run: args.dry_run, quiet: args.quiet, wait: args.wait };
+    let opts = experiment::RunOptions {
+        force: args.force,
+        dry_run: args.dry_run,
+        quiet: args.quiet,
+        wait: args.wait,
+        until: args.until,
+    };
     match experiment::run(&exp, &opts) {
         Ok(r) => {
             if args.dry_run {

@@ -20,7 +20,8 @@ pub enum Command {
   bertpipe run pipelines/imdb-experiment.yaml --dry-run       # each stage: will run or up to date, and why
   bertpipe run pipelines/imdb-experiment.yaml --set data.steps[4].max_noise=12
   bertpipe run pipelines/imdb-experiment.yaml --force finetune   # or --force all
-  bertpipe run pipelines/imdb-experiment.yaml --stage data --task-index I --task-count 4  # one task of a stage")]
+  bertpipe run pipelines/imdb-experiment.yaml --stage data --task-index I --task-count 4  # one task of a stage
+  bertpipe run pipelines/imdb-experiment.yaml --until data && srun -n 4 bertpipe run pipelines/imdb-experiment.yaml --stage finetune")]
     Run(ExperimentArgs),
     /// Run or check declarative YAML pipelines.
     #[command(subcommand)]
@@ -250,11 +251,16 @@ pub struct ExperimentArgs {
     /// When another run holds OUT/.lock, wait for it to finish instead of exiting at once.
     #[arg(long)]
     pub wait: bool,
-    /// Run one task of this pipeline stage as part of a task array (with --task-index /
-    /// --task-count or the scheduler's variables); the next plain `bertpipe run` merges the
-    /// tasks and goes on.
-    #[arg(long, value_name = "STAGE")]
+    /// Run this stage alone. A pipeline or eval stage: one task of a task array (with
+    /// --task-index / --task-count or the scheduler's variables); the next plain `bertpipe run`
+    /// merges the tasks and goes on. A train stage: its training, data-parallel under a launcher
+    /// (`srun -n 4 bertpipe run X --stage finetune`), once the stages it reads are up to date.
+    #[arg(long, value_name = "STAGE", conflicts_with = "until")]
     pub stage: Option<String>,
+    /// Stop after this stage (the stages after it are not run): `--until data` prepares what a
+    /// train stage run under a launcher reads.
+    #[arg(long, value_name = "STAGE")]
+    pub until: Option<String>,
     /// With --stage: the array's first phase (`pipeline scan`), for pipelines with dedup or a
     /// noise-quantile filter.
     #[arg(long, requires = "stage")]

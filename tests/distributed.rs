@@ -225,3 +225,96 @@ fn a_rank_that_dies_or_disagrees_ends_the_job_naming_it() {
     assert!(!o.status.success(), "{err}");
     assert!(err.contains("error: rank 1 of 2 (mpirun)") && err.contains(&missing.display().to_string()), "{err}");
 }
+
+/// The chain's train stage under a launcher: `bertpipe run X --until data` prepares its shards,
+/// `mpirun -n 2 bertpipe run X --stage finetune` trains it on two ranks (the weights of one
+/// process with the same global batch), records it, resumes it after a stop, and the next plain
+/// `bertpipe run X` takes it as up to date and runs the stages after it.
+#[test]
+fn the_chain_runs_its_train_stage_as_ranks() {
+    use common::chain::{pipelines, run, statuses, write_experiment};
+    let dir = tempfile::tempdir().unwrap();
+    let limit = Duration::from_secs(300);
+    let chain = |name: &str, per_device: usize| {
+        let folder = dir.path().join(name);
+        std::fs::create_dir_all(&folder).unwrap();
+        let stages = format!(
+            "  data: {}
+  finetune:
+    base: {}
+    per_device_train_batch_size: {per_device}
+    max_steps: 12
+    logging_steps: 1
+    eval_strategy: steps
+    eval_steps: 6
+    save_steps: 6
+    threads: 1
+  export: {{ optimize: false }}
+",
+            pipelines("imdb.yaml"),
+            pipelines("imdb-finetune.yaml")
+        );
+        write_experiment(&folder, "chain.yaml", name, &stages)
+    };
+    let stage_args = |exp: &Path, extra: &[&str]| {
+        let mut a: Vec<String> =
+            ["run", exp.to_str().unwrap(), "--stage", "finetune", "--quiet"].map(String::from).into();
+        a.extend(extra.iter().map(|e| e.to_string()));
+        a
+    };
+    let env = [("ORT_DYLIB_PATH", common::ort_lib().display().to_string())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+
+    // One process, 16 rows a step: the reference.
+    let one = chain("one", 16);
+    assert_ok(&run(&one, &[], &[]));
+
+    let two = chain("two", 8);
+    let out = two.parent().unwrap().join("out");
+    // Before its shards exist: refused on every rank, saying what to run — no rank left waiting.
+    let (o, took) = mpirun(&ranks(2, stage_args(&two, &[])), &env, limit);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("`finetune` reads `data`, which is not up to date") && err.contains("--until data"), "{err}");
+    assert!(err.contains("rank 1 of 2") && err.contains("rank 0 refused `finetune`"), "{err}");
+    assert!(took < Duration::from_secs(60), "{took:?}");
+    // The whole chain under a launcher: refused, pointing at --stage.
+    let (o, _) = mpirun(&ranks(2, ["run", two.to_str().unwrap(), "--quiet"].map(String::from).into()), &env, limit);
+    assert!(!o.status.success() && stderr(&o).contains("--stage NAME"), "{}", stderr(&o));
+
+    // --until data: the pipeline runs, the stages after it do not.
+    assert_ok(&run(&two, &["--until", "data"], &[]));
+    let s = statuses(&out);
+    assert_eq!((s["data"].as_str(), s["finetune"].as_str(), s["export"].as_str()), ("ran", "not run", "not run"));
+
+    // Two ranks × 8 rows, stopped at step 5 (a checkpoint, as by Ctrl-C), then the same command:
+    // it resumes the unfinished stage instead of starting over.
+    let (o, _) = mpirun(&ranks(2, stage_args(&two, &[])), &[env[0], ("BERTPIPE_STOP_AT_STEP", "5")], limit);
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    assert!(out.join("finetune/checkpoint-5").is_dir() && !out.join(".stages/finetune.json").exists());
+    let (o, _) = mpirun(&ranks(2, stage_args(&two, &[])), &env, limit);
+    assert_ok(&o);
+    let (a, b) = (dir.path().join("one/out/finetune"), out.join("finetune"));
+    let gap = weight_gap(&a.join("final"), &b.join("final"));
+    assert!(gap <= 1e-4, "the chain's stage on 2 ranks × 8 vs 1 × 16: {gap:e}");
+    assert_same_losses(&a, &b);
+    assert!(metrics(&b).iter().any(|r| r.get("ranks") == Some(&Value::from(2))));
+
+    // Recorded: the same command is up to date (nothing retrained), and a plain run goes on.
+    let log = std::fs::read(b.join("metrics.jsonl")).unwrap();
+    let (o, _) = mpirun(&ranks(2, stage_args(&two, &[])), &env, limit);
+    assert_ok(&o);
+    assert_eq!(std::fs::read(b.join("metrics.jsonl")).unwrap(), log, "an up-to-date stage trained again");
+    assert_ok(&run(&two, &[], &[]));
+    let s = statuses(&out);
+    assert_eq!((s["data"].as_str(), s["finetune"].as_str(), s["export"].as_str()), ("up to date", "up to date", "ran"));
+
+    // --force starts it over (from step 0, on two ranks again).
+    let written = |p: &Path| std::fs::metadata(p).unwrap().modified().unwrap();
+    let before = written(&b.join("final/model.safetensors"));
+    let (o, _) = mpirun(&ranks(2, stage_args(&two, &["--force", "finetune"])), &env, limit);
+    assert_ok(&o);
+    assert!(written(&b.join("final/model.safetensors")) > before, "--force did not train again");
+    let gap = weight_gap(&a.join("final"), &b.join("final"));
+    assert!(gap <= 1e-4, "forced: {gap:e}");
+}

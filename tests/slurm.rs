@@ -566,3 +566,54 @@ fn a_two_task_training_job_trains_what_one_process_trains() {
     let ranks = std::fs::read_to_string(two.join("metrics.jsonl")).unwrap();
     assert!(ranks.contains("\"ranks\":2"), "{ranks}");
 }
+
+/// The chain's train stage as a Slurm job of two tasks, between plain chain runs, as
+/// docs/scale.md gives the commands: `bertpipe run X --until data`, then (after it)
+/// `srun --mpi=pmix bertpipe run X --stage finetune` in a 2-task job, then (after that) the plain
+/// `bertpipe run X`, which takes the stage as up to date. The stage trains what one process with
+/// the same global batch trains.
+#[cfg(feature = "mpi")]
+#[test]
+#[ignore = "needs a Slurm cluster: scripts/slurm-check.sh starts one and runs these"]
+fn a_chain_train_stage_as_a_two_task_job_between_plain_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let chain = |name: &str, per_device: usize| {
+        let path = tmp.path().join(format!("{name}.yaml"));
+        let stages = format!(
+            "name: {name}\nout: {name}\nstages:\n  data: {}\n  finetune:\n    base: {}\n    per_device_train_batch_size: {per_device}\n    max_steps: 8\n    logging_steps: 1\n    threads: 1\n  export: {{ optimize: false }}\n",
+            root().join("pipelines/imdb.yaml").display(),
+            root().join("pipelines/imdb-finetune.yaml").display()
+        );
+        std::fs::write(&path, stages).unwrap();
+        path.display().to_string()
+    };
+    let (one, two) = (chain("one", 16), chain("two", 8));
+    assert_ok(&common::chain::bertpipe(&["run", &one, "--quiet"], &[]));
+    let ort = format!("ORT_DYLIB_PATH={}", ort_lib().display());
+    let data = sbatch(
+        tmp.path(),
+        &["--job-name=data", SMALL[0], SMALL[1], &format!("--wrap={} run {two} --until data --quiet", bin())],
+        &[],
+    );
+    let dep = format!("--dependency=afterok:{data}");
+    let wrap = format!("--wrap=srun --mpi=pmix {} run {two} --stage finetune --quiet", bin());
+    let train = sbatch(
+        tmp.path(),
+        &["--ntasks=2", "--cpus-per-task=1", "--mem-per-cpu=1G", "--job-name=ddp-stage", &dep, &wrap],
+        &[],
+    );
+    let plain = after(tmp.path(), &train, "chain", &format!("env {ort} {} run {two} --quiet", bin()), &[]);
+    let lines = wait(&[(&data, 1), (&train, 1), (&plain, 1)]);
+    let log = std::fs::read_to_string(tmp.path().join(format!("slurm-{train}.out"))).unwrap_or_default();
+    for job in [&data, &train, &plain] {
+        assert!(lines.iter().any(|j| &j.id == job && j.state == "COMPLETED" && j.exit == "0:0"), "{lines:?}\n{log}");
+    }
+    let (a, b) = (tmp.path().join("one/finetune"), tmp.path().join("two/finetune"));
+    let gap = weight_gap(&a.join("final"), &b.join("final"));
+    assert!(gap <= 1e-4, "the chain's stage on 2 Slurm tasks × 8 vs 1 × 16: {gap:e}\n{log}");
+    assert_same_losses(&a, &b);
+    assert!(std::fs::read_to_string(b.join("metrics.jsonl")).unwrap().contains("\"ranks\":2"));
+    let status = common::chain::statuses(&tmp.path().join("two"));
+    assert_eq!(status.get("finetune").map(String::as_str), Some("up to date"), "{status:?}");
+    assert_eq!(status.get("export").map(String::as_str), Some("ran"), "{status:?}");
+}

@@ -143,7 +143,7 @@ impl Experiment {
 }
 
 /// "an" before a kind's name that starts with a vowel (`an export`, `an eval`), else "a".
-fn article(kind: &str) -> &'static str {
+pub(crate) fn article(kind: &str) -> &'static str {
     if kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
         "an"
     } else {

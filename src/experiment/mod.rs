@@ -74,6 +74,8 @@ pub struct RunOptions {
     pub quiet: bool,
     /// Queue behind another run holding `OUT/.lock` instead of refusing at once.
     pub wait: bool,
+    /// Stop after this stage: the stages after it are not run (`--until`).
+    pub until: Option<String>,
 }
 
 /// What makes a stage's key, part by part (so a change can be named).
@@ -312,6 +314,12 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Report> {
             bail!("--force {f}: no such stage (stages: {})", names.join(", "));
         }
     }
+    if let Some(u) = &opts.until {
+        if exp.stage(u).is_none() {
+            let names: Vec<&str> = exp.stages.iter().map(|s| s.name.as_str()).collect();
+            bail!("--until {u}: no such stage (stages: {})", names.join(", "));
+        }
+    }
     crate::contract::interrupt::install();
     // A dry run changes no stage; it keeps what it hashed in the digest cache when no other run
     // holds the folder (and so never waits for one).
@@ -333,7 +341,18 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Report> {
         hashed_bytes: 0,
     };
     let mut failure: Option<anyhow::Error> = None;
+    let mut until_passed = false;
     for stage in &exp.stages {
+        if until_passed {
+            let until = opts.until.as_deref().unwrap_or_default();
+            let mut entry = StageReport::of(stage, "not run", format!("after `--until {until}`"));
+            if let Recorded::Found(r) = read_record(&records, &stage.name) {
+                entry.figures = r.figures;
+            }
+            report.stages.push(entry);
+            continue;
+        }
+        until_passed = opts.until.as_deref() == Some(stage.name.as_str());
         if failure.is_some() {
             let mut entry = StageReport::of(stage, "not run", "an earlier stage did not finish".into());
             if let Recorded::Found(r) = read_record(&records, &stage.name) {
@@ -378,16 +397,39 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Report> {
     }
 }
 
-/// Decides whether `stage` is up to date and runs it when it is not. Returns its report and,
-/// when the chain must stop there (the stage failed or was interrupted), the error to end with.
-fn decide_and_run(
+/// What the chain knows of a stage before it runs it ([`decide`]).
+struct Decided {
+    entry: StageReport,
+    key: String,
+    parts: KeyParts,
+    /// Why it runs; `None` when its key, read set and outputs match its record.
+    reason: Option<String>,
+    /// A stage it reads that will run first (dry run only).
+    waits_on: Option<String>,
+    recorded: Recorded,
+    /// The key of a run of it that started and did not finish.
+    started: Option<String>,
+    forced: bool,
+    /// The identity its output had before (from its record).
+    before: Option<String>,
+}
+
+impl Decided {
+    /// Continue an unfinished run of the same key instead of starting over.
+    fn resume(&self) -> bool {
+        !self.forced && self.started.as_deref() == Some(self.key.as_str())
+    }
+}
+
+/// Whether `stage` is up to date, and why not, from what the chain decided before it.
+fn decide(
     exp: &Experiment,
     stage: &Stage,
     opts: &RunOptions,
     records: &Path,
     digests: &mut Digests,
-    chain: &mut Chain,
-) -> Result<(StageReport, Option<anyhow::Error>)> {
+    chain: &Chain,
+) -> Result<Decided> {
     check_writes(exp, stage)?;
     // What it reads from earlier stages: their outputs' identities. In a dry run a stage that
     // will run has none yet; its earlier identity stands in, and the reader "may run".
@@ -432,6 +474,22 @@ fn decide_and_run(
     if let Recorded::Found(r) = &recorded {
         entry.figures = r.figures.clone();
     }
+    Ok(Decided { entry, key, parts, reason, waits_on, recorded, started, forced, before })
+}
+
+/// Decides whether `stage` is up to date and runs it when it is not. Returns its report and,
+/// when the chain must stop there (the stage failed or was interrupted), the error to end with.
+fn decide_and_run(
+    exp: &Experiment,
+    stage: &Stage,
+    opts: &RunOptions,
+    records: &Path,
+    digests: &mut Digests,
+    chain: &mut Chain,
+) -> Result<(StageReport, Option<anyhow::Error>)> {
+    let d = decide(exp, stage, opts, records, digests, chain)?;
+    let resume = d.resume();
+    let Decided { mut entry, key, parts, reason, waits_on, recorded, forced, before, .. } = d;
     match (reason, waits_on) {
         (None, Some(d)) => {
             entry.status = "may run".into();
@@ -455,7 +513,6 @@ fn decide_and_run(
             if !opts.quiet {
                 eprintln!("== {} ({}): {}", stage.name, stage.kind.name(), entry.reason);
             }
-            let resume = !forced && started.as_deref() == Some(key.as_str());
             let stopped = run_one(exp, stage, &key, parts, resume, forced, opts, records, digests, chain, &mut entry)?;
             Ok((entry, stopped))
         }
@@ -663,6 +720,175 @@ pub fn run_task(
         }
     }
     Ok(())
+}
+
+/// [`run_train_stage`] refused before any training: every rank knows (none waits in a
+/// collective), so the job ends without aborting the others.
+#[derive(Debug)]
+pub struct Refused(pub String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// What rank 0 decided for a train stage run as ranks ([`run_train_stage`]), sent to every rank.
+#[derive(Debug, Serialize, Deserialize)]
+enum RankVerdict {
+    /// Rank 0 could not go on (its error, in words): every rank stops with it.
+    Refused(String),
+    UpToDate,
+    Run {
+        key: String,
+        resume: bool,
+        forced: bool,
+    },
+}
+
+/// `bertpipe run EXPERIMENT --stage NAME` for a train stage: that stage alone, exactly as the
+/// chain runs it (its key, `--force`, resuming an unfinished run, the record that tells the
+/// next chain run it is up to date), and under a launcher (`srun -n 4`, `mpirun -n 4`) on every
+/// rank, the training data-parallel as `bertpipe train` is there. The other stages run as
+/// always, without a launcher: the stages it reads must be up to date (`bertpipe run EXPERIMENT
+/// --until DEP` runs them), and the next plain `bertpipe run` takes it from its record and goes
+/// on with the stages after it.
+///
+/// Rank 0 is the chain: it holds `OUT/.lock`, decides, marks the stage started, records what it
+/// read and writes its record. Every other rank waits for rank 0's verdict (one all-gather of a
+/// few bytes) and then trains; an error on rank 0 reaches them as that verdict, never as a hang.
+pub fn run_train_stage(exp: &Experiment, name: &str, opts: &RunOptions) -> Result<StageReport> {
+    let Some(stage) = exp.stage(name) else {
+        let names: Vec<&str> = exp.stages.iter().map(|s| s.name.as_str()).collect();
+        bail!("--stage {name}: no such stage (stages: {})", names.join(", "));
+    };
+    if !matches!(stage.spec, Spec::Train(_)) {
+        bail!(
+            "--stage {name} without --task-index: only a train stage runs on its own (under a launcher, data-parallel); `{name}` is {} {} stage (a pipeline or eval stage runs as one task of an array with --task-index I --task-count N)",
+            config::article(stage.kind.name()),
+            stage.kind.name()
+        );
+    }
+    if let Some(other) = opts.force.iter().find(|f| *f != name && *f != "all") {
+        bail!("--force {other} with --stage {name}: only `{name}` runs; force the others in a plain `bertpipe run`");
+    }
+    let world = crate::train::dist::world()?;
+    crate::contract::interrupt::install();
+    // Rank 0 decides (holding the lock from here until the record is written).
+    let mut held = None;
+    let verdict = if world.is_main() {
+        match decide_train_stage(exp, stage, opts) {
+            Ok((verdict, state)) => {
+                held = Some(state);
+                verdict
+            }
+            Err(e) => RankVerdict::Refused(format!("{e:#}")),
+        }
+    } else {
+        RankVerdict::UpToDate
+    };
+    let verdict = if world.size > 1 {
+        let mine = match world.is_main() {
+            true => serde_json::to_vec(&verdict)?,
+            false => Vec::new(),
+        };
+        let all = crate::train::dist::gather_bytes(&world, &mine)?;
+        serde_json::from_slice(&all[0]).context("rank 0's verdict is unreadable")?
+    } else {
+        verdict
+    };
+    let mut entry = StageReport::of(stage, "", String::new());
+    match verdict {
+        RankVerdict::Refused(why) if world.is_main() => Err(Refused(why).into()),
+        RankVerdict::Refused(_) => {
+            Err(Refused(format!("{}: rank 0 refused `{name}` (its error says why)", world.describe())).into())
+        }
+        RankVerdict::UpToDate => {
+            entry.status = "up to date".into();
+            entry.reason = "its key and outputs match its record".into();
+            if let Some((_, _, _, d)) = held {
+                entry = StageReport { status: entry.status, reason: entry.reason, ..d.entry };
+            }
+            Ok(entry)
+        }
+        RankVerdict::Run { key, resume, forced } => {
+            let Some((_lock, records, mut digests, d)) = held else {
+                // Another rank: the training only. Rank 0 writes everything the chain keeps.
+                let cx = RunCx { stage, exp, key: &key, resume, forced, quiet: true };
+                return match stage.spec.kind().run(&cx)? {
+                    Outcome::Done(figures) => Ok(StageReport { status: "ran".into(), figures, ..entry }),
+                    Outcome::Interrupted => Ok(StageReport { status: "interrupted".into(), ..entry }),
+                };
+            };
+            let mut entry = d.entry;
+            if !opts.quiet {
+                eprintln!("== {} ({}, {}): {}", stage.name, stage.kind.name(), world.describe(), entry.reason);
+            }
+            let mut chain = Chain::default();
+            let stopped = run_one(
+                exp,
+                stage,
+                &key,
+                d.parts,
+                resume,
+                forced,
+                opts,
+                &records,
+                &mut digests,
+                &mut chain,
+                &mut entry,
+            )?;
+            digests.save(true)?;
+            match stopped {
+                // Stopped on every rank at the same step, with a checkpoint: the same command
+                // continues it.
+                Some(_) if entry.status == "interrupted" => Ok(entry),
+                Some(e) => Err(e),
+                None => Ok(entry),
+            }
+        }
+    }
+}
+
+/// Rank 0's decision for [`run_train_stage`]: every stage the train stage reads must be up to
+/// date (decided as a dry run decides, nothing run); then the stage's own key, record and
+/// unfinished run. Returns the verdict and what rank 0 keeps to run and record the stage.
+#[allow(clippy::type_complexity)]
+fn decide_train_stage(
+    exp: &Experiment,
+    stage: &Stage,
+    opts: &RunOptions,
+) -> Result<(RankVerdict, (lock::OutLock, PathBuf, Digests, Decided))> {
+    let lock = lock::acquire(&exp.out, lock::Mode::Exclusive, opts.wait)?;
+    let records = exp.out.join(STAGES_DIR);
+    let mut digests = Digests::open(&records.join(DIGESTS), opts.quiet);
+    let mut chain = Chain::default();
+    let plan = RunOptions { force: Vec::new(), dry_run: true, quiet: true, wait: false, until: None };
+    let mut before = BTreeMap::new();
+    for s in exp.stages.iter().take_while(|s| s.name != stage.name) {
+        let (entry, _) = decide_and_run(exp, s, &plan, &records, &mut digests, &mut chain)?;
+        before.insert(s.name.clone(), entry);
+    }
+    for dep in &stage.deps {
+        let e = &before[dep];
+        if e.status != "up to date" {
+            bail!(
+                "`{}` reads `{dep}`, which is not up to date ({}: {}); run it first without a launcher: `bertpipe run {} --until {dep}`",
+                stage.name,
+                e.status,
+                e.reason,
+                exp.file.display()
+            );
+        }
+    }
+    let d = decide(exp, stage, opts, &records, &mut digests, &chain)?;
+    let verdict = match &d.reason {
+        None => RankVerdict::UpToDate,
+        Some(_) => RankVerdict::Run { key: d.key.clone(), resume: d.resume(), forced: d.forced },
+    };
+    Ok((verdict, (lock, records, digests, d)))
 }
 
 /// `OUT/.stages/NAME.reads/`: the read sets of a stage's task-array members, one file each.
