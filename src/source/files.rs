@@ -276,10 +276,30 @@ pub fn files_by_split(splits: &FileSplits, exts: &[&str]) -> Result<BTreeMap<Str
     Ok(out)
 }
 
-/// A file's path components (a URL's `/`-separated parts).
+/// A file's path components (a URL's `/`-separated parts). Bytes of a name that are not
+/// UTF-8 are written `\xFF`, not replaced: two names that differ only there stay two ids. The
+/// root is an empty component, so a key that climbs to it reads `/tmp/…`, not `//tmp/…`.
 fn components(f: &InputFile) -> Vec<String> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Component;
+    let escaped = |bytes: &[u8]| {
+        let mut out = String::new();
+        for chunk in bytes.utf8_chunks() {
+            out.push_str(chunk.valid());
+            for b in chunk.invalid() {
+                out.push_str(&format!("\\x{b:02X}"));
+            }
+        }
+        out
+    };
     match f {
-        InputFile::Local(p) => p.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect(),
+        InputFile::Local(p) => p
+            .components()
+            .map(|c| match c {
+                Component::RootDir => String::new(),
+                c => escaped(c.as_os_str().as_bytes()),
+            })
+            .collect(),
         InputFile::Remote { .. } => f.display().split('/').map(str::to_string).collect(),
     }
 }
@@ -316,6 +336,20 @@ mod tests {
 
     fn parts(s: &str) -> Vec<String> {
         s.split('/').map(str::to_string).collect()
+    }
+
+    /// Names that differ only in bytes that are not UTF-8 keep apart; a key that climbs to the
+    /// root starts with one `/`.
+    #[test]
+    fn names_that_are_not_utf8_keep_their_bytes() {
+        use std::os::unix::ffi::OsStrExt;
+        let file = |b: &[u8]| InputFile::Local(PathBuf::from(std::ffi::OsStr::from_bytes(b)));
+        let a = components(&file(b"/tmp/c/e\xff.txt"));
+        let b = components(&file(b"/tmp/c/e\xfe.txt"));
+        assert_eq!(a.last().unwrap(), "e\\xFF.txt");
+        assert_ne!(a, b);
+        assert_eq!(unique_keys(&[a.clone(), b]), vec!["e\\xFF.txt", "e\\xFE.txt"]);
+        assert_eq!(unique_keys(&[a.clone(), a]), vec!["/tmp/c/e\\xFF.txt", "/tmp/c/e\\xFF.txt"]);
     }
 
     #[test]
