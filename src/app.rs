@@ -470,14 +470,37 @@ fn run_experiment(args: crate::cli::ExperimentArgs) -> ExitCode {
         Ok(e) => e,
         Err(e) => return config_failure(&e),
     };
-    let train_stage = args.stage.as_deref().filter(|s| {
-        matches!(exp.stage(s).map(|s| &s.spec), Some(experiment::Spec::Train(_)))
-            && task_spec(&args.task).ok().flatten().is_none()
-    });
-    if let Some(stage) = train_stage {
+    // Under a launcher every rank says it, so each line says which rank.
+    let who = match crate::train::dist::World::from_vars(|k| std::env::var(k).ok()) {
+        Ok(w) if w.size > 1 => format!("{}: ", w.describe()),
+        _ => String::new(),
+    };
+    let usage = |what: String| {
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(format!("error: {who}{what}\n").as_bytes());
+        ExitCode::from(2)
+    };
+    let Some(stage) = args.stage.as_deref() else {
+        if args.task.task_index.is_some() || args.task.task_count.is_some() {
+            return usage("--task-index / --task-count run one task of a stage: name it with --stage STAGE".into());
+        }
+        return run_chain(exp, args);
+    };
+    let Some(found) = exp.stage(stage) else {
+        let names: Vec<&str> = exp.stages.iter().map(|s| s.name.as_str()).collect();
+        return usage(format!("--stage {stage}: no such stage (stages: {})", names.join(", ")));
+    };
+    // Task flags (or a scheduler's array variables) make it one task of an array.
+    let task = match task_spec(&args.task) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let is_train = matches!(found.spec, experiment::Spec::Train(_));
+    if is_train && task.is_none() {
         if args.dry_run || args.scan {
-            eprintln!("error: --stage {stage} runs the train stage; --dry-run and --scan are for the whole chain and for pipeline tasks");
-            return ExitCode::from(2);
+            return usage(format!(
+                "--stage {stage} runs the train stage; --dry-run is for the whole chain and --scan for a pipeline's tasks"
+            ));
         }
         let opts = experiment::RunOptions {
             force: args.force,
@@ -497,25 +520,40 @@ fn run_experiment(args: crate::cli::ExperimentArgs) -> ExitCode {
                 }
                 finished(interrupted)
             }
-            // Every rank knows: none waits for another.
-            Err(e) if e.downcast_ref::<experiment::Refused>().is_some() => failure(e),
+            // Every rank knows: none waits for another. One write per rank, so the ranks'
+            // lines do not interleave.
+            Err(e) if e.downcast_ref::<experiment::Refused>().is_some() => {
+                use std::io::Write;
+                let _ = std::io::stderr().write_all(format!("error: {e:#}\n").as_bytes());
+                ExitCode::FAILURE
+            }
             Err(e) => rank_failure(e),
         };
         crate::train::dist::finish();
         return code;
     }
+    let instead = format!("`{stage}` as a task array, without a launcher");
+    if let Some(code) = refused_under_a_launcher("run", &instead) {
+        return code;
+    }
+    let Some(task) = task else {
+        let kind = found.kind.name();
+        return usage(format!(
+            "--stage {stage}: {} {kind} stage runs alone as one task of a task array: pass --task-index I --task-count N (or run it in a Slurm array / Kubernetes Indexed Job); only a train stage runs alone without",
+            experiment::config::article(kind)
+        ));
+    };
+    report(experiment::run_task(&exp, stage, task, args.scan, args.quiet))
+}
+
+/// `bertpipe run EXPERIMENT` (no `--stage`): the whole chain, or through `--until`.
+fn run_chain(exp: crate::experiment::Experiment, args: crate::cli::ExperimentArgs) -> ExitCode {
+    use crate::experiment;
     // Every rank would run the whole chain into the same folder: only a train stage runs as
     // ranks (`--stage NAME`).
     let instead = "the chain without a launcher, and a train stage as ranks with `--stage NAME`";
     if let Some(code) = refused_under_a_launcher("run", instead) {
         return code;
-    }
-    if let Some(stage) = &args.stage {
-        let task = match required_task(&args.task, "--stage runs one task of a task array") {
-            Ok(t) => t,
-            Err(code) => return code,
-        };
-        return report(experiment::run_task(&exp, stage, task, args.scan, args.quiet));
     }
     let opts = experiment::RunOptions {
         force: args.force,

@@ -305,6 +305,12 @@ fn the_chain_runs_its_train_stage_as_ranks() {
     let (o, _) = mpirun(&ranks(2, stage_args(&two, &[])), &env, limit);
     assert_ok(&o);
     assert_eq!(std::fs::read(b.join("metrics.jsonl")).unwrap(), log, "an up-to-date stage trained again");
+    // Ranks started with other settings: refused on every rank before rank 0 voids anything.
+    let other = stage_args(&two, &["--set", "finetune.learning_rate=0.01"]);
+    let (o, _) = mpirun(&[(1, stage_args(&two, &[])), (1, other)], &env, limit);
+    let err = stderr(&o);
+    assert!(!o.status.success() && err.contains("rank 1 runs another experiment, stage, configuration"), "{err}");
+    assert!(out.join(".stages/finetune.json").is_file() && b.join("final").is_dir(), "the record survives");
     assert_ok(&run(&two, &[], &[]));
     let s = statuses(&out);
     assert_eq!((s["data"].as_str(), s["finetune"].as_str(), s["export"].as_str()), ("up to date", "up to date", "ran"));

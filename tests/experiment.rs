@@ -428,3 +428,50 @@ fn an_int8_export_is_a_stage_and_its_gate_against_the_fp32_export_is_held_in_the
         stderr(&o)
     );
 }
+
+/// `--until` stops a chain after a stage; `--stage TRAIN` runs that train stage alone (one
+/// process here; under a launcher, data-parallel: `tests/distributed.rs`) and records it, so the
+/// next plain run goes on after it; the flags that do not fit are usage errors that say why.
+#[test]
+fn until_a_stage_then_the_train_stage_alone_then_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let stages = format!(
+        "  data: {}\n  finetune:\n    base: {}\n    max_steps: 4\n    per_device_train_batch_size: 8\n  export: {{ optimize: false }}\n",
+        pipelines("imdb.yaml"),
+        pipelines("imdb-finetune.yaml")
+    );
+    let exp = write_experiment(dir.path(), "chain.yaml", "until", &stages);
+    let out = dir.path().join("out");
+    let usage = |extra: &[&str], want: &str| {
+        let o = run(&exp, extra, &[]);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{extra:?}: {}", stderr(&o));
+    };
+    usage(&["--stage", "nosuch"], "no such stage (stages: data, finetune, export)");
+    usage(&["--stage", "export"], "an export stage runs alone as one task of a task array");
+    usage(&["--task-index", "0"], "name it with --stage STAGE");
+    usage(&["--stage", "finetune", "--task-index", "0"], "the task count is unknown");
+    usage(&["--stage", "finetune", "--dry-run"], "--dry-run is for the whole chain");
+    let o = run(&exp, &["--until", "nosuch"], &[]);
+    assert!(!o.status.success() && stderr(&o).contains("--until nosuch: no such stage"), "{}", stderr(&o));
+    assert!(!out.join(".stages").exists(), "nothing ran");
+
+    // The train stage before the stage it reads: refused, saying what to run.
+    let o = run(&exp, &["--stage", "finetune"], &[]);
+    assert!(!o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("`finetune` reads `data`, which is not up to date"), "{}", stderr(&o));
+    assert!(!out.join("finetune").exists());
+
+    assert_ok(&run(&exp, &["--until", "data"], &[]));
+    let s = statuses(&out);
+    assert_eq!((s["data"].as_str(), s["finetune"].as_str(), s["export"].as_str()), ("ran", "not run", "not run"));
+    assert_eq!(report(&out)["finetune"]["reason"], "after `--until data`");
+
+    assert_ok(&run(&exp, &["--stage", "finetune"], &[]));
+    assert!(out.join("finetune/final/model.safetensors").is_file() && out.join(".stages/finetune.json").is_file());
+    let o = run(&exp, &["--stage", "finetune"], &[]);
+    assert_ok(&o);
+    assert_ok(&run(&exp, &[], &[]));
+    let s = statuses(&out);
+    assert_eq!((s["data"].as_str(), s["finetune"].as_str(), s["export"].as_str()), ("up to date", "up to date", "ran"));
+}

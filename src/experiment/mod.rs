@@ -456,7 +456,12 @@ fn decide(
     let forced = opts.force.iter().any(|f| f == "all" || f == &stage.name);
     let reason = match (&recorded, forced) {
         (_, true) => Some("--force".to_string()),
-        (Recorded::Missing, _) if started.is_some() => Some("its last run did not finish".into()),
+        (Recorded::Missing, _) if started.as_deref() == Some(key.as_str()) => {
+            Some("its last run did not finish".into())
+        }
+        (Recorded::Missing, _) if started.is_some() => {
+            Some("its last run did not finish, and its key changed since (it starts over)".into())
+        }
         (Recorded::Missing, _) => Some("not run before".into()),
         (Recorded::Unreadable, _) => Some("its record is unreadable (or written by another bertpipe)".into()),
         (Recorded::Found(r), _) if r.key != key => Some(parts.changed_since(&r.parts)),
@@ -699,8 +704,13 @@ pub fn run_task(
         }
         Spec::Eval(_) => bail!("--scan: `{name}` is an eval stage; only a pipeline stage has a scan phase"),
         _ => bail!(
-            "--stage {name}: only pipeline and eval stages run as task arrays; `{name}` is a {} stage",
-            stage.kind.name()
+            "--stage {name}: only pipeline and eval stages run as task arrays; `{name}` is {} {} stage{}",
+            config::article(stage.kind.name()),
+            stage.kind.name(),
+            match stage.kind {
+                Kind::Train => " (without --task-index it runs alone, under a launcher data-parallel)",
+                _ => "",
+            }
         ),
     };
     let _lock = lock::acquire(&exp.out, lock::Mode::Shared, false)?;
@@ -776,6 +786,28 @@ pub fn run_train_stage(exp: &Experiment, name: &str, opts: &RunOptions) -> Resul
     }
     let world = crate::train::dist::world()?;
     crate::contract::interrupt::install();
+    // Every rank runs the same stage of the same experiment, or none does: compared before rank
+    // 0 touches anything (voiding the record would lose a finished stage to a mistyped launch).
+    if world.size > 1 {
+        let fingerprint = sha256_bytes(
+            &serde_json::to_vec(&json!({
+                "experiment": exp.file,
+                "out": exp.out,
+                "stage": name,
+                "config": stage.spec.canonical(),
+                "force": opts.force,
+            }))
+            .expect("the stage's settings serialise"),
+        );
+        let all = crate::train::dist::gather_bytes(&world, fingerprint.as_bytes())?;
+        if let Some(rank) = all.iter().position(|f| f != &all[0]) {
+            let why = format!(
+                "rank {rank} runs another experiment, stage, configuration or --force than rank 0 (`{}` --stage {name}); every rank must run the same command",
+                exp.file.display()
+            );
+            return Err(Refused(format!("{}: {why}", world.describe())).into());
+        }
+    }
     // Rank 0 decides (holding the lock from here until the record is written).
     let mut held = None;
     let verdict = if world.is_main() {
@@ -801,7 +833,8 @@ pub fn run_train_stage(exp: &Experiment, name: &str, opts: &RunOptions) -> Resul
     };
     let mut entry = StageReport::of(stage, "", String::new());
     match verdict {
-        RankVerdict::Refused(why) if world.is_main() => Err(Refused(why).into()),
+        RankVerdict::Refused(why) if world.size == 1 => Err(Refused(why).into()),
+        RankVerdict::Refused(why) if world.is_main() => Err(Refused(format!("{}: {why}", world.describe())).into()),
         RankVerdict::Refused(_) => {
             Err(Refused(format!("{}: rank 0 refused `{name}` (its error says why)", world.describe())).into())
         }

@@ -121,7 +121,7 @@ pub fn refuse_as_ranks(command: &str, instead: &str) -> Result<()> {
     if w.size > 1 {
         let launcher = if w.launcher == Launcher::Srun { "srun --mpi=pmix" } else { "mpirun" };
         bail!(
-            "rank {} of {} ({}): `bertpipe {command}` does not run under a launcher: every rank would write the same folder; run {instead} (only `{launcher} -n N bertpipe train TRAIN.yaml` runs as ranks)",
+            "rank {} of {} ({}): `bertpipe {command}` does not run under a launcher: every rank would write the same folder; run {instead} (only `{launcher} -n N bertpipe train TRAIN.yaml` and a chain's train stage, `bertpipe run EXP.yaml --stage NAME`, run as ranks)",
             w.rank,
             w.size,
             w.launcher.name()
