@@ -192,19 +192,32 @@ pub fn read_in_folder(path: &Path) -> io::Result<Vec<u8>> {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return read(path) };
     let Ok(name) = CString::new(name.as_bytes()) else { return read(path) };
     let fd = FOLDER.with_borrow_mut(|folder| -> io::Result<i32> {
+        let at = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+        let open_folder =
+            || std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_PATH).open(at);
+        let mut fresh = false;
         if folder.as_ref().is_none_or(|(d, _)| d != dir) {
-            let at = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
-            let handle =
-                std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_PATH).open(at)?;
-            *folder = Some((dir.to_path_buf(), handle));
+            *folder = Some((dir.to_path_buf(), open_folder()?));
+            fresh = true;
         }
-        let (_, handle) = folder.as_ref().expect("just set");
-        // SAFETY: `name` is a NUL-terminated string and `handle` an open folder.
-        Ok(unsafe { libc::openat(handle.as_raw_fd(), name.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })
+        loop {
+            let (_, handle) = folder.as_ref().expect("set above");
+            // SAFETY: `name` is a NUL-terminated string and `handle` an open folder.
+            let fd = unsafe { libc::openat(handle.as_raw_fd(), name.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+            if fd >= 0 {
+                return Ok(fd);
+            }
+            let e = io::Error::last_os_error();
+            // A folder kept open from an earlier file may have been replaced since (removed and
+            // made again under the same path, between two runs on one thread): the path
+            // decides, as `File::open` would.
+            if fresh || !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESTALE)) {
+                return Err(e);
+            }
+            *folder = Some((dir.to_path_buf(), open_folder()?));
+            fresh = true;
+        }
     })?;
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
     // SAFETY: `fd` was just opened and is owned by nothing else.
     let mut file = unsafe { File::from_raw_fd(fd) };
     if recording() {
@@ -257,6 +270,32 @@ pub fn read_dir(path: &Path) -> io::Result<std::fs::ReadDir> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Files of every size come back whole (the per-thread buffer is 64 KiB), a missing one is
+    /// an error, and a folder removed and made again under the same path — with the old one
+    /// still held open by this thread — is read from the path, as `File::open` reads it.
+    #[test]
+    fn folder_reads_are_whole_and_follow_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("f");
+        std::fs::create_dir(&folder).unwrap();
+        for n in [0usize, 1, 65_535, 65_536, 65_537, 200_000] {
+            let bytes: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
+            let p = folder.join(format!("{n}.txt"));
+            std::fs::write(&p, &bytes).unwrap();
+            assert_eq!(read_in_folder(&p).unwrap(), bytes, "{n} bytes");
+        }
+        assert_eq!(read_in_folder(&folder.join("none.txt")).unwrap_err().kind(), io::ErrorKind::NotFound);
+        std::fs::remove_dir_all(&folder).unwrap();
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::write(folder.join("new.txt"), "again").unwrap();
+        assert_eq!(read_in_folder(&folder.join("new.txt")).unwrap(), b"again");
+        // A folder of the same name elsewhere (relative to another folder) is another folder.
+        let other = dir.path().join("g");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::write(other.join("new.txt"), "other").unwrap();
+        assert_eq!(read_in_folder(&other.join("new.txt")).unwrap(), b"other");
+    }
 
     #[test]
     fn only_what_is_read_while_recording_is_noted() {
