@@ -502,35 +502,8 @@ fn run_experiment(args: crate::cli::ExperimentArgs) -> ExitCode {
                 "--stage {stage} runs the train stage; --dry-run is for the whole chain and --scan for a pipeline's tasks"
             ));
         }
-        let opts = experiment::RunOptions {
-            force: args.force,
-            dry_run: false,
-            quiet: args.quiet,
-            wait: args.wait,
-            until: None,
-        };
-        let code = match experiment::run_train_stage(&exp, stage, &opts) {
-            Ok(entry) => {
-                let main = crate::train::dist::world().is_ok_and(|w| w.is_main());
-                let interrupted = entry.status == "interrupted";
-                if main && interrupted {
-                    eprintln!("interrupted during `{stage}`; run the same command to continue");
-                } else if main && !args.quiet {
-                    eprintln!("`{}`: {} ({})", entry.stage, entry.status, entry.reason);
-                }
-                finished(interrupted)
-            }
-            // Every rank knows: none waits for another. One write per rank, so the ranks'
-            // lines do not interleave.
-            Err(e) if e.downcast_ref::<experiment::Refused>().is_some() => {
-                use std::io::Write;
-                let _ = std::io::stderr().write_all(format!("error: {e:#}\n").as_bytes());
-                ExitCode::FAILURE
-            }
-            Err(e) => rank_failure(e),
-        };
-        crate::train::dist::finish();
-        return code;
+        let name = stage.to_owned();
+        return train_stage(&exp, &name, args);
     }
     let instead = format!("`{stage}` as a task array, without a launcher");
     if let Some(code) = refused_under_a_launcher("run", &instead) {
@@ -544,6 +517,36 @@ fn run_experiment(args: crate::cli::ExperimentArgs) -> ExitCode {
         ));
     };
     report(experiment::run_task(&exp, stage, task, args.scan, args.quiet))
+}
+
+/// `bertpipe run EXPERIMENT --stage TRAIN_STAGE`: the train stage alone, on every rank of a
+/// launcher's job ([`crate::experiment::run_train_stage`]).
+fn train_stage(exp: &crate::experiment::Experiment, stage: &str, args: crate::cli::ExperimentArgs) -> ExitCode {
+    use crate::experiment;
+    let opts =
+        experiment::RunOptions { force: args.force, dry_run: false, quiet: args.quiet, wait: args.wait, until: None };
+    let code = match experiment::run_train_stage(exp, stage, &opts) {
+        Ok(entry) => {
+            let main = crate::train::dist::world().is_ok_and(|w| w.is_main());
+            let interrupted = entry.status == "interrupted";
+            if main && interrupted {
+                eprintln!("interrupted during `{stage}`; run the same command to continue");
+            } else if main && !args.quiet {
+                eprintln!("`{}`: {} ({})", entry.stage, entry.status, entry.reason);
+            }
+            finished(interrupted)
+        }
+        // Every rank knows: none waits for another. One write per rank, so the ranks'
+        // lines do not interleave.
+        Err(e) if e.downcast_ref::<experiment::Refused>().is_some() => {
+            use std::io::Write;
+            let _ = std::io::stderr().write_all(format!("error: {e:#}\n").as_bytes());
+            ExitCode::FAILURE
+        }
+        Err(e) => rank_failure(e),
+    };
+    crate::train::dist::finish();
+    code
 }
 
 /// `bertpipe run EXPERIMENT` (no `--stage`): the whole chain, or through `--until`.
