@@ -412,7 +412,7 @@ fn train(args: crate::cli::TrainArgs) -> ExitCode {
         match train::run(&cfg, &opts) {
             Ok(s) => {
                 if main_rank() {
-                    eprintln!("{}", train::format_summary(&s));
+                    eprintln!("{}", train::format_summary(&s, "continue with --resume"));
                 }
                 finished(s.interrupted)
             }
@@ -486,9 +486,9 @@ fn run_experiment(args: crate::cli::ExperimentArgs) -> ExitCode {
         }
         return run_chain(exp, args);
     };
-    let Some(found) = exp.stage(stage) else {
-        let names: Vec<&str> = exp.stages.iter().map(|s| s.name.as_str()).collect();
-        return usage(format!("--stage {stage}: no such stage (stages: {})", names.join(", ")));
+    let found = match exp.named_stage("--stage", stage) {
+        Ok(s) => s,
+        Err(e) => return usage(format!("{e}")),
     };
     // Task flags (or a scheduler's array variables) make it one task of an array.
     let task = match task_spec(&args.task) {

@@ -82,15 +82,7 @@ pub fn tokenizer_json(data: &[u8]) {
     let dir = Scratch::new();
     let path = dir.path().join("tokenizer.json");
     std::fs::write(&path, data).unwrap();
-    let step = crate::tokenize::Tokenize {
-        vocab: None,
-        tokenizer: Some(path),
-        lowercase: true,
-        strip_accents: None,
-        max_word_chars: 100,
-        encoder: None,
-        sentences: false,
-    };
+    let step = crate::tokenize::Tokenize::of_file(&path, true, None);
     let Ok(encoder) = step.load() else { return };
     let mut ids = Vec::new();
     let text = "A wonderful, moving film.<br /><br />I want my two hours back! ".repeat(40);

@@ -27,7 +27,7 @@ fn tokenizer_path(family: &str) -> PathBuf {
 }
 
 fn load(family: &str) -> Encoder {
-    let t = common::tokenizer_json_step(tokenizer_path(family));
+    let t = bertpipe::tokenize::Tokenize::of_file(&tokenizer_path(family), true, None);
     t.load().unwrap()
 }
 
@@ -293,7 +293,7 @@ fn a_tokenizer_without_a_start_and_end_token_is_refused() {
     json["post_processor"] = Value::Null;
     let path = dir.path().join("tokenizer.json");
     std::fs::write(&path, serde_json::to_string(&json).unwrap()).unwrap();
-    let t = common::tokenizer_json_step(path.clone());
+    let t = bertpipe::tokenize::Tokenize::of_file(&path, true, None);
     let err = format!("{:#}", t.load().unwrap_err());
     assert!(err.contains(&path.display().to_string()) && err.contains("post-processor makes `A`"), "{err}");
 }

@@ -2,8 +2,6 @@
 //! (scripts/make_golden_tokens.py), the whole bundled sample and random text against the
 //! `tokenizers` crate as the reference.
 
-mod common;
-
 use std::path::PathBuf;
 
 use bertpipe::tokenize::WordPiece;
@@ -174,7 +172,7 @@ fn tokenizer_json_loads_and_agrees() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tokenizer.json");
     reference(true).save(&path, false).unwrap();
-    let step = common::tokenizer_json_step(path);
+    let step = bertpipe::tokenize::Tokenize::of_file(&path, true, None);
     let enc = step.load().unwrap();
     assert_eq!(enc.info().encoder, "wordpiece", "a BERT tokenizer.json takes the fast path");
     let text = "Crème brûlée [SEP] 東京 don't!!";
@@ -195,7 +193,7 @@ fn a_fast_path_tokenizer_json_keeps_its_own_pair_template() {
     let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let load = |json: &serde_json::Value| {
         std::fs::write(&path, serde_json::to_string(json).unwrap()).unwrap();
-        let step = common::tokenizer_json_step(path.clone());
+        let step = bertpipe::tokenize::Tokenize::of_file(&path, true, None);
         let info = step.load().unwrap().info();
         assert_eq!(info.encoder, "wordpiece", "the fast path");
         info.special_ids

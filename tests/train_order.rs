@@ -137,6 +137,36 @@ fn a_label_sorted_split_is_mixed_in_every_window_for_any_shard_size() {
             }
             assert_resumes_exactly(&spec, 1);
         }
+        if shard_rows == n {
+            // Under a token budget each epoch has its own batch count; steps and epochs convert
+            // both ways epoch by epoch (the dry run's schedule line).
+            let mut budget = permuted(LoaderSpec {
+                shards: shards.clone(),
+                split: "train".into(),
+                kind: RowKind::Classify { num_labels: 2, remap: None },
+                batch_size: 32,
+                order: Order::InFileOrder,
+                group_by_length: false,
+                pad_to: None,
+                pad_id: 0,
+                seed: 42,
+                max_tokens: Some(32 * 30),
+                packed: true,
+                lengths: None,
+            });
+            let Order::Permuted(store) = &budget.order else { unreachable!("permuted") };
+            budget.lengths = Some(Arc::new(store.tokens_per_row().unwrap()));
+            let counts: Vec<u64> = (0..3).map(|e| budget.batches_in_epoch(e)).collect();
+            assert_eq!(budget.epochs_in_steps(counts[0] + counts[1]), 2.0, "{counts:?}");
+            assert_eq!(
+                budget.epochs_in_steps(counts[0] + counts[1] / 2),
+                1.0 + (counts[1] / 2) as f64 / counts[1] as f64
+            );
+            for epochs in [0.5, 1.0, 2.25] {
+                let back = budget.epochs_in_steps(budget.steps_in_epochs(epochs));
+                assert!((back - epochs).abs() <= 1.0 / counts[2] as f64, "{epochs} epochs → {back} ({counts:?})");
+            }
+        }
     }
 }
 

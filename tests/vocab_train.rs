@@ -32,15 +32,7 @@ fn trains_a_vocabulary_the_pipeline_can_use() {
 
     // vocab.txt and tokenizer.json give the same ids.
     let from_txt = WordPiece::from_vocab_file(&out.join("vocab.txt"), true, None, 100).unwrap();
-    let step = Tokenize {
-        vocab: None,
-        tokenizer: Some(out.join("tokenizer.json")),
-        lowercase: true,
-        strip_accents: None,
-        max_word_chars: 100,
-        encoder: None,
-        sentences: false,
-    };
+    let step = Tokenize::of_file(&out.join("tokenizer.json"), true, None);
     let from_json = step.load().unwrap();
     let text = "Amélie is simply brilliant!!! I rated it 3 < 5, unlike Plan 9.";
     let (mut a, mut b) = (Vec::new(), Vec::new());

@@ -140,6 +140,15 @@ impl Experiment {
     pub fn stage(&self, name: &str) -> Option<&Stage> {
         self.stages.iter().find(|s| s.name == name)
     }
+
+    /// The stage a flag names (`--stage`, `--force`, `--until`), or an error that lists the
+    /// stages there are.
+    pub fn named_stage(&self, flag: &str, name: &str) -> anyhow::Result<&Stage> {
+        self.stage(name).ok_or_else(|| {
+            let names: Vec<&str> = self.stages.iter().map(|s| s.name.as_str()).collect();
+            anyhow::anyhow!("{flag} {name}: no such stage (stages: {})", names.join(", "))
+        })
+    }
 }
 
 /// "an" before a kind's name that starts with a vowel (`an export`, `an eval`), else "a".

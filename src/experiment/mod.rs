@@ -308,17 +308,11 @@ struct Chain {
 /// Runs (or with `dry_run`, plans) an experiment. A failing stage stops the chain: its report
 /// says `failed` and the error is returned after `report.json` is written.
 pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Report> {
-    for f in &opts.force {
-        if f != "all" && exp.stage(f).is_none() {
-            let names: Vec<&str> = exp.stages.iter().map(|s| s.name.as_str()).collect();
-            bail!("--force {f}: no such stage (stages: {})", names.join(", "));
-        }
+    for f in opts.force.iter().filter(|f| *f != "all") {
+        exp.named_stage("--force", f)?;
     }
     if let Some(u) = &opts.until {
-        if exp.stage(u).is_none() {
-            let names: Vec<&str> = exp.stages.iter().map(|s| s.name.as_str()).collect();
-            bail!("--until {u}: no such stage (stages: {})", names.join(", "));
-        }
+        exp.named_stage("--until", u)?;
     }
     crate::contract::interrupt::install();
     // A dry run changes no stage; it keeps what it hashed in the digest cache when no other run
@@ -678,10 +672,7 @@ pub fn run_task(
     scan: bool,
     quiet: bool,
 ) -> Result<()> {
-    let Some(stage) = exp.stage(name) else {
-        let names: Vec<&str> = exp.stages.iter().map(|s| s.name.as_str()).collect();
-        bail!("--stage {name}: no such stage (stages: {})", names.join(", "));
-    };
+    let stage = exp.named_stage("--stage", name)?;
     check_writes(exp, stage)?;
     let p = match &stage.spec {
         Spec::Pipeline(p) => p,
@@ -770,10 +761,7 @@ enum RankVerdict {
 /// read and writes its record. Every other rank waits for rank 0's verdict (one all-gather of a
 /// few bytes) and then trains; an error on rank 0 reaches them as that verdict, never as a hang.
 pub fn run_train_stage(exp: &Experiment, name: &str, opts: &RunOptions) -> Result<StageReport> {
-    let Some(stage) = exp.stage(name) else {
-        let names: Vec<&str> = exp.stages.iter().map(|s| s.name.as_str()).collect();
-        bail!("--stage {name}: no such stage (stages: {})", names.join(", "));
-    };
+    let stage = exp.named_stage("--stage", name)?;
     if !matches!(stage.spec, Spec::Train(_)) {
         bail!(
             "--stage {name} without --task-index: only a train stage runs on its own (under a launcher, data-parallel); `{name}` is {} {} stage (a pipeline or eval stage runs as one task of an array with --task-index I --task-count N)",
@@ -808,30 +796,26 @@ pub fn run_train_stage(exp: &Experiment, name: &str, opts: &RunOptions) -> Resul
             return Err(Refused(format!("{}: {why}", world.describe())).into());
         }
     }
-    // Rank 0 decides (holding the lock from here until the record is written).
+    // Rank 0 decides (holding the lock from here until the record is written); the other ranks
+    // learn its verdict.
     let mut held = None;
-    let verdict = if world.is_main() {
-        match decide_train_stage(exp, stage, opts) {
-            Ok((verdict, state)) => {
-                held = Some(state);
-                verdict
-            }
-            Err(e) => RankVerdict::Refused(format!("{e:#}")),
+    let mine = world.is_main().then(|| match decide_train_stage(exp, stage, opts) {
+        Ok(decision) => {
+            let verdict = decision.verdict();
+            held = Some(decision);
+            verdict
         }
-    } else {
-        RankVerdict::UpToDate
+        Err(e) => RankVerdict::Refused(format!("{e:#}")),
+    });
+    let verdict = match mine {
+        Some(v) if world.size == 1 => v,
+        mine => {
+            let bytes = mine.map(|v| serde_json::to_vec(&v)).transpose()?.unwrap_or_default();
+            let all = crate::train::dist::gather_bytes(&world, &bytes)?;
+            serde_json::from_slice(&all[0]).context("rank 0's verdict is unreadable")?
+        }
     };
-    let verdict = if world.size > 1 {
-        let mine = match world.is_main() {
-            true => serde_json::to_vec(&verdict)?,
-            false => Vec::new(),
-        };
-        let all = crate::train::dist::gather_bytes(&world, &mine)?;
-        serde_json::from_slice(&all[0]).context("rank 0's verdict is unreadable")?
-    } else {
-        verdict
-    };
-    let mut entry = StageReport::of(stage, "", String::new());
+    let entry = StageReport::of(stage, "", String::new());
     match verdict {
         RankVerdict::Refused(why) if world.size == 1 => Err(Refused(why).into()),
         RankVerdict::Refused(why) if world.is_main() => Err(Refused(format!("{}: {why}", world.describe())).into()),
@@ -839,15 +823,14 @@ pub fn run_train_stage(exp: &Experiment, name: &str, opts: &RunOptions) -> Resul
             Err(Refused(format!("{}: rank 0 refused `{name}` (its error says why)", world.describe())).into())
         }
         RankVerdict::UpToDate => {
+            // Rank 0's entry has the recorded figures; the others' only the status.
+            let mut entry = held.map_or(entry, |h| h.decided.entry);
             entry.status = "up to date".into();
             entry.reason = "its key and outputs match its record".into();
-            if let Some((_, _, _, d)) = held {
-                entry = StageReport { status: entry.status, reason: entry.reason, ..d.entry };
-            }
             Ok(entry)
         }
         RankVerdict::Run { key, resume, forced } => {
-            let Some((_lock, records, mut digests, d)) = held else {
+            let Some(TrainStageDecision { lock: _lock, records, mut digests, decided: d }) = held else {
                 // Another rank: the training only. Rank 0 writes everything the chain keeps.
                 let cx = RunCx { stage, exp, key: &key, resume, forced, quiet: true };
                 return match stage.spec.kind().run(&cx)? {
@@ -885,15 +868,29 @@ pub fn run_train_stage(exp: &Experiment, name: &str, opts: &RunOptions) -> Resul
     }
 }
 
+/// What rank 0 holds from deciding a train stage until it has run and recorded it.
+struct TrainStageDecision {
+    lock: lock::OutLock,
+    /// `OUT/.stages/`.
+    records: PathBuf,
+    digests: Digests,
+    decided: Decided,
+}
+
+impl TrainStageDecision {
+    fn verdict(&self) -> RankVerdict {
+        let d = &self.decided;
+        match d.reason {
+            None => RankVerdict::UpToDate,
+            Some(_) => RankVerdict::Run { key: d.key.clone(), resume: d.resume(), forced: d.forced },
+        }
+    }
+}
+
 /// Rank 0's decision for [`run_train_stage`]: every stage the train stage reads must be up to
 /// date (decided as a dry run decides, nothing run); then the stage's own key, record and
-/// unfinished run. Returns the verdict and what rank 0 keeps to run and record the stage.
-#[allow(clippy::type_complexity)]
-fn decide_train_stage(
-    exp: &Experiment,
-    stage: &Stage,
-    opts: &RunOptions,
-) -> Result<(RankVerdict, (lock::OutLock, PathBuf, Digests, Decided))> {
+/// unfinished run.
+fn decide_train_stage(exp: &Experiment, stage: &Stage, opts: &RunOptions) -> Result<TrainStageDecision> {
     let lock = lock::acquire(&exp.out, lock::Mode::Exclusive, opts.wait)?;
     let records = exp.out.join(STAGES_DIR);
     let mut digests = Digests::open(&records.join(DIGESTS), opts.quiet);
@@ -916,12 +913,8 @@ fn decide_train_stage(
             );
         }
     }
-    let d = decide(exp, stage, opts, &records, &mut digests, &chain)?;
-    let verdict = match &d.reason {
-        None => RankVerdict::UpToDate,
-        Some(_) => RankVerdict::Run { key: d.key.clone(), resume: d.resume(), forced: d.forced },
-    };
-    Ok((verdict, (lock, records, digests, d)))
+    let decided = decide(exp, stage, opts, &records, &mut digests, &chain)?;
+    Ok(TrainStageDecision { lock, records, digests, decided })
 }
 
 /// `OUT/.stages/NAME.reads/`: the read sets of a stage's task-array members, one file each.

@@ -263,21 +263,6 @@ impl Staged {
     }
 }
 
-/// The tokenizer of a vocabulary file: a `tokenizer.json` (which carries its own normaliser),
-/// else a WordPiece `vocab.txt` read with these settings.
-pub fn vocab_tokenizer(vocab_file: &Path, lowercase: bool, strip_accents: Option<bool>) -> crate::tokenize::Tokenize {
-    let json = vocab_file.extension().is_some_and(|e| e == "json");
-    crate::tokenize::Tokenize {
-        vocab: (!json).then(|| vocab_file.to_path_buf()),
-        tokenizer: json.then(|| vocab_file.to_path_buf()),
-        lowercase,
-        strip_accents,
-        max_word_chars: 100,
-        encoder: None,
-        sentences: false,
-    }
-}
-
 /// Refuses a vocabulary the model cannot take: more tokens than the model's word embeddings
 /// have rows (`config.json`'s `vocab_size`), or a special token past them. Its ids would index
 /// past the embedding table — in `--verify`, and in every evaluation of the exported model.
@@ -326,10 +311,11 @@ pub fn stage(opts: &ExportOptions) -> Result<Staged> {
         })?,
     };
     let tokenizer_config = crate::tokenize::TokenizerConfig::read(&opts.checkpoint)?;
-    let tokenizer = vocab_tokenizer(&vocab_file, tokenizer_config.lowercase, tokenizer_config.strip_accents)
-        .load()
-        .with_context(|| format!("could not read the vocabulary '{}'", vocab_file.display()))?
-        .info();
+    let tokenizer =
+        crate::tokenize::Tokenize::of_file(&vocab_file, tokenizer_config.lowercase, tokenizer_config.strip_accents)
+            .load()
+            .with_context(|| format!("could not read the vocabulary '{}'", vocab_file.display()))?
+            .info();
     check_vocab_fits(&tokenizer, &vocab_file, model.config.vocab_size, &opts.checkpoint, opts.vocab.is_some())?;
     // The tokenizer just loaded is the vocabulary the model records: not read a second time.
     let vocab = tokenizer.vocab();

@@ -248,7 +248,7 @@ pub fn standard_cases(model: &BertWithHead, vocab_file: &Path, lowercase: bool, 
         let name = format!("random {}×{}{}", lengths.len(), lengths[0], if lengths.len() > 1 { " padded" } else { "" });
         cases.push(random_case(&name, &lengths, v, t, pad, &mut rng));
     }
-    let encoder = super::export::vocab_tokenizer(vocab_file, lowercase, None).load()?;
+    let encoder = crate::tokenize::Tokenize::of_file(vocab_file, lowercase, None).load()?;
     let sp = encoder.info().special_ids;
     let mut rows = Vec::new();
     for (a, b) in SENTENCES {

@@ -138,6 +138,22 @@ impl Encoder {
 }
 
 impl Tokenize {
+    /// The step for a vocabulary file, not yet loaded: a `tokenizer.json` (which carries its own
+    /// normaliser), else a WordPiece `vocab.txt` read with these settings; the YAML's defaults
+    /// otherwise.
+    pub fn of_file(file: &Path, lowercase: bool, strip_accents: Option<bool>) -> Tokenize {
+        let json = file.extension().is_some_and(|e| e == "json");
+        Tokenize {
+            vocab: (!json).then(|| file.to_path_buf()),
+            tokenizer: json.then(|| file.to_path_buf()),
+            lowercase,
+            strip_accents,
+            max_word_chars: default_max_word_chars(),
+            encoder: None,
+            sentences: false,
+        }
+    }
+
     /// Loads the vocabulary or tokenizer file.
     pub fn load(&self) -> Result<Encoder> {
         match (&self.vocab, &self.tokenizer) {

@@ -513,6 +513,21 @@ impl LoaderSpec {
         steps
     }
 
+    /// The epochs `steps` optimiser steps cover from epoch 0 (fractional), the inverse of
+    /// [`LoaderSpec::steps_in_epochs`]. Without a token budget every epoch has as many batches;
+    /// with one they are counted epoch by epoch (the 10,000th's count stands for the rest).
+    pub fn epochs_in_steps(&self, steps: u64) -> f64 {
+        let (mut epochs, mut left) = (0.0, steps);
+        for e in 0u64.. {
+            let n = self.batches_in_epoch(e).max(1);
+            if left <= n || self.max_tokens.is_none() || e >= 10_000 {
+                return epochs + left as f64 / n as f64;
+            }
+            (epochs, left) = (epochs + 1.0, left - n);
+        }
+        unreachable!("the loop returns by epoch 10,000")
+    }
+
     /// How rows of these lengths, in order, are cut into this loader's batches.
     fn ranges(&self, lens: impl Iterator<Item = usize>) -> Vec<std::ops::Range<usize>> {
         let cost = if self.packed { Cost::Tokens } else { Cost::Padded(self.pad_to) };

@@ -975,8 +975,9 @@ impl LogWindow {
     }
 }
 
-/// The closing lines of a run.
-pub fn format_summary(s: &TrainSummary) -> String {
+/// The closing lines of a run; `to_continue` says how to continue a run stopped early (the
+/// command that started it decides: `--resume` for `train`, the same command for a chain).
+pub fn format_summary(s: &TrainSummary, to_continue: &str) -> String {
     let mut out = Vec::new();
     for n in &s.notes {
         out.push(format!("note: {n}"));
@@ -1030,7 +1031,7 @@ pub fn format_summary(s: &TrainSummary) -> String {
     }
     match &s.final_dir {
         Some(d) => out.push(format!("final model: {}", d.display())),
-        None => out.push("checkpoint written; continue with --resume".to_string()),
+        None => out.push(format!("checkpoint written; {to_continue}")),
     }
     out.join("\n")
 }

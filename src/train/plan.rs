@@ -139,16 +139,7 @@ impl Trainer {
         if let Some(masking) = self.masking() {
             line("masking", masking);
         }
-        // Epochs the steps cover, counted epoch by epoch (under a token budget they differ).
-        let (mut epochs, mut left) = (0.0, self.total_steps);
-        for e in 0.. {
-            let n = if e == 0 { first_epoch } else { train.batches_in_epoch(e) }.max(1);
-            if left <= n || e > 10_000 {
-                epochs += left as f64 / n as f64;
-                break;
-            }
-            (epochs, left) = (epochs + 1.0, left - n);
-        }
+        let epochs = train.epochs_in_steps(self.total_steps);
         let steps_per_epoch = first_epoch;
         line(
             "schedule",

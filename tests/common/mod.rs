@@ -320,17 +320,3 @@ pub fn weight_gap(a: &Path, b: &Path) -> f64 {
     }
     gap / scale
 }
-
-/// A `tokenize` step that reads an HF `tokenizer.json` (`tokenizer: PATH`, the YAML's defaults
-/// otherwise), not yet loaded.
-pub fn tokenizer_json_step(path: impl Into<PathBuf>) -> bertpipe::tokenize::Tokenize {
-    bertpipe::tokenize::Tokenize {
-        vocab: None,
-        tokenizer: Some(path.into()),
-        lowercase: true,
-        strip_accents: None,
-        max_word_chars: 100,
-        encoder: None,
-        sentences: false,
-    }
-}

@@ -59,14 +59,7 @@ impl StageKind for TrainConfig {
             false => e,
         })?;
         if !cx.quiet {
-            // The trainer's own hint (`--resume`) is not the chain's: the same chain command
-            // continues it, as the chain says next.
-            let summary = crate::train::format_summary(&s);
-            let summary = match summary.strip_suffix("; continue with --resume") {
-                Some(head) => head.to_string(),
-                None => summary,
-            };
-            eprintln!("{summary}");
+            eprintln!("{}", crate::train::format_summary(&s, "the same `bertpipe run` continues it"));
         }
         if s.interrupted {
             return Ok(Outcome::Interrupted);
