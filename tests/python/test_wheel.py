@@ -149,7 +149,8 @@ cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_atte
 model = torch.nn.parallel.DistributedDataParallel(BertForSequenceClassification(cfg))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 seen = []
-for step, batch in enumerate(DataLoader(ds, batch_size=4, num_workers=2, collate_fn=ds.collate)):
+loader = iter(DataLoader(ds, batch_size=4, num_workers=2, collate_fn=ds.collate))
+for step, batch in enumerate(loader):
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                 token_type_ids=batch["token_type_ids"], labels=batch["labels"])
     out.loss.backward()
@@ -165,7 +166,11 @@ dist.all_gather_object(rows, seen)
 if rank == 0:
     assert all(torch.equal(s, sums[0]) for s in sums), sums
     assert not set(rows[0]) & set(rows[1]) and len(rows[0]) == len(rows[1]) == 20
-    print("ranks agree:", sums[0].tolist())
+    print("ranks agree:", sums[0].tolist(), flush=True)
+# Shut down in order: the loader's workers first, then no rank leaves while the other is
+# still inside a collective (a rank that tore gloo down early was seen to abort at exit).
+del loader
+dist.barrier()
 dist.destroy_process_group()
 """
 
