@@ -33,8 +33,10 @@ fn hostile_tree(root: &Path) -> Vec<(String, Vec<u8>)> {
         ("train/neg/6_1.txt".into(), b"Dreadful.<br /><br />I want my two hours back &amp; my money.".to_vec()),
         ("train/neg/notes.txt".into(), b"a file name without a rating".to_vec()),
         ("train/neg/7_9.txt.orig".into(), b"a stray non-txt file".to_vec()),
+        ("train/neg/9_11.txt".into(), b"A rating past ten is not aclImdb's.".to_vec()),
         ("train/pos/0_10.txt".into(), big.into_bytes()),
         ("train/pos/1_9.txt".into(), "Sublime \u{201C}Amélie\u{201D}!!! 10/10".as_bytes().to_vec()),
+        ("train/pos/2_3.txt".into(), b"Rated three out of ten, yet filed with the positive reviews.".to_vec()),
         ("test/neg/0_2.txt".into(), b"Not good at all.".to_vec()),
         ("test/pos/0_8.txt".into(), b"Loved it.".to_vec()),
     ];
@@ -74,7 +76,7 @@ fn hostile_aclimdb_folder_reconciles_with_reasons() {
     assert_ok(&run(&p));
     assert_reconciles(&out);
     let m = manifest(&out);
-    assert_eq!(m["splits"]["train"]["docs_in"], 11, "every file in a label folder is counted");
+    assert_eq!(m["splits"]["train"]["docs_in"], 13, "every file in a label folder is counted");
     assert_eq!(m["splits"]["test"]["docs_in"], 2);
     assert_eq!(m["splits"]["train"]["utf8_replaced"], 1);
     let rejects = rejects_by_id(&out);
@@ -83,7 +85,10 @@ fn hostile_aclimdb_folder_reconciles_with_reasons() {
     assert_eq!(rejects["train/neg/notes.txt"], "bad_file_name:notes.txt");
     assert_eq!(rejects["train/neg/7_9.txt.orig"], "bad_file_name:7_9.txt.orig");
     assert_eq!(rejects["train/neg/6_1"], "duplicate_of:train/neg/0_1");
-    assert_eq!(rejects.len(), 5);
+    // aclImdb's ratings are 1–10; a positive review rated ≤ 4 has a label in doubt.
+    assert_eq!(rejects["train/neg/9_11.txt"], "bad_file_name:9_11.txt");
+    assert_eq!(rejects["train/pos/2_3"], "rating_disagrees:rating 3 in pos");
+    assert_eq!(rejects.len(), 7);
 
     let ids = strings(&out, "train", "id");
     let texts = strings(&out, "train", "text");
@@ -143,7 +148,8 @@ fn tarball_reads_as_a_stream_and_matches_the_folder() {
         }
     }
     let m = manifest(&out_tar);
-    assert_eq!(m["splits"]["train"]["docs_in"], 11);
+    assert_eq!(m["splits"]["train"]["docs_in"], 13);
+    assert_eq!(rejects_by_id(&out_tar), rejects_by_id(&out_dir), "the tarball rejects what the folder does");
 }
 
 #[test]

@@ -14,7 +14,8 @@ use crate::contract::partition::Partition;
 use crate::contract::progress::Total;
 
 /// Read aclImdb: `{train,test}/{neg,pos,unsup}/<id>_<rating>.txt`. Files in a label folder
-/// whose name does not have that shape go to the rejects (`bad_file_name`); the dataset's other
+/// whose name does not have that shape (a rating of 0–10) go to the rejects (`bad_file_name`),
+/// as do reviews whose rating contradicts their folder (`rating_disagrees`); the dataset's other
 /// files (`urls_*.txt`, `*.feat`, `imdb.vocab`, README) are not reviews and are not read.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -75,11 +76,23 @@ fn default_labels() -> Vec<LabelDir> {
     vec![LabelDir::Neg, LabelDir::Pos]
 }
 
-/// `123_9.txt` → (123, 9).
+/// `123_9.txt` → (123, 9). Ratings are 0–10 (1–10 in the labelled folders, 0 in `unsup`).
 fn parse_file_name(name: &str) -> Option<(u64, i8)> {
     let stem = name.strip_suffix(".txt")?;
     let (id, rating) = stem.split_once('_')?;
-    Some((id.parse().ok()?, rating.parse().ok()?))
+    Some((id.parse().ok()?, rating.parse().ok().filter(|r| (0..=10).contains(r))?))
+}
+
+/// A rating its folder contradicts: aclImdb's `neg` reviews are rated ≤ 4 and its `pos`
+/// reviews ≥ 7, so a `pos/…_2.txt` was moved or renamed and its label (the folder's) is in
+/// doubt. 5 and 6 (absent from the dataset) are left to the folder.
+fn disagreement(label: LabelDir, rating: i8) -> Option<String> {
+    let contradicts = match label {
+        LabelDir::Neg => rating >= 7,
+        LabelDir::Pos => (0..=4).contains(&rating),
+        LabelDir::Unsup => false,
+    };
+    contradicts.then(|| format!("rating_disagrees:rating {rating} in {}", label.name()))
 }
 
 pub fn is_tarball(path: &Path) -> bool {
@@ -113,8 +126,21 @@ impl AclImdb {
         }
     }
 
-    fn meta(&self, split: &str, label: LabelDir, name: &str, origin: String, input_bytes: u64) -> (RecordMeta, bool) {
+    /// The review's metadata, and why it is rejected unread: a name without the
+    /// `<id>_<rating>.txt` shape, or a rating its folder contradicts.
+    fn meta(
+        &self,
+        split: &str,
+        label: LabelDir,
+        name: &str,
+        origin: String,
+        input_bytes: u64,
+    ) -> (RecordMeta, Option<String>) {
         let parsed = parse_file_name(name);
+        let reject = match parsed {
+            None => Some(format!("bad_file_name:{name}")),
+            Some((_, rating)) => disagreement(label, rating),
+        };
         let id = match parsed {
             Some(_) => format!("{split}/{}/{}", label.name(), name.trim_end_matches(".txt")),
             None => format!("{split}/{}/{name}", label.name()),
@@ -127,7 +153,7 @@ impl AclImdb {
             origin,
             input_bytes,
         };
-        (meta, parsed.is_some())
+        (meta, reject)
     }
 
     fn root(&self) -> Result<PathBuf> {
@@ -224,10 +250,9 @@ impl AclImdb {
             for name in files.into_iter().skip(lo - (first - n)).take(hi - lo) {
                 let path = dir.join(&name);
                 // The size is known once the file is read (`PendingFile::load`).
-                let (meta, ok) = self.meta(&split, label, &name, path.display().to_string(), 0);
+                let (meta, reject) = self.meta(&split, label, &name, path.display().to_string(), 0);
                 // With several workers, opened and read by the worker that cleans it: reading
                 // 50,000 small files on this one thread was the floor under every pipeline.
-                let reject = (!ok).then(|| format!("bad_file_name:{name}"));
                 let file = PendingFile { meta, path, policy: self.on_invalid_utf8, reject };
                 out.emit(if out.reads_files() { SourceItem::File(file) } else { file.load()? })?;
             }
@@ -314,10 +339,10 @@ impl AclImdb {
                 .with_context(|| format!("could not read '{}' in '{}'", path.display(), self.path.display()))?;
             let now = consumed.load(Ordering::Relaxed);
             let origin = format!("{}:{}", self.path.display(), path.display());
-            let (meta, ok) = self.meta(split, label, name, origin, now - reported);
+            let (meta, reject) = self.meta(split, label, name, origin, now - reported);
             reported = now;
-            if !ok {
-                out.emit(meta.reject(format!("bad_file_name:{name}"), String::from_utf8_lossy(&bytes).into_owned()))?;
+            if let Some(reason) = reject {
+                out.emit(meta.reject(reason, String::from_utf8_lossy(&bytes).into_owned()))?;
                 continue;
             }
             out.emit(meta.into_item(bytes, self.on_invalid_utf8))?;
@@ -350,5 +375,18 @@ mod tests {
         assert_eq!(parse_file_name("123.txt"), None);
         assert_eq!(parse_file_name("123_9.feat"), None);
         assert_eq!(parse_file_name("a_b.txt"), None);
+        assert_eq!(parse_file_name("7_10.txt"), Some((7, 10)));
+        assert_eq!(parse_file_name("7_11.txt"), None, "ratings are 0-10");
+        assert_eq!(parse_file_name("7_-1.txt"), None);
+    }
+
+    #[test]
+    fn ratings_the_folder_contradicts() {
+        for r in 0..=10 {
+            assert_eq!(disagreement(LabelDir::Neg, r).is_some(), r >= 7, "neg {r}");
+            assert_eq!(disagreement(LabelDir::Pos, r).is_some(), r <= 4, "pos {r}");
+            assert_eq!(disagreement(LabelDir::Unsup, r), None);
+        }
+        assert_eq!(disagreement(LabelDir::Neg, 9).unwrap(), "rating_disagrees:rating 9 in neg");
     }
 }
