@@ -27,10 +27,10 @@ extern "C" {
 /// A training step frees its activations and allocates the same sizes again a few milliseconds
 /// later. mimalloc hands freed memory back to the OS after 10 ms, so every step faulted its
 /// activations in afresh and the kernel zeroed them (~380,000 page faults in 30 steps of
-/// BERT-mini at 512; 12.9 s of system time against 4.3). Kept for a second instead, it is
-/// reused: the same run 34.3 → 27.3 s, MiniLM at 512 39.2 → 31.2 s, peak RSS +2% there
-/// (docs/benchmarks.md#training-memory). Pipelines and evaluation do not change. A
-/// `MIMALLOC_PURGE_DELAY` in the environment still wins.
+/// BERT-mini). Kept for a second, it is reused: those 30 steps 29.9 → 27.1 s, MiniLM-L6 at 512
+/// tokens 35.7 → 32.6 s (peak RSS +21% and +2%; docs/benchmarks.md#freed-memory-kept-a-second).
+/// The trainer's `keep_freed_memory` does the same for glibc's malloc (the Python wheel's).
+/// Pipelines and evaluation do not change. A `MIMALLOC_PURGE_DELAY` in the environment wins.
 fn keep_freed_memory_a_second() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() && std::env::var_os("MIMALLOC_RESET_DELAY").is_none() {
         // SAFETY: mimalloc's option setter, called before any other thread of ours exists.

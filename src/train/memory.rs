@@ -77,14 +77,20 @@ pub struct Estimate {
 }
 
 /// Resident memory of the process before the model: the binary, its libraries, the thread
-/// pools, the shards' metadata. Fitted to the measured cells (with [`ALLOCATOR`]).
-const PROCESS: u64 = 64 << 20;
-/// Resident bytes per live activation byte: freed buffers stay with the allocator for reuse
-/// (`keep_freed_memory`) and are not always the size the next one needs, so resident memory
-/// runs about a quarter above the tensors alive at the peak. Fitted to the measured cells
-/// (least squares over the 128/256/512-token cells of BERT-mini, MiniLM-L6 and BERT-base:
-/// 1.26 for the `hidden`-wide terms, 1.20 for the attention terms; one factor here).
-const ALLOCATOR: f64 = 1.23;
+/// pools, the shards' metadata, and what loading them freed. Fitted to the measured cells (with
+/// [`ALLOCATOR`] and [`ALLOCATOR_CHECKPOINTED`]).
+const PROCESS: u64 = 128 << 20;
+/// Resident bytes per live activation byte: freed buffers stay with the allocator for a second
+/// for reuse (the binary's `keep_freed_memory_a_second`, and [`super::keep_freed_memory`] under
+/// glibc) and are not always the size the next one needs, so resident memory runs about a fifth
+/// above the tensors alive at the peak. Fitted to the measured cells (the smallest worst error
+/// over the 128/256/512-token cells of BERT-mini, MiniLM-L6 and BERT-base: 13%).
+const ALLOCATOR: f64 = 1.22;
+/// The same with gradient checkpointing: every layer's activations are made twice a step (the
+/// graph-free forward, then the recomputation one layer at a time), and the buffers of one pass,
+/// kept for reuse, are not the sizes the other asks for in its order. Fitted to the three
+/// checkpointed cells with the two constants above.
+const ALLOCATOR_CHECKPOINTED: f64 = 1.75;
 
 pub fn estimate(s: &Shape) -> Estimate {
     let f = 4; // f32
@@ -103,10 +109,11 @@ pub fn estimate(s: &Shape) -> Estimate {
     } else {
         s.layers * layer * tokens + backward * tokens + mlm
     };
-    let step = (step_floats as f64 * f as f64 * ALLOCATOR) as u64;
+    let allocator = if s.checkpointing { ALLOCATOR_CHECKPOINTED } else { ALLOCATOR };
+    let step = (step_floats as f64 * f as f64 * allocator) as u64;
     // Evaluation: no graph, so one layer's scores and probabilities and its widest outputs.
     let eval_tokens = s.eval_rows * s.seq;
-    let eval = ((2 * a * s.seq + 2 * i + 6 * h) * eval_tokens * f) as f64 * ALLOCATOR;
+    let eval = ((2 * a * s.seq + 2 * i + 6 * h) * eval_tokens * f) as f64 * allocator;
     let save = 2 * s.params * f;
     let model_state = 4 * s.params * f;
     let step_part = step.max(eval as u64).max(save);

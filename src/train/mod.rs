@@ -133,7 +133,9 @@ pub fn run(cfg: &TrainConfig, opts: &TrainOptions) -> Result<TrainSummary> {
 
 /// Every training op allocates tensors of the same few sizes; by default glibc serves the large
 /// ones with fresh `mmap`s, whose page faults and zeroing cost more system time than the math.
-/// Raising the thresholds keeps freed buffers for reuse (peak memory is unchanged).
+/// Raising the thresholds keeps freed buffers for reuse (peak memory is unchanged). This is for
+/// glibc's malloc (the Python wheel's); the `bertpipe` binary's allocator is mimalloc, whose
+/// freed memory `main` keeps for a second (`keep_freed_memory_a_second` in `src/main.rs`).
 pub fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator tuning parameters; called before the hot loop.
