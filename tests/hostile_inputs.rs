@@ -4,6 +4,7 @@
 mod common;
 
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use common::*;
@@ -134,6 +135,19 @@ fn tarball_reads_as_a_stream_and_matches_the_folder() {
         for (name, _) in &files {
             tar.append_path_with_name(corpus.join(name), format!("aclImdb/{name}")).unwrap();
         }
+        // A file name that is not UTF-8, in both; links, which only the folder can follow.
+        let odd = std::ffi::OsStr::from_bytes(b"50_\xff2.txt");
+        std::fs::write(corpus.join("train/neg").join(odd), "An odd name.").unwrap();
+        let mut odd_tar = std::ffi::OsString::from("aclImdb/train/neg/");
+        odd_tar.push(odd);
+        tar.append_path_with_name(corpus.join("train/neg").join(odd), odd_tar).unwrap();
+        for (kind, name) in [(tar::EntryType::Symlink, "51_1.txt"), (tar::EntryType::Link, "52_2.txt")] {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(kind);
+            h.set_size(0);
+            h.set_mode(0o644);
+            tar.append_link(&mut h, format!("aclImdb/train/neg/{name}"), "aclImdb/train/neg/0_1.txt").unwrap();
+        }
         tar.into_inner().unwrap().finish().unwrap().flush().unwrap();
     }
     let out_dir = tmp.path().join("from-folder");
@@ -147,9 +161,16 @@ fn tarball_reads_as_a_stream_and_matches_the_folder() {
             assert_eq!(std::fs::read(&shard).unwrap(), std::fs::read(&twin).unwrap(), "{}", shard.display());
         }
     }
-    let m = manifest(&out_tar);
-    assert_eq!(m["splits"]["train"]["docs_in"], 13);
-    assert_eq!(rejects_by_id(&out_tar), rejects_by_id(&out_dir), "the tarball rejects what the folder does");
+    // Nothing in a label folder vanishes from the stream: the odd name is rejected as the
+    // folder rejects it, and each link is counted and rejected with its target.
+    let (m_dir, m_tar) = (manifest(&out_dir), manifest(&out_tar));
+    assert_eq!(m_dir["splits"]["train"]["docs_in"], 14);
+    assert_eq!(m_tar["splits"]["train"]["docs_in"], 16);
+    let mut from_tar = rejects_by_id(&out_tar);
+    assert_eq!(from_tar.remove("train/neg/51_1").as_deref(), Some("link_in_tarball:aclImdb/train/neg/0_1.txt"));
+    assert_eq!(from_tar.remove("train/neg/52_2").as_deref(), Some("link_in_tarball:aclImdb/train/neg/0_1.txt"));
+    assert_eq!(from_tar, rejects_by_id(&out_dir), "the tarball rejects what the folder does");
+    assert_eq!(from_tar["train/neg/50_\u{FFFD}2.txt"], "bad_file_name:50_\u{FFFD}2.txt");
 }
 
 #[test]

@@ -76,10 +76,16 @@ fn default_labels() -> Vec<LabelDir> {
     vec![LabelDir::Neg, LabelDir::Pos]
 }
 
-/// `123_9.txt` → (123, 9). Ratings are 0–10 (1–10 in the labelled folders, 0 in `unsup`).
+/// `123_9.txt` → (123, 9). Both are plain ASCII digits (no sign: Rust's `parse` would take
+/// `+3`); ratings are 0–10 (1–10 in the labelled folders, 0 in `unsup`) written without a
+/// leading zero, as the dataset writes them (`010` is not a rating).
 fn parse_file_name(name: &str) -> Option<(u64, i8)> {
     let stem = name.strip_suffix(".txt")?;
     let (id, rating) = stem.split_once('_')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(id) || !digits(rating) || (rating.len() > 1 && rating.starts_with('0')) {
+        return None;
+    }
     Some((id.parse().ok()?, rating.parse().ok().filter(|r| (0..=10).contains(r))?))
 }
 
@@ -280,26 +286,34 @@ impl AclImdb {
         let mut n = 0;
         for entry in archive.entries().with_context(|| format!("'{}' is not a readable tar.gz", self.path.display()))? {
             let entry = entry.with_context(|| format!("corrupt archive '{}'", self.path.display()))?;
-            if entry.header().entry_type().is_file() && self.review_entry(&entry.path()?).is_some() {
+            if Self::counted(entry.header().entry_type()) && self.review_entry(&entry.path()?).is_some() {
                 n += 1;
             }
         }
         Ok(n)
     }
 
-    /// `(split, label, file name)` of a tarball entry this source reads, or `None`.
-    fn review_entry<'p>(&self, path: &'p Path) -> Option<(&'p str, LabelDir, &'p str)> {
-        let parts: Vec<&str> = path.iter().filter_map(|c| c.to_str()).collect();
+    /// Tarball entries a label folder's count includes: files, and links (which a stream
+    /// cannot follow: each is a reject, so it is counted rather than lost).
+    fn counted(kind: tar::EntryType) -> bool {
+        kind.is_file() || kind.is_symlink() || kind.is_hard_link()
+    }
+
+    /// `(split, label, file name)` of a tarball entry this source reads, or `None`. A file name
+    /// that is not UTF-8 is kept (lossily, as a folder's is) so it becomes a `bad_file_name`
+    /// reject instead of vanishing.
+    fn review_entry<'p>(&self, path: &'p Path) -> Option<(&'p str, LabelDir, std::borrow::Cow<'p, str>)> {
+        let parts: Vec<&std::ffi::OsStr> = path.iter().collect();
         let n = parts.len();
         if n < 3 {
             return None;
         }
-        let (split, label_name, name) = (parts[n - 3], parts[n - 2], parts[n - 1]);
+        let (split, label_name, name) = (parts[n - 3].to_str()?, parts[n - 2].to_str()?, parts[n - 1]);
         let label = LabelDir::parse(label_name)?;
         let wanted = (split == "train" || split == "test")
             && self.splits.iter().any(|s| s == split)
             && self.labels.contains(&label);
-        wanted.then_some((split, label, name))
+        wanted.then(|| (split, label, name.to_string_lossy()))
     }
 
     fn read_tarball(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
@@ -317,7 +331,8 @@ impl AclImdb {
             archive.entries().with_context(|| format!("'{}' is not a readable tar.gz", self.path.display()))?;
         for entry in entries {
             let mut entry = entry.with_context(|| format!("corrupt archive '{}'", self.path.display()))?;
-            if !entry.header().entry_type().is_file() {
+            let kind = entry.header().entry_type();
+            if !Self::counted(kind) {
                 continue;
             }
             let path = entry.path()?.into_owned();
@@ -331,6 +346,16 @@ impl AclImdb {
                 }
                 continue;
             }
+            if !kind.is_file() {
+                // A link's target is elsewhere in the stream (or outside it): not followed.
+                let target = entry.link_name().ok().flatten().map(|t| t.display().to_string()).unwrap_or_default();
+                let origin = format!("{}:{}", self.path.display(), path.display());
+                let now = consumed.load(Ordering::Relaxed);
+                let (meta, _) = self.meta(split, label, &name, origin, now - reported);
+                reported = now;
+                out.emit(meta.reject(format!("link_in_tarball:{target}"), String::new()))?;
+                continue;
+            }
             // The header's size is only a hint (a crafted one can claim terabytes): the
             // buffer grows with what is really read.
             let mut bytes = Vec::with_capacity(entry.size().min(1 << 24) as usize);
@@ -339,7 +364,7 @@ impl AclImdb {
                 .with_context(|| format!("could not read '{}' in '{}'", path.display(), self.path.display()))?;
             let now = consumed.load(Ordering::Relaxed);
             let origin = format!("{}:{}", self.path.display(), path.display());
-            let (meta, reject) = self.meta(split, label, name, origin, now - reported);
+            let (meta, reject) = self.meta(split, label, &name, origin, now - reported);
             reported = now;
             if let Some(reason) = reject {
                 out.emit(meta.reject(reason, String::from_utf8_lossy(&bytes).into_owned()))?;
@@ -378,6 +403,10 @@ mod tests {
         assert_eq!(parse_file_name("7_10.txt"), Some((7, 10)));
         assert_eq!(parse_file_name("7_11.txt"), None, "ratings are 0-10");
         assert_eq!(parse_file_name("7_-1.txt"), None);
+        for signed_or_padded in ["7_+3.txt", "7_-0.txt", "7_03.txt", "7_010.txt", "7_00.txt", "+7_3.txt", "7_ 3.txt"] {
+            assert_eq!(parse_file_name(signed_or_padded), None, "{signed_or_padded}");
+        }
+        assert_eq!(parse_file_name("007_3.txt"), Some((7, 3)), "an id may have leading zeros");
     }
 
     #[test]
