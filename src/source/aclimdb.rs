@@ -346,27 +346,26 @@ impl AclImdb {
                 }
                 continue;
             }
-            if !kind.is_file() {
-                // A link's target is elsewhere in the stream (or outside it): not followed.
+            // A link's target is elsewhere in the stream (or outside it): it is not followed,
+            // and the link is a reject of its own.
+            let mut link = None;
+            let mut bytes = Vec::new();
+            if kind.is_file() {
+                // The header's size is only a hint (a crafted one can claim terabytes): the
+                // buffer grows with what is really read.
+                bytes.reserve(entry.size().min(1 << 24) as usize);
+                entry
+                    .read_to_end(&mut bytes)
+                    .with_context(|| format!("could not read '{}' in '{}'", path.display(), self.path.display()))?;
+            } else {
                 let target = entry.link_name().ok().flatten().map(|t| t.display().to_string()).unwrap_or_default();
-                let origin = format!("{}:{}", self.path.display(), path.display());
-                let now = consumed.load(Ordering::Relaxed);
-                let (meta, _) = self.meta(split, label, &name, origin, now - reported);
-                reported = now;
-                out.emit(meta.reject(format!("link_in_tarball:{target}"), String::new()))?;
-                continue;
+                link = Some(format!("link_in_tarball:{target}"));
             }
-            // The header's size is only a hint (a crafted one can claim terabytes): the
-            // buffer grows with what is really read.
-            let mut bytes = Vec::with_capacity(entry.size().min(1 << 24) as usize);
-            entry
-                .read_to_end(&mut bytes)
-                .with_context(|| format!("could not read '{}' in '{}'", path.display(), self.path.display()))?;
             let now = consumed.load(Ordering::Relaxed);
             let origin = format!("{}:{}", self.path.display(), path.display());
             let (meta, reject) = self.meta(split, label, &name, origin, now - reported);
             reported = now;
-            if let Some(reason) = reject {
+            if let Some(reason) = link.or(reject) {
                 out.emit(meta.reject(reason, String::from_utf8_lossy(&bytes).into_owned()))?;
                 continue;
             }

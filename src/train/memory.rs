@@ -109,6 +109,8 @@ pub fn estimate(s: &Shape) -> Estimate {
     } else {
         s.layers * layer * tokens + backward * tokens + mlm
     };
+    // An evaluation runs in the same process as the steps, among the buffers they left: it
+    // takes the same factor.
     let allocator = if s.checkpointing { ALLOCATOR_CHECKPOINTED } else { ALLOCATOR };
     let step = (step_floats as f64 * f as f64 * allocator) as u64;
     // Evaluation: no graph, so one layer's scores and probabilities and its widest outputs.
