@@ -96,6 +96,8 @@ where
                 Ok(t) => t,
                 Err(code) => return code,
             };
+            // The command's process: C allocations (the shards' zstd contexts) are reused.
+            crate::contract::keep_freed_memory();
             let opts = RunOptions {
                 threads: args.threads,
                 resume: args.resume,
@@ -466,6 +468,7 @@ fn refused_under_a_launcher(command: &str, instead: &str) -> Option<ExitCode> {
 
 fn run_experiment(args: crate::cli::ExperimentArgs) -> ExitCode {
     use crate::experiment;
+    crate::contract::keep_freed_memory();
     let exp = match experiment::load(&args.experiment, &args.set) {
         Ok(e) => e,
         Err(e) => return config_failure(&e),

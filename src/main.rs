@@ -29,7 +29,7 @@ extern "C" {
 /// activations in afresh and the kernel zeroed them (~380,000 page faults in 30 steps of
 /// BERT-mini). Kept for a second, it is reused: those 30 steps 29.9 → 27.1 s, MiniLM-L6 at 512
 /// tokens 35.7 → 32.6 s (peak RSS +21% and +2%; docs/benchmarks.md#freed-memory-kept-a-second).
-/// The trainer's `keep_freed_memory` does the same for glibc's malloc (the Python wheel's).
+/// `contract::keep_freed_memory` does the same for glibc's malloc (C code's, and the wheel's).
 /// Pipelines and evaluation do not change. A `MIMALLOC_PURGE_DELAY` in the environment wins.
 fn keep_freed_memory_a_second() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() && std::env::var_os("MIMALLOC_RESET_DELAY").is_none() {
@@ -50,5 +50,25 @@ mod tests {
         let expected = std::env::var("MIMALLOC_PURGE_DELAY").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(10);
         // SAFETY: reading an option.
         assert_eq!(unsafe { mi_option_get(MI_OPTION_PURGE_DELAY) }, expected);
+    }
+
+    /// After `contract::keep_freed_memory` (which `pipeline run`, `run` and `train` call) glibc
+    /// serves a 24 MiB block from its heap, to be reused, not from a fresh `mmap` (`mallinfo2`
+    /// counts the mapped blocks). Without it the threshold starts at 128 KiB, and in this binary,
+    /// whose Rust allocations are mimalloc's, nothing frees a large glibc block to raise it.
+    #[test]
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn c_allocations_are_kept_for_reuse() {
+        bertpipe::contract::keep_freed_memory();
+        // SAFETY: malloc, the allocator's counters, free.
+        let mapped = unsafe {
+            let before = libc::mallinfo2().hblks;
+            let p = std::hint::black_box(libc::malloc(24 << 20));
+            assert!(!p.is_null());
+            let mapped = libc::mallinfo2().hblks - before;
+            libc::free(p);
+            mapped
+        };
+        assert_eq!(mapped, 0, "glibc mapped a 24 MiB block afresh");
     }
 }

@@ -66,6 +66,23 @@ pub fn temp_target(file: &str) -> Option<&str> {
     }
 }
 
+/// Raises glibc's `mmap` and trim thresholds so that memory C code frees (and, in the Python
+/// wheel, Rust code too) stays with the process for reuse instead of going back to the OS and
+/// being faulted in and zeroed again. Peak memory is unchanged. Two users: the trainer, whose ops
+/// allocate tensors of the same few large sizes every step, and the `pipeline run` / `run`
+/// commands, whose Parquet writers create a zstd context per column chunk (C allocations of
+/// ~1 MB that glibc served with a fresh `mmap` each time: 4,000 of html's 6,500 page faults, a
+/// 0.96× wall when kept; docs/benchmarks.md). The `bertpipe` binary's own allocator is mimalloc
+/// (`src/main.rs`), which this does not touch.
+pub fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator tuning parameters.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
+}
+
 /// Test hook `BERTPIPE_KILL_AT=N`: the N-th kill point this process passes (1-based) kills it
 /// with SIGKILL, as `kill -9` would. Kill points sit between writing a file and renaming it into
 /// place ([`write_file_atomic`], shards, checkpoints) and between the chain runner's steps, so

@@ -81,7 +81,7 @@ pub struct Estimate {
 /// [`ALLOCATOR`] and [`ALLOCATOR_CHECKPOINTED`]).
 const PROCESS: u64 = 128 << 20;
 /// Resident bytes per live activation byte: freed buffers stay with the allocator for a second
-/// for reuse (the binary's `keep_freed_memory_a_second`, and [`super::keep_freed_memory`] under
+/// for reuse (the binary's `keep_freed_memory_a_second`, and [`crate::contract::keep_freed_memory`] under
 /// glibc) and are not always the size the next one needs, so resident memory runs about a fifth
 /// above the tensors alive at the peak. Fitted to the measured cells (the smallest worst error
 /// over the 128/256/512-token cells of BERT-mini, MiniLM-L6 and BERT-base: 13%).

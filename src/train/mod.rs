@@ -120,7 +120,9 @@ fn rank_fault(var: &str, rank: usize, step: u64) -> bool {
 }
 
 pub fn run(cfg: &TrainConfig, opts: &TrainOptions) -> Result<TrainSummary> {
-    keep_freed_memory();
+    // Every training op allocates tensors of the same few sizes; glibc (the wheel's allocator)
+    // would serve the large ones with fresh `mmap`s, whose faults cost more than the math.
+    crate::contract::keep_freed_memory();
     // Ctrl-C / SIGTERM while training: checkpoint and stop at the next optimiser step. The
     // flag is the process's (one handler for every stage of a chain); a stop handled here is
     // cleared, so later work starts afresh.
@@ -129,20 +131,6 @@ pub fn run(cfg: &TrainConfig, opts: &TrainOptions) -> Result<TrainSummary> {
     let summary = t.run();
     crate::contract::interrupt::clear();
     summary
-}
-
-/// Every training op allocates tensors of the same few sizes; by default glibc serves the large
-/// ones with fresh `mmap`s, whose page faults and zeroing cost more system time than the math.
-/// Raising the thresholds keeps freed buffers for reuse (peak memory is unchanged). This is for
-/// glibc's malloc (the Python wheel's); the `bertpipe` binary's allocator is mimalloc, whose
-/// freed memory `main` keeps for a second (`keep_freed_memory_a_second` in `src/main.rs`).
-pub fn keep_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator tuning parameters; called before the hot loop.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-    }
 }
 
 /// Everything the loop needs, prepared by [`setup`].
