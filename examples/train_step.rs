@@ -23,7 +23,7 @@ fn main() -> Result<()> {
     let steps = a.get(5).copied().unwrap_or(8);
     // As `bertpipe train` does (BERTPIPE_DEFAULT_MALLOC=1 measures without it).
     if std::env::var_os("BERTPIPE_DEFAULT_MALLOC").is_none() {
-        bertpipe::train::keep_freed_memory();
+        bertpipe::contract::keep_freed_memory();
     }
     let dev = bertpipe::train::device::open(&std::env::var("BERTPIPE_DEVICE").unwrap_or("cpu".into()))?;
     let family = std::env::var("BERTPIPE_FAMILY").unwrap_or("bert".into());
