@@ -73,14 +73,27 @@ pub fn temp_target(file: &str) -> Option<&str> {
 /// commands, whose Parquet writers create a zstd context per column chunk (C allocations of
 /// ~1 MB that glibc served with a fresh `mmap` each time: 4,000 of html's 6,500 page faults, a
 /// 0.96× wall when kept; docs/benchmarks.md). The `bertpipe` binary's own allocator is mimalloc
-/// (`src/main.rs`), which this does not touch.
+/// (`src/main.rs`), which this does not touch. A threshold the user set for glibc in the
+/// environment (`GLIBC_TUNABLES=glibc.malloc.mmap_threshold=…`, or the older
+/// `MALLOC_MMAP_THRESHOLD_`) wins over ours, as `MIMALLOC_PURGE_DELAY` does in `main`.
 pub fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator tuning parameters.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    for (option, value, tunable, old_name) in [
+        (libc::M_MMAP_THRESHOLD, 32 << 20, "glibc.malloc.mmap_threshold", "MALLOC_MMAP_THRESHOLD_"),
+        (libc::M_TRIM_THRESHOLD, 1 << 30, "glibc.malloc.trim_threshold", "MALLOC_TRIM_THRESHOLD_"),
+    ] {
+        if !user_sets_malloc(std::env::var("GLIBC_TUNABLES").ok().as_deref(), tunable)
+            && std::env::var_os(old_name).is_none()
+        {
+            // SAFETY: mallopt only changes allocator tuning parameters.
+            unsafe { libc::mallopt(option, value) };
+        }
     }
+}
+
+/// Whether a `GLIBC_TUNABLES` value (`name=value:name=value…`) sets `tunable`.
+fn user_sets_malloc(tunables: Option<&str>, tunable: &str) -> bool {
+    tunables.is_some_and(|t| t.split(':').any(|kv| kv.split('=').next() == Some(tunable)))
 }
 
 /// Test hook `BERTPIPE_KILL_AT=N`: the N-th kill point this process passes (1-based) kills it
@@ -149,6 +162,17 @@ pub fn cache_dir() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A threshold in `GLIBC_TUNABLES` is the user's: `keep_freed_memory` leaves it.
+    #[test]
+    fn glibc_tunables_the_user_set_win() {
+        let t = "glibc.malloc.trim_threshold=65536:glibc.malloc.mmap_threshold=131072";
+        assert!(user_sets_malloc(Some(t), "glibc.malloc.mmap_threshold"));
+        assert!(user_sets_malloc(Some(t), "glibc.malloc.trim_threshold"));
+        assert!(!user_sets_malloc(Some("glibc.malloc.arena_max=2"), "glibc.malloc.mmap_threshold"));
+        assert!(!user_sets_malloc(Some("glibc.malloc.mmap_threshold_x=1"), "glibc.malloc.mmap_threshold"));
+        assert!(!user_sets_malloc(None, "glibc.malloc.mmap_threshold"));
+    }
 
     #[test]
     fn temporaries_name_the_file_they_stand_for_and_never_collide() {
