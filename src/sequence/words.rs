@@ -104,14 +104,28 @@ impl Words {
         Self::by(WordRule::EndSuffix, vocab, |t| t.ends_with(suffix))
     }
 
+    /// Where a crafted vocabulary gives two tokens one id (`the` and `##ly`), the id splits words
+    /// rather than joins them, whichever token the vocabulary lists last: a continuation only if
+    /// every token of the id is one; a word start or end if any is.
     fn by<'a>(rule: WordRule, vocab: impl IntoIterator<Item = (&'a str, u32)>, mark: impl Fn(&str) -> bool) -> Words {
+        const UNSEEN: u16 = u16::MAX;
         let mut shapes = Vec::new();
         for (token, id) in vocab {
             let id = id as usize;
             if shapes.len() <= id {
-                shapes.resize(id + 1, 0);
+                shapes.resize(id + 1, UNSEEN);
             }
-            shapes[id] = if mark(token) { MARK } else { 0 };
+            let this = if mark(token) { MARK } else { 0 };
+            shapes[id] = match shapes[id] {
+                UNSEEN => this,
+                seen if rule == WordRule::ContinuationPrefix => seen & this,
+                seen => seen | this,
+            };
+        }
+        for shape in &mut shapes {
+            if *shape == UNSEEN {
+                *shape = 0;
+            }
         }
         Words { rule, shapes, bytes: Vec::new() }
     }
@@ -286,6 +300,19 @@ fn byte_shape(bytes: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Tokens sharing an id: the id splits words, in whichever order the vocabulary lists them.
+    #[test]
+    fn a_shared_id_splits_words_in_any_order() {
+        let word = [("the", 1), ("##ly", 1), ("play", 0)];
+        let reversed = [("play", 0), ("##ly", 1), ("the", 1)];
+        for vocab in [&word[..], &reversed[..]] {
+            let wp = Words::continuation_prefix(vocab.iter().copied(), "##");
+            assert!(!wp.continues(&[0, 1], 1), "{vocab:?}");
+            let sp = Words::start_marker(vocab.iter().map(|&(t, id)| (if t == "the" { "▁the" } else { t }, id)), "▁");
+            assert!(!sp.continues(&[0, 1], 1), "{vocab:?}");
+        }
+    }
 
     #[test]
     fn rules() {
