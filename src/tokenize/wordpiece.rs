@@ -104,7 +104,10 @@ impl WordPiece {
     ) -> Result<Self> {
         // HF keeps the last id of a repeated token (its vocabulary is a map filled in line
         // order); the earlier id is then no token's. So do we, for whole words and `##` pieces.
-        let mut all: FxHashMap<&str, u32> = FxHashMap::with_capacity_and_hasher(n, Default::default());
+        // More ids than MAX_VOCAB_IDS are refused below: a file of millions of blank lines must
+        // not size the map first.
+        let mut all: FxHashMap<&str, u32> =
+            FxHashMap::with_capacity_and_hasher(n.min(MAX_VOCAB_IDS), Default::default());
         for (token, id) in tokens {
             all.insert(token, id);
         }
@@ -113,7 +116,7 @@ impl WordPiece {
         let largest = all.values().copied().max().unwrap_or(0) as usize;
         if largest >= MAX_VOCAB_IDS || largest >= 2 * all.len() + 1024 {
             bail!(
-                "the largest token id is {largest}, but the vocabulary has {} tokens: ids must run from 0 without large gaps (at most {MAX_VOCAB_IDS})",
+                "the largest token id is {largest}, but the vocabulary has {} tokens: ids must run from 0 without large gaps (at most {MAX_VOCAB_IDS}); in a vocab.txt a token's id is its line number, so blank or repeated lines leave ids that no token has",
                 all.len()
             );
         }
@@ -151,7 +154,11 @@ impl WordPiece {
         let words = PieceTable::new(by_id.iter().map(|&(id, t)| (t.as_bytes(), id)));
         let continuations =
             PieceTable::new(by_id.iter().filter_map(|&(id, t)| Some((t.strip_prefix("##")?.as_bytes(), id))));
-        let mut names = String::with_capacity(by_id.iter().map(|(_, t)| t.len()).sum());
+        let text_bytes: usize = by_id.iter().map(|(_, t)| t.len()).sum();
+        if text_bytes > u32::MAX as usize {
+            bail!("the vocabulary's tokens hold {text_bytes} bytes of text; at most 4 GiB are read");
+        }
+        let mut names = String::with_capacity(text_bytes);
         let spans = by_id
             .iter()
             .map(|&(id, t)| {
