@@ -220,14 +220,15 @@ fn a_fast_path_tokenizer_json_keeps_its_own_pair_template() {
 }
 
 /// A `vocab.txt` is read as HF's `WordPiece::read_file` reads it: each line without trailing
-/// whitespace, and a token listed twice keeps its last id (the earlier id is no token's).
+/// whitespace, and a token listed twice keeps its last id (the earlier id is no token's, as is
+/// a blank line's).
 #[test]
 fn vocab_txt_lines_and_repeated_tokens_read_as_hf_reads_them() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("vocab.txt");
     let lines = [
         "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the ", "film\t\r", "##s", "the", "##s", "film", "good",
-        "##ly  ", "bad", "##ly",
+        "##ly  ", "bad", "##ly", "", "thes",
     ];
     std::fs::write(&path, lines.join("\n") + "\r\n").unwrap();
     let w = WordPiece::from_vocab_file(&path, true, None, 100).unwrap();
