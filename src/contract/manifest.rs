@@ -491,12 +491,25 @@ impl VocabRef {
 /// change ids. A `vocab.txt` and a `tokenizer.json` of the same tokens and options have the
 /// same identity.
 pub fn vocab_id<'a>(entries: impl IntoIterator<Item = (&'a str, u32)>, lowercase: bool, strip_accents: bool) -> String {
-    use sha2::{Digest, Sha256};
     let mut by_id: Vec<(u32, &str)> = entries.into_iter().map(|(t, id)| (id, t)).collect();
     by_id.sort_unstable();
+    vocab_id_in_order(by_id, lowercase, strip_accents)
+}
+
+/// [`vocab_id`] of entries already in `(id, token)` order, hashed as they come: the WordPiece
+/// loader has them so, and a copy sorted again was fresh memory at the start of every run.
+pub fn vocab_id_in_order<'a>(
+    by_id: impl IntoIterator<Item = (u32, &'a str)>,
+    lowercase: bool,
+    strip_accents: bool,
+) -> String {
+    use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     h.update(format!("bertpipe-vocab/1 lowercase={lowercase} strip_accents={strip_accents}\n").as_bytes());
+    let mut last: Option<(u32, &str)> = None;
     for (id, token) in by_id {
+        debug_assert!(last.is_none_or(|l| l <= (id, token)), "vocab_id_in_order: entries out of order");
+        last = Some((id, token));
         h.update(id.to_le_bytes());
         h.update((token.len() as u32).to_le_bytes());
         h.update(token.as_bytes());

@@ -133,8 +133,7 @@ impl WordPiece {
             slots.iter().enumerate().filter_map(|(id, t)| Some((id as u32, (*t)?))).collect()
         };
         drop(slots);
-        let vocab_id =
-            crate::contract::manifest::vocab_id(by_id.iter().map(|&(id, t)| (t, id)), lowercase, strip_accents);
+        let vocab_id = crate::contract::manifest::vocab_id_in_order(by_id.iter().copied(), lowercase, strip_accents);
         by_id.retain(|(_, t)| !t.is_empty());
         let special = |name: &str| {
             all.get(name).copied().with_context(|| format!("the vocabulary has no {name} token; a BERT vocab.txt lists [PAD] [UNK] [CLS] [SEP] [MASK] (bertpipe vocab train writes one)"))
@@ -146,6 +145,9 @@ impl WordPiece {
             special("[SEP]")?,
             special("[MASK]")?,
         );
+        // The map is done with: its memory goes back before the piece tables, of its size, are
+        // made (fresh memory is the dearest part of a run's start).
+        drop(all);
         if by_id.len() < 6 {
             bail!("the vocabulary has only {} tokens", by_id.len());
         }
@@ -394,9 +396,9 @@ struct Slot {
 
 impl PieceTable {
     /// The first id given to a key wins, as with `entry().or_insert()`.
-    fn new<'a>(entries: impl IntoIterator<Item = (&'a [u8], u32)>) -> Self {
-        let entries: Vec<(&[u8], u32)> = entries.into_iter().filter(|(k, _)| !k.is_empty()).collect();
-        let size = (entries.len() * 2).next_power_of_two().max(16);
+    fn new<'a>(entries: impl Iterator<Item = (&'a [u8], u32)> + Clone) -> Self {
+        let entries = entries.filter(|(k, _)| !k.is_empty());
+        let size = (entries.clone().count() * 2).next_power_of_two().max(16);
         let mut table = PieceTable { slots: vec![Slot::default(); size], mask: size - 1, long: FxHashMap::default() };
         for (key, id) in entries {
             if key.len() > 16 {
