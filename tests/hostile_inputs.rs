@@ -301,3 +301,47 @@ fn a_tar_entry_claiming_a_terabyte_is_an_error_not_an_abort() {
     );
     assert!(!out.join("manifest.json").exists());
 }
+
+/// A write the file system refuses (here a file-size limit, as a full disk refuses one) names
+/// the shard it was writing: a shard smaller than the write buffer reaches the disk only when it
+/// closes, where the error used to come bare ("File too large (os error 27)"). With the limit
+/// lifted, `--resume` finishes the run.
+#[test]
+fn a_refused_write_names_the_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out_arg = format!("sink.path={}", out.display());
+    let args =
+        ["pipeline", "run", "pipelines/imdb.yaml", "--quiet", "--overwrite", "--set", "sink.keep_text=true", "--set"];
+    // bash's `ulimit -f` counts KiB; SIGXFSZ ignored, the write fails with EFBIG instead.
+    let o = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("ulimit -f 40; trap '' XFSZ; exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_bertpipe"))
+        .args(args)
+        .arg(&out_arg)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("could not write '{}/", out.display()))
+            && err.contains(".parquet.tmp'")
+            && err.contains("os error 27"),
+        "{err}"
+    );
+    let resumed = bertpipe(&[
+        "pipeline",
+        "run",
+        "pipelines/imdb.yaml",
+        "--quiet",
+        "--resume",
+        "--set",
+        "sink.keep_text=true",
+        "--set",
+        &out_arg,
+    ]);
+    assert_ok(&resumed);
+    assert!(out.join("manifest.json").is_file());
+}

@@ -22,14 +22,16 @@ enum JournalLine {
 /// Append-only record of completed shards.
 pub struct Journal {
     file: File,
+    path: PathBuf,
 }
 
 impl Journal {
     pub fn create(out: &Path, config_sha256: &str) -> Result<Journal> {
         let path = out.join(JOURNAL);
         let mut file = File::create(&path).with_context(|| format!("could not create '{}'", path.display()))?;
-        writeln!(file, "{}", serde_json::to_string(&JournalLine::Header { config_sha256: config_sha256.into() })?)?;
-        Ok(Journal { file })
+        writeln!(file, "{}", serde_json::to_string(&JournalLine::Header { config_sha256: config_sha256.into() })?)
+            .with_context(|| format!("could not write '{}'", path.display()))?;
+        Ok(Journal { file, path })
     }
 
     /// Opens an existing journal for appending after a resume.
@@ -39,14 +41,14 @@ impl Journal {
             .append(true)
             .open(&path)
             .with_context(|| format!("could not open '{}'", path.display()))?;
-        Ok(Journal { file })
+        Ok(Journal { file, path })
     }
 
     pub fn record(&mut self, folder: &str, shard: &ShardInfo) -> Result<()> {
         let line = serde_json::to_string(&JournalLine::Shard { folder: folder.into(), shard: shard.clone() })?;
-        writeln!(self.file, "{line}")?;
-        self.file.flush()?;
-        Ok(())
+        writeln!(self.file, "{line}")
+            .and_then(|()| self.file.flush())
+            .with_context(|| format!("could not write '{}'", self.path.display()))
     }
 
     /// Shards of an interrupted run that are still intact, per folder, in order. Stops at the

@@ -175,7 +175,8 @@ impl ShardWriter {
         let open = self.open.take().expect("a shard is open");
         let mut sink =
             open.writer.into_inner().with_context(|| format!("could not finish '{}'", open.tmp.display()))?;
-        sink.flush()?;
+        // A shard under the buffer's size reaches the disk only here: a full disk shows here.
+        sink.flush().with_context(|| format!("could not write '{}'", open.tmp.display()))?;
         sink.inner.get_ref().sync_all().with_context(|| format!("could not sync '{}'", open.tmp.display()))?;
         let name = shard_name(self.shards.len());
         let final_path = self.out_root.join(&self.folder).join(&name);
