@@ -128,11 +128,17 @@ impl Punctuation {
 
     fn plain_at(&self, b: &[u8], i: usize) -> bool {
         // Only characters a rule cares about go one by one.
-        let plain = |x: u8| x.is_ascii() && !matches!(x, b'!' | b'?' | b'.' | b',') && !x.is_ascii_whitespace();
-        let solid = |x: u8| x.is_ascii() && !x.is_ascii_whitespace();
+        let plain = |x: u8| x.is_ascii() && !matches!(x, b'!' | b'?' | b'.' | b',') && !is_white(x);
+        let solid = |x: u8| x.is_ascii() && !is_white(x);
         plain(b[i])
             || (b[i] == b' ' && (!self.whitespace || (i > 0 && i + 1 < b.len() && solid(b[i - 1]) && solid(b[i + 1]))))
     }
+}
+
+/// ASCII whitespace as `char::is_whitespace` has it: `u8::is_ascii_whitespace` leaves out the
+/// vertical tab, which the bulk copy then kept where the rule turns it into a space.
+fn is_white(x: u8) -> bool {
+    matches!(x, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r')
 }
 
 /// The first index from `i` on, in steps of 16, of a block holding a byte that
@@ -147,7 +153,7 @@ fn plain_prefix_sse2(b: &[u8], mut i: usize) -> usize {
         let eq = |v: __m128i, c: u8| _mm_cmpeq_epi8(v, _mm_set1_epi8(c as i8));
         let white = |v: __m128i| {
             _mm_or_si128(
-                _mm_or_si128(eq(v, b' '), eq(v, b'\t')),
+                _mm_or_si128(eq(v, b' '), _mm_or_si128(eq(v, b'\t'), eq(v, 0x0B))),
                 _mm_or_si128(eq(v, b'\n'), _mm_or_si128(eq(v, 0x0C), eq(v, b'\r'))),
             )
         };
@@ -191,6 +197,9 @@ mod tests {
             ("  lots   of\t\tspace \n\n here  ", "lots of space here"),
             ("", ""),
             ("…", "..."),
+            // The vertical tab is whitespace (`char::is_whitespace`), inside and at the ends.
+            ("\x0bGreat movie \x0b really \x0b\x0b good\x0b", "Great movie really good"),
+            ("a\x0bb", "a b"),
         ];
         for (input, want) in cases {
             assert_eq!(p.standardize(input), *want, "input: {input:?}");
