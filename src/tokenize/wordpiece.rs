@@ -65,7 +65,22 @@ impl WordPiece {
         let lines = text.bytes().filter(|&b| b == b'\n').count() + 1;
         // As HF's `WordPiece::read_file`: each line without its trailing whitespace.
         let tokens = text.lines().map(str::trim_end).enumerate().map(|(i, t)| (t, i as u32));
+        // What makes a file that looks right fail: said with the error, not instead of HF's
+        // reading (a BOM stays part of the first token there, CR alone ends no line).
+        let why = if text.trim().is_empty() {
+            Some("the file is empty")
+        } else if text.starts_with('\u{FEFF}') {
+            Some("the file starts with a byte order mark (U+FEFF), which is read as part of the first token; save it as UTF-8 without one")
+        } else if !text.contains('\n') && text.contains('\r') {
+            Some("the file's lines end in a carriage return alone, so it is read as one line; end them with \\n")
+        } else {
+            None
+        };
         Self::build(tokens, lines, lowercase, strip_accents, max_word_chars, sha)
+            .map_err(|e| match why {
+                Some(why) => e.context(why),
+                None => e,
+            })
             .with_context(|| format!("vocab '{}'", path.display()))
     }
 
@@ -509,6 +524,29 @@ mod tests {
             w.encode("hello singing [SEP] y", &mut ids);
             assert_eq!(ids, if shared { vec![10, 8, 6, 3, 9] } else { vec![10, 8, 6, 3, 1] });
         }
+    }
+
+    /// A vocab.txt that looks right but is read otherwise says why: a byte order mark (HF keeps
+    /// it in the first token, so `[PAD]` is not found), lines ended by CR alone (one line), an
+    /// empty file. The same tokens with plain line ends load.
+    #[test]
+    fn vocab_files_that_look_right_say_why_they_fail() {
+        let dir = tempfile::tempdir().unwrap();
+        let lines = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "##ing"];
+        let cases = [
+            ("bom", format!("\u{FEFF}{}\n", lines.join("\n")), "byte order mark"),
+            ("cr", format!("{}\r", lines.join("\r")), "carriage return alone"),
+            ("empty", "\n\n".to_string(), "is empty"),
+        ];
+        for (name, text, why) in cases {
+            let path = dir.path().join(format!("{name}.txt"));
+            std::fs::write(&path, text).unwrap();
+            let err = format!("{:#}", WordPiece::from_vocab_file(&path, true, None, 100).unwrap_err());
+            assert!(err.contains(why) && err.contains(&path.display().to_string()), "{name}: {err}");
+        }
+        let path = dir.path().join("plain.txt");
+        std::fs::write(&path, lines.join("\r\n")).unwrap();
+        assert_eq!(WordPiece::from_vocab_file(&path, true, None, 100).unwrap().vocab_size, 7);
     }
 
     /// Every key of every length (up to past 16, NUL bytes included, so zero padding cannot
