@@ -263,6 +263,17 @@ struct Written {
     leakage_part: Option<leakage::Part>,
 }
 
+/// Runs `finish` with a shard callback that only collects, so the shards can be reported later,
+/// in order, from the thread that holds the journal.
+fn collecting_shards(finish: impl FnOnce(&mut OnShard) -> Result<()>) -> (Vec<(String, ShardInfo)>, Result<()>) {
+    let mut done = Vec::new();
+    let result = finish(&mut |folder: &str, info: &ShardInfo| {
+        done.push((folder.to_string(), info.clone()));
+        Ok(())
+    });
+    (done, result)
+}
+
 /// The streaming phase: every document of `input` through the steps, in input order, into
 /// its split's shards or the rejects; each completed shard journaled (and uploaded).
 fn write_rows(
@@ -343,25 +354,11 @@ fn write_rows(
     let (finished, leakage) = std::thread::scope(|scope| {
         let mut jobs = Vec::new();
         for split in splits.values_mut() {
-            jobs.push(scope.spawn(move || -> (Vec<(String, ShardInfo)>, Result<()>) {
-                let mut done = Vec::new();
-                let result = split.finish(&mut |folder: &str, info: &ShardInfo| {
-                    done.push((folder.to_string(), info.clone()));
-                    Ok(())
-                });
-                (done, result)
-            }));
+            jobs.push(scope.spawn(move || collecting_shards(|on| split.finish(on))));
         }
         let (reject_writer, rejects) = (&mut reject_writer, &mut rejects);
-        jobs.push(scope.spawn(move || -> (Vec<(String, ShardInfo)>, Result<()>) {
-            let mut done = Vec::new();
-            let mut collect = |folder: &str, info: &ShardInfo| -> Result<()> {
-                done.push((folder.to_string(), info.clone()));
-                Ok(())
-            };
-            let result =
-                reject_writer.take(rejects, true, &mut collect).and_then(|()| reject_writer.finish(&mut collect));
-            (done, result)
+        jobs.push(scope.spawn(move || {
+            collecting_shards(|on| reject_writer.take(rejects, true, on).and_then(|()| reject_writer.finish(on)))
         }));
         let leakage = seen.finish();
         let finished: Vec<_> =
