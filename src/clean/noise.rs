@@ -279,7 +279,56 @@ fn measure(text: &str) -> Measure {
     };
     let mut prev = '\0';
     let mut i = 0;
+    // Where the next 64-byte block may start: past the first non-ASCII byte of the last one tried.
+    let mut next_block = 0;
     while i < bytes.len() {
+        // 64 ASCII bytes at once: their classes as bit masks, the counts by popcount, only
+        // token and sentence ends one by one. Same counts as the byte loop below.
+        if i >= next_block && i + 64 <= bytes.len() {
+            match Block::classify(&bytes[i..i + 64]) {
+                Ok(k) => {
+                    let t = !k.white;
+                    let open = (token_start != NO_TOKEN) as u64;
+                    let (starts, ends) = (t & !((t << 1) | open), !t & ((t << 1) | open));
+                    let mut edges = starts | ends;
+                    while edges != 0 {
+                        let p = edges.trailing_zeros() as usize;
+                        edges &= edges - 1;
+                        if starts >> p & 1 != 0 {
+                            token_start = i + p;
+                        } else {
+                            end_token(&bytes[token_start..i + p]);
+                            token_start = NO_TOKEN;
+                        }
+                    }
+                    let (word_starts, in_word_after) = k.word_starts(in_word);
+                    in_word = in_word_after;
+                    let mut from = 0;
+                    let mut sentence_ends = k.sent_end;
+                    loop {
+                        let to = if sentence_ends == 0 { 64 } else { sentence_ends.trailing_zeros() };
+                        let span = bits_below(to) & !bits_below(from);
+                        words += (word_starts & span).count_ones();
+                        upper += (k.upper & span).count_ones();
+                        lower += (k.lower & span).count_ones();
+                        if sentence_ends == 0 {
+                            break;
+                        }
+                        sentence_end(&mut m, &mut words, &mut upper, &mut lower);
+                        sentence_ends &= sentence_ends - 1;
+                        from = to + 1;
+                    }
+                    m.chars += 64;
+                    m.visible += t.count_ones();
+                    m.punct += k.punct.count_ones();
+                    m.bad += k.bad.count_ones();
+                    prev = '\0';
+                    i += 64;
+                    continue;
+                }
+                Err(first_non_ascii) => next_block = i + first_non_ascii + 1,
+            }
+        }
         let b = bytes[i];
         // A run of ASCII letters and digits, the bulk of any text: it starts (or continues) a
         // token and a word, and otherwise only adds to the counts.
@@ -387,6 +436,116 @@ fn measure(text: &str) -> Measure {
     m.trigrams = keys.len() as u32;
     m.repeated_trigrams = count_repeats(&keys);
     m
+}
+
+/// The bits of a `u64` below bit `n` (all of them for 64).
+fn bits_below(n: u32) -> u64 {
+    if n >= 64 {
+        !0
+    } else {
+        (1 << n) - 1
+    }
+}
+
+/// The classes of 64 ASCII bytes as bit masks, bit `j` for byte `j` ([`ASCII_CLASS`]'s classes).
+#[derive(Debug, PartialEq, Eq)]
+struct Block {
+    white: u64,
+    sent_end: u64,
+    punct: u64,
+    upper: u64,
+    lower: u64,
+    bad: u64,
+}
+
+impl Block {
+    /// The masks of `bytes` (64 of them), or the offset of the first that is not ASCII.
+    fn classify(bytes: &[u8]) -> Result<Block, usize> {
+        #[cfg(target_arch = "x86_64")]
+        return Block::classify_sse2(bytes);
+        #[cfg(not(target_arch = "x86_64"))]
+        return Block::classify_bytes(bytes);
+    }
+
+    /// One byte at a time through [`ASCII_CLASS`]: the other targets', and the tests' reference.
+    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+    fn classify_bytes(bytes: &[u8]) -> Result<Block, usize> {
+        let mut k = Block { white: 0, sent_end: 0, punct: 0, upper: 0, lower: 0, bad: 0 };
+        for (j, &b) in bytes[..64].iter().enumerate() {
+            if b >= 0x80 {
+                return Err(j);
+            }
+            let class = ASCII_CLASS[b as usize];
+            let bit = |c: u8| ((class & c != 0) as u64) << j;
+            k.white |= bit(WHITE);
+            k.sent_end |= bit(SENT_END);
+            k.punct |= bit(PUNCT);
+            k.upper |= bit(UPPER);
+            k.lower |= bit(LOWER);
+            k.bad |= bit(BAD);
+        }
+        Ok(k)
+    }
+
+    /// Sixteen bytes at a time: range compares (signed, which is right once the bytes are
+    /// known to be ASCII) and one `movemask` per class.
+    #[cfg(target_arch = "x86_64")]
+    fn classify_sse2(bytes: &[u8]) -> Result<Block, usize> {
+        use std::arch::x86_64::*;
+        assert!(bytes.len() >= 64);
+        let mut k = Block { white: 0, sent_end: 0, punct: 0, upper: 0, lower: 0, bad: 0 };
+        // SAFETY: SSE2 is part of x86-64; the four loads read bytes[0..64], inside `bytes`.
+        unsafe {
+            let eq = |v: __m128i, c: u8| _mm_cmpeq_epi8(v, _mm_set1_epi8(c as i8));
+            // lo <= v <= hi, for lo >= 1 and hi <= 0x7E.
+            let within = |v: __m128i, lo: u8, hi: u8| {
+                _mm_and_si128(
+                    _mm_cmpgt_epi8(v, _mm_set1_epi8((lo - 1) as i8)),
+                    _mm_cmplt_epi8(v, _mm_set1_epi8((hi + 1) as i8)),
+                )
+            };
+            let or = |a: __m128i, b: __m128i| _mm_or_si128(a, b);
+            let bits = |v: __m128i| _mm_movemask_epi8(v) as u16 as u64;
+            for q in 0..4 {
+                let v = _mm_loadu_si128(bytes.as_ptr().add(16 * q) as *const __m128i);
+                let high = bits(v);
+                if high != 0 {
+                    return Err(16 * q + high.trailing_zeros() as usize);
+                }
+                let white = or(eq(v, b' '), within(v, b'\t', b'\r'));
+                let upper = within(v, b'A', b'Z');
+                let lower = within(v, b'a', b'z');
+                let alnum = or(or(upper, lower), within(v, b'0', b'9'));
+                let punct = _mm_andnot_si128(alnum, within(v, 0x21, 0x7E));
+                let sent_end = or(or(eq(v, b'.'), eq(v, b'!')), or(eq(v, b'?'), eq(v, b'\n')));
+                let control = or(_mm_cmplt_epi8(v, _mm_set1_epi8(0x20)), eq(v, 0x7F));
+                let kept = or(or(eq(v, b'\n'), eq(v, b'\t')), eq(v, b'\r'));
+                let bad = _mm_andnot_si128(kept, control);
+                let at = 16 * q;
+                k.white |= bits(white) << at;
+                k.sent_end |= bits(sent_end) << at;
+                k.punct |= bits(punct) << at;
+                k.upper |= bits(upper) << at;
+                k.lower |= bits(lower) << at;
+                k.bad |= bits(bad) << at;
+            }
+        }
+        Ok(k)
+    }
+
+    /// Where words start, given whether one was open before the block, and whether one is open
+    /// after it. A word is open after a character that is neither white nor punctuation; white
+    /// and sentence ends close it; other punctuation keeps what was. That is a carry chain (a
+    /// word character generates, other punctuation propagates), so one addition computes it.
+    fn word_starts(&self, open: bool) -> (u64, bool) {
+        let word = !self.white & !self.punct;
+        let through = self.punct & !self.sent_end;
+        let open = open as u64;
+        let sum = (word | through).wrapping_add(word).wrapping_add(open);
+        let carry_in = (word | through) ^ word ^ sum;
+        let in_word = word | (through & carry_in);
+        (word & !((in_word << 1) | open), in_word >> 63 != 0)
+    }
 }
 
 /// A token's 64-bit hash, eight bytes at a time (the length mixed in first), with a final
@@ -665,6 +824,63 @@ mod tests {
             let want =
                 (b.sentences, b.caps_sentences, b.punct, b.visible, b.chars, b.bad, b.trigrams, b.repeated_trigrams);
             assert_eq!(got, want, "round {round}: {text:?}");
+        }
+    }
+
+    /// The same over long, mostly ASCII texts, where 64-byte blocks are counted by masks: words,
+    /// tokens and sentences crossing block edges, runs of punctuation between word characters,
+    /// and a non-ASCII character now and then (the block after it is tried again).
+    #[test]
+    fn block_counts_equal_the_character_at_a_time_ones() {
+        let pieces = [
+            "a", "Bc", "word", "WORDS", "x1", " ", "  ", "\n", "\t", "\r", "\x0b", "\x0c", "\x01", "\x7f", ".", "!",
+            "?", "...", ",", "'", "(", ")", "-", "\"", "1", "_", "don't", "A.B", "(word)", "e.g.", "é", "…", "\u{a0}",
+        ];
+        // Repeated phrases whose words cross block edges at every offset: a word hashed in two
+        // parts would no longer repeat.
+        for offset in 0..64 {
+            let text = format!("{}{}", "x".repeat(offset), " alpha, beta's gamma-ray (delta)".repeat(30));
+            let (a, b) = (measure(&text), measure_reference(&text));
+            assert_eq!((a.trigrams, a.repeated_trigrams), (b.trigrams, b.repeated_trigrams), "offset {offset}");
+        }
+        let mut rng = crate::rng::Rng(23);
+        for round in 0..3000 {
+            let n = rng.below(400);
+            // Mostly ASCII: the last three pieces are drawn rarely.
+            let text: String = (0..n)
+                .map(|_| {
+                    pieces
+                        [if rng.below(50) == 0 { pieces.len() - 1 - rng.below(3) } else { rng.below(pieces.len() - 3) }]
+                })
+                .collect();
+            let (a, b) = (measure(&text), measure_reference(&text));
+            let got =
+                (a.sentences, a.caps_sentences, a.punct, a.visible, a.chars, a.bad, a.trigrams, a.repeated_trigrams);
+            let want =
+                (b.sentences, b.caps_sentences, b.punct, b.visible, b.chars, b.bad, b.trigrams, b.repeated_trigrams);
+            assert_eq!(got, want, "round {round}: {text:?}");
+        }
+    }
+
+    /// The SSE2 masks are the class table's, for every ASCII byte at every position, and a
+    /// non-ASCII byte is found where it is.
+    #[test]
+    fn block_masks_are_the_class_tables() {
+        let mut rng = crate::rng::Rng(31);
+        for round in 0..20_000 {
+            let mut block = [0u8; 64];
+            for b in block.iter_mut() {
+                *b = rng.below(128) as u8;
+            }
+            if round % 3 == 0 {
+                block[rng.below(64)] = 0x80 + rng.below(128) as u8;
+            }
+            let want = Block::classify_bytes(&block);
+            assert_eq!(Block::classify(&block), want, "{block:?}");
+        }
+        let all: Vec<u8> = (0..128u8).cycle().take(64 * 4).collect();
+        for at in 0..=all.len() - 64 {
+            assert_eq!(Block::classify(&all[at..at + 64]), Block::classify_bytes(&all[at..at + 64]));
         }
     }
 
