@@ -80,6 +80,8 @@ pub fn run(pipeline: &Pipeline, opts: &RunOptions) -> Result<RunSummary> {
     // bad vocabulary or source leaves no half-made output behind. A task of an array takes
     // what needs the whole corpus (the documents dedup and near_dedup kept, noise quantiles) from the
     // scan phase's files instead.
+    // The folders are listed meanwhile (aclImdb's 20,000 names take as long as the vocabulary).
+    let _listing = pipeline.source.list_early();
     let mut steps = pipeline.steps.clone();
     let tokenizer = prepare_steps(&mut steps)?;
     let seen = match opts.task {

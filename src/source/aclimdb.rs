@@ -13,6 +13,40 @@ use super::{Emit, InvalidUtf8, PendingFile, RecordMeta, SourceItem, Split};
 use crate::contract::partition::Partition;
 use crate::contract::progress::Total;
 
+/// A label folder's file count, and its names while they fit ([`AclImdb::list_within`]).
+type Listing = Result<(usize, Option<Vec<String>>)>;
+
+/// A folder's listing is kept for reading while its names fit in this many bytes (each of IMDb's
+/// folders, unsup's 50,000 too); past that only counted, and listed again while it is read, so
+/// memory does not hold every name of a large corpus at once.
+const KEEP_LISTED: usize = 8 << 20;
+
+/// Listings started by [`AclImdb::list_early`], by folder, until a read takes them.
+static EARLY: std::sync::Mutex<Vec<(PathBuf, std::thread::JoinHandle<Listing>)>> = std::sync::Mutex::new(Vec::new());
+
+/// The listings [`AclImdb::list_early`] started: those no read has taken are dropped with it, so
+/// a later run in the same process lists its folders afresh.
+#[must_use = "the listings are dropped with it"]
+pub struct EarlyListing {
+    dirs: Vec<PathBuf>,
+}
+
+impl Drop for EarlyListing {
+    fn drop(&mut self) {
+        let mut early = EARLY.lock().unwrap_or_else(|e| e.into_inner());
+        for dir in &self.dirs {
+            if let Some(at) = early.iter().position(|(d, _)| d == dir) {
+                early.swap_remove(at);
+            }
+        }
+    }
+}
+
+/// A listing thread's result; its panic goes on in the caller.
+fn joined(result: std::thread::Result<Listing>) -> Listing {
+    result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
 /// Read aclImdb: `{train,test}/{neg,pos,unsup}/<id>_<rating>.txt`. Files in a label folder
 /// whose name does not have that shape (a rating of 0–10) go to the rejects (`bad_file_name`),
 /// as do reviews whose rating contradicts their folder (`rating_disagrees`); the dataset's other
@@ -241,23 +275,49 @@ impl AclImdb {
         Ok((count, files))
     }
 
+    /// Starts listing this source's label folders on threads of their own, for the next
+    /// [`Self::read`] of the same folders to take ([`EarlyListing`]); `None` where there is
+    /// nothing to start (a tarball, a folder that is not there: `read` says what is wrong).
+    pub fn list_early(&self) -> Option<EarlyListing> {
+        if is_tarball(&self.path) {
+            return None;
+        }
+        let dirs: Vec<PathBuf> = self.label_dirs(&self.root().ok()?).ok()?.into_iter().map(|(_, _, d)| d).collect();
+        let mut early = EARLY.lock().unwrap_or_else(|e| e.into_inner());
+        for dir in &dirs {
+            let at = dir.clone();
+            early.push((dir.clone(), std::thread::spawn(move || Self::list_within(&at, KEEP_LISTED))));
+        }
+        Some(EarlyListing { dirs })
+    }
+
     fn read_folder(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
         let root = self.root()?;
         let dirs = self.label_dirs(&root)?;
         // The file count (for progress, and for this part's range) takes one listing pass, of
-        // every folder at once: the workers wait for it (20,000 names took ~5 ms in a row). A
-        // folder's listing is kept for reading while its names fit in `KEEP_LISTED` bytes (each
-        // of IMDb's folders, unsup's 50,000 too); past that only counted, and listed again while
-        // it is read, so memory does not hold every name of a large corpus at once.
-        const KEEP_LISTED: usize = 8 << 20;
-        let listings: Vec<Result<(usize, Option<Vec<String>>)>> = std::thread::scope(|s| {
-            let rest: Vec<_> =
-                dirs.iter().skip(1).map(|(_, _, dir)| s.spawn(move || Self::list_within(dir, KEEP_LISTED))).collect();
-            let first = dirs.first().map(|(_, _, dir)| Self::list_within(dir, KEEP_LISTED));
-            first
-                .into_iter()
-                .chain(rest.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))))
+        // every folder at once: the workers wait for it (20,000 names took ~5 ms in a row), so
+        // `pipeline run` starts it before it loads the vocabulary ([`Self::list_early`]).
+        let mut early: Vec<_> = {
+            let mut started = EARLY.lock().unwrap_or_else(|e| e.into_inner());
+            dirs.iter()
+                .map(|(_, _, dir)| started.iter().position(|(d, _)| d == dir).map(|at| started.swap_remove(at).1))
                 .collect()
+        };
+        let listings: Vec<Listing> = std::thread::scope(|s| {
+            let mut now: Vec<Option<std::thread::ScopedJoinHandle<'_, Listing>>> = Vec::with_capacity(dirs.len());
+            for ((_, _, dir), early) in dirs.iter().zip(&early).skip(1) {
+                now.push(early.is_none().then(|| s.spawn(move || Self::list_within(dir, KEEP_LISTED))));
+            }
+            let first = dirs.first().map(|(_, _, dir)| match early[0].take() {
+                Some(started) => joined(started.join()),
+                None => Self::list_within(dir, KEEP_LISTED),
+            });
+            let rest = early.iter_mut().skip(1).zip(now).map(|(early, now)| match (early.take(), now) {
+                (Some(started), _) => joined(started.join()),
+                (None, Some(now)) => joined(now.join()),
+                (None, None) => unreachable!("a folder not started early is listed now"),
+            });
+            first.into_iter().chain(rest.collect::<Vec<_>>()).collect()
         });
         let (mut counts, mut listed) = (Vec::with_capacity(dirs.len()), Vec::with_capacity(dirs.len()));
         for listing in listings {
@@ -456,6 +516,58 @@ mod tests {
         assert!(
             format!("{:#}", AclImdb::list_within(&dir.path().join("none"), 1).unwrap_err()).contains("could not list")
         );
+    }
+
+    struct Ids(Vec<String>);
+    impl Emit for Ids {
+        fn emit(&mut self, item: SourceItem) -> Result<()> {
+            self.0.push(item.id().to_string());
+            Ok(())
+        }
+    }
+
+    fn ids(source: &AclImdb) -> Vec<String> {
+        let mut ids = Ids(Vec::new());
+        source.read(Partition::WHOLE, &mut ids).unwrap();
+        ids.0
+    }
+
+    /// Listings started early are what the next read takes (the same documents in the same
+    /// order), and those no read took go with their guard: a later read lists afresh and sees
+    /// a file added meanwhile.
+    #[test]
+    fn early_listings_are_the_next_reads_and_go_with_their_guard() {
+        let dir = tempfile::tempdir().unwrap();
+        for split in ["train", "test"] {
+            for (label, rating) in [("neg", 2), ("pos", 9)] {
+                let folder = dir.path().join(split).join(label);
+                std::fs::create_dir_all(&folder).unwrap();
+                for id in [3, 1, 20] {
+                    std::fs::write(folder.join(format!("{id}_{rating}.txt")), format!("{split} {label} {id}")).unwrap();
+                }
+            }
+        }
+        let source = AclImdb {
+            path: dir.path().to_path_buf(),
+            splits: default_splits(),
+            labels: vec![LabelDir::Neg, LabelDir::Pos],
+            on_invalid_utf8: InvalidUtf8::default(),
+            split: None,
+        };
+        let plain = ids(&source);
+        assert_eq!(plain.len(), 12);
+        let early = source.list_early().expect("a folder tree");
+        assert_eq!(ids(&source), plain);
+        assert!(EARLY.lock().unwrap().iter().all(|(d, _)| !d.starts_with(dir.path())), "the read took them");
+        drop(early);
+
+        let early = source.list_early().expect("a folder tree");
+        assert_eq!(EARLY.lock().unwrap().iter().filter(|(d, _)| d.starts_with(dir.path())).count(), 4);
+        drop(early);
+        assert!(EARLY.lock().unwrap().iter().all(|(d, _)| !d.starts_with(dir.path())), "the guard dropped them");
+        std::fs::write(dir.path().join("train/neg/7_1.txt"), "new").unwrap();
+        let after = ids(&source);
+        assert_eq!(after.len(), 13, "{after:?}");
     }
 
     #[test]

@@ -152,6 +152,16 @@ impl Source {
     }
 
     /// The files that made each split, for the manifest (empty without `splits:`).
+    /// Starts listing what [`Source::read`] will read on threads of its own, where that is a
+    /// folder tree (aclImdb's), so the listing overlaps what the caller does first; the
+    /// listings are the next read's, and dropped with the returned guard.
+    pub fn list_early(&self) -> Option<aclimdb::EarlyListing> {
+        match self {
+            Source::AclImdb(s) => s.list_early(),
+            _ => None,
+        }
+    }
+
     pub fn files_by_split(&self) -> Result<BTreeMap<String, Vec<String>>> {
         match self.file_splits() {
             Some(splits) => files::files_by_split(splits, self.extensions()),
