@@ -804,6 +804,15 @@ mod tests {
     const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const FNV_PRIME: u64 = 0x100_0000_01b3;
 
+    /// `measure` and the character-at-a-time reference count `text` alike (token hashes differ,
+    /// so repeats are compared, not keys).
+    fn counts_agree(text: &str, round: usize) {
+        let (a, b) = (measure(text), measure_reference(text));
+        let got = (a.sentences, a.caps_sentences, a.punct, a.visible, a.chars, a.bad, a.trigrams, a.repeated_trigrams);
+        let want = (b.sentences, b.caps_sentences, b.punct, b.visible, b.chars, b.bad, b.trigrams, b.repeated_trigrams);
+        assert_eq!(got, want, "round {round}: {text:?}");
+    }
+
     /// The fast path agrees with the character-at-a-time reference on every count, over
     /// random mixes of ASCII, controls, accented and wide letters, `…`, Unicode spaces and
     /// mojibake pairs (token hashes differ, so repeats are compared, not keys).
@@ -818,12 +827,7 @@ mod tests {
         for round in 0..3000 {
             let n = rng.below(60);
             let text: String = (0..n).map(|_| pieces[rng.below(pieces.len())]).collect();
-            let (a, b) = (measure(&text), measure_reference(&text));
-            let got =
-                (a.sentences, a.caps_sentences, a.punct, a.visible, a.chars, a.bad, a.trigrams, a.repeated_trigrams);
-            let want =
-                (b.sentences, b.caps_sentences, b.punct, b.visible, b.chars, b.bad, b.trigrams, b.repeated_trigrams);
-            assert_eq!(got, want, "round {round}: {text:?}");
+            counts_agree(&text, round);
         }
     }
 
@@ -853,12 +857,7 @@ mod tests {
                         [if rng.below(50) == 0 { pieces.len() - 1 - rng.below(3) } else { rng.below(pieces.len() - 3) }]
                 })
                 .collect();
-            let (a, b) = (measure(&text), measure_reference(&text));
-            let got =
-                (a.sentences, a.caps_sentences, a.punct, a.visible, a.chars, a.bad, a.trigrams, a.repeated_trigrams);
-            let want =
-                (b.sentences, b.caps_sentences, b.punct, b.visible, b.chars, b.bad, b.trigrams, b.repeated_trigrams);
-            assert_eq!(got, want, "round {round}: {text:?}");
+            counts_agree(&text, round);
         }
     }
 
