@@ -226,6 +226,8 @@ impl AclImdb {
                 // change to what this source reads (`test/unsup`, which may be missing).
                 if crate::contract::reads::is_dir(&dir) {
                     dirs.push((split.clone(), label, dir));
+                } else if dir.exists() {
+                    bail!("'{}' is not a folder: aclImdb keeps each label's reviews in a folder", dir.display());
                 } else if !(label == LabelDir::Unsup && split == "test") {
                     bail!(
                         "'{}' is missing: not a complete aclImdb folder (set source.splits / source.labels to read only what is there)",
@@ -560,6 +562,18 @@ mod tests {
         assert_eq!(ids(&source), plain);
         assert!(EARLY.lock().unwrap().iter().all(|(d, _)| !d.starts_with(dir.path())), "the read took them");
         drop(early);
+
+        // A label "folder" that is a file is said to be one, not missing (and nothing is listed).
+        std::fs::write(dir.path().join("test/unsup"), "x").unwrap();
+        let with_unsup = AclImdb {
+            splits: vec!["test".into()],
+            labels: vec![LabelDir::Neg, LabelDir::Pos, LabelDir::Unsup],
+            ..source.clone()
+        };
+        assert!(with_unsup.list_early().is_none());
+        let err = format!("{:#}", with_unsup.read(Partition::WHOLE, &mut Ids(Vec::new())).unwrap_err());
+        assert!(err.contains("test/unsup' is not a folder"), "{err}");
+        std::fs::remove_file(dir.path().join("test/unsup")).unwrap();
 
         let early = source.list_early().expect("a folder tree");
         assert_eq!(EARLY.lock().unwrap().iter().filter(|(d, _)| d.starts_with(dir.path())).count(), 4);
