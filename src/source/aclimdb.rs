@@ -227,7 +227,10 @@ impl AclImdb {
                 if crate::contract::reads::is_dir(&dir) {
                     dirs.push((split.clone(), label, dir));
                 } else if dir.exists() {
-                    bail!("'{}' is not a folder: aclImdb keeps each label's reviews in a folder", dir.display());
+                    bail!(
+                        "'{}' is not a folder: aclImdb keeps each label's reviews in a folder of that name (move the file away, or set source.splits / source.labels to read only what is there)",
+                        dir.display()
+                    );
                 } else if !(label == LabelDir::Unsup && split == "test") {
                     bail!(
                         "'{}' is missing: not a complete aclImdb folder (set source.splits / source.labels to read only what is there)",
@@ -299,27 +302,25 @@ impl AclImdb {
         // The file count (for progress, and for this part's range) takes one listing pass, of
         // every folder at once: the workers wait for it (20,000 names took ~5 ms in a row), so
         // `pipeline run` starts it before it loads the vocabulary ([`Self::list_early`]).
-        let mut early: Vec<_> = {
+        let early: Vec<_> = {
             let mut started = EARLY.lock().unwrap_or_else(|e| e.into_inner());
             dirs.iter()
                 .map(|(_, _, dir)| started.iter().position(|(d, _)| d == dir).map(|at| started.swap_remove(at).1))
                 .collect()
         };
         let listings: Vec<Listing> = std::thread::scope(|s| {
-            let mut now: Vec<Option<std::thread::ScopedJoinHandle<'_, Listing>>> = Vec::with_capacity(dirs.len());
-            for ((_, _, dir), early) in dirs.iter().zip(&early).skip(1) {
-                now.push(early.is_none().then(|| s.spawn(move || Self::list_within(dir, KEEP_LISTED))));
-            }
-            let first = dirs.first().map(|(_, _, dir)| match early[0].take() {
-                Some(started) => joined(started.join()),
-                None => Self::list_within(dir, KEEP_LISTED),
-            });
-            let rest = early.iter_mut().skip(1).zip(now).map(|(early, now)| match (early.take(), now) {
-                (Some(started), _) => joined(started.join()),
-                (None, Some(now)) => joined(now.join()),
-                (None, None) => unreachable!("a folder not started early is listed now"),
-            });
-            first.into_iter().chain(rest.collect::<Vec<_>>()).collect()
+            let pending: Vec<_> = dirs
+                .iter()
+                .zip(early)
+                .map(|((_, _, dir), early)| early.ok_or_else(|| s.spawn(move || Self::list_within(dir, KEEP_LISTED))))
+                .collect();
+            pending
+                .into_iter()
+                .map(|listing| match listing {
+                    Ok(started_early) => joined(started_early.join()),
+                    Err(started_now) => joined(started_now.join()),
+                })
+                .collect()
         });
         let (mut counts, mut listed) = (Vec::with_capacity(dirs.len()), Vec::with_capacity(dirs.len()));
         for listing in listings {

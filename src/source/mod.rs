@@ -151,7 +151,6 @@ impl Source {
         out
     }
 
-    /// The files that made each split, for the manifest (empty without `splits:`).
     /// Starts listing what [`Source::read`] will read on threads of its own, where that is a
     /// folder tree (aclImdb's), so the listing overlaps what the caller does first; the
     /// listings are the next read's, and dropped with the returned guard.
@@ -162,6 +161,7 @@ impl Source {
         }
     }
 
+    /// The files that made each split, for the manifest (empty without `splits:`).
     pub fn files_by_split(&self) -> Result<BTreeMap<String, Vec<String>>> {
         match self.file_splits() {
             Some(splits) => files::files_by_split(splits, self.extensions()),
