@@ -34,7 +34,7 @@ printf '%-44s %8s s  (scan %s s, merge %s s)\n' "2 tasks: scan, run side by side
 server_dir="$CARGO_TARGET_DIR/s3-server"
 server="$server_dir/release/bertpipe-s3-test-server"
 [ -x "$server" ] || CARGO_TARGET_DIR="$server_dir" cargo build --release --quiet --locked --manifest-path tests/s3-server/Cargo.toml
-root=$(mktemp -d); mkdir -p "$root/bench/in"; cp "$dir/aclImdb_v1.tar.gz" "$root/bench/in/"
+root=$(mktemp -d); trap 'rm -rf "$root"' EXIT; mkdir -p "$root/bench/in"; cp "$dir/aclImdb_v1.tar.gz" "$root/bench/in/"
 coproc SERVER { exec "$server" "$root" benchkey benchsecret; }
 read -r port <&"${SERVER[0]}"
 export AWS_ACCESS_KEY_ID=benchkey AWS_SECRET_ACCESS_KEY=benchsecret AWS_REGION=us-east-1 \

@@ -44,6 +44,7 @@ export PATH="$bin:$PATH"
 bertpipe doctor || true
 
 work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 bertpipe pipeline run pipelines/imdb.yaml --quiet --set sink.path="$work/imdb" || exit 1
 # The reference model for the comparisons below, trained on the CPU, and the same run with
 # candle's graph ops instead of the fused CPU kernels (what CUDA runs): how far two correct

@@ -17,13 +17,12 @@ use arrow_array::types::{Int32Type, Int8Type};
 use arrow_array::{Array, ArrayRef, Float64Array, Int32Array, LargeStringArray, RecordBatch};
 use arrow_schema::{Field, Schema};
 use bertpipe::onnx::proto::ModelProto;
-use common::{assert_ok, bertpipe_env, ort_env, read_parquet, run_pipeline, stderr};
+use common::{assert_ok, bertpipe_env, fixture_dir, ort_env, read_parquet, run_pipeline, stderr};
 use prost::Message;
 use sha2::{Digest, Sha256};
 
 /// Sample shards, a tiny classifier trained on them for two steps, and its export: made once.
 struct Base {
-    _dir: tempfile::TempDir,
     shards: PathBuf,
     checkpoint: PathBuf,
     model: PathBuf,
@@ -40,16 +39,16 @@ fn run(args: &[&str]) -> std::process::Output {
 fn base() -> &'static Base {
     static B: OnceLock<Base> = OnceLock::new();
     B.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let shards = dir.path().join("imdb");
+        let dir = fixture_dir();
+        let shards = dir.join("imdb");
         assert_ok(&run_pipeline("pipelines/imdb.yaml", &shards, &[]));
-        let ft = dir.path().join("ft");
+        let ft = dir.join("ft");
         assert_ok(&train(&shards, &ft, &[]));
         let checkpoint = ft.join("final");
-        let model = dir.path().join("model.onnx");
+        let model = dir.join("model.onnx");
         assert_ok(&run(&["export", "onnx", "--checkpoint", p(&checkpoint), "--out", p(&model)]));
-        let metrics = eval_metrics(&model, &shards, &dir.path().join("eval"));
-        Base { _dir: dir, shards, checkpoint, model, metrics }
+        let metrics = eval_metrics(&model, &shards, &dir.join("eval"));
+        Base { shards, checkpoint, model, metrics }
     })
 }
 

@@ -14,7 +14,7 @@ use arrow_array::types::{Float32Type, Int64Type};
 use arrow_array::Array;
 use bertpipe::onnx::proto::ModelProto;
 use bertpipe::onnx::{export, runtime, verify};
-use common::{assert_ok, bertpipe_env, ort_env, ort_lib, read_parquet, root, run_pipeline, stderr};
+use common::{assert_ok, bertpipe_env, fixture_dir, ort_env, ort_lib, read_parquet, root, run_pipeline, stderr};
 use prost::Message;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -47,7 +47,6 @@ fn eval_cli(model: &Path, data: &Path, out: &Path, flags: &[&str]) -> std::proce
 
 /// Sample shards, a briefly trained tiny classifier on them, and its export: made once.
 struct Trained {
-    _dir: tempfile::TempDir,
     shards: PathBuf,
     checkpoint: PathBuf,
     model: PathBuf,
@@ -56,11 +55,11 @@ struct Trained {
 fn trained() -> &'static Trained {
     static T: OnceLock<Trained> = OnceLock::new();
     T.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let shards = dir.path().join("imdb");
+        let dir = fixture_dir();
+        let shards = dir.join("imdb");
         // Text kept, so eval can show the mistakes.
         assert_ok(&run_pipeline("pipelines/imdb.yaml", &shards, &["--set", "sink.keep_text=true"]));
-        let ft = dir.path().join("ft");
+        let ft = dir.join("ft");
         let (d, o) = (format!("data={}", shards.display()), format!("output_dir={}", ft.display()));
         let o = run(&[
             "train",
@@ -77,9 +76,9 @@ fn trained() -> &'static Trained {
         ]);
         assert_ok(&o);
         let checkpoint = ft.join("final");
-        let model = dir.path().join("model.onnx");
+        let model = dir.join("model.onnx");
         assert_ok(&export_cli(&checkpoint, &model, &[]));
-        Trained { _dir: dir, shards, checkpoint, model }
+        Trained { shards, checkpoint, model }
     })
 }
 
@@ -729,11 +728,11 @@ fn verify_fails_when_the_outputs_are_not_finite_on_both_sides() {
 /// A MiniLM-L6-sized classifier (6 layers, 384 hidden, 12 heads, bert-base-uncased's vocabulary)
 /// trained for one step on the sample: made once.
 fn minilm_sized() -> &'static Path {
-    static M: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    &M.get_or_init(|| {
+    static M: OnceLock<PathBuf> = OnceLock::new();
+    M.get_or_init(|| {
         let t = trained();
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("config.json");
+        let dir = fixture_dir();
+        let config = dir.join("config.json");
         let c = serde_json::json!({
             "architectures": ["BertForSequenceClassification"], "model_type": "bert", "vocab_size": 30522,
             "hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12, "intermediate_size": 1536,
@@ -741,7 +740,7 @@ fn minilm_sized() -> &'static Path {
             "pad_token_id": 0, "id2label": {"0": "neg", "1": "pos"}, "label2id": {"neg": 0, "pos": 1}
         });
         std::fs::write(&config, c.to_string()).unwrap();
-        let out = dir.path().join("ft");
+        let out = dir.join("ft");
         let sets = [
             format!("data={}", t.shards.display()),
             format!("output_dir={}", out.display()),
@@ -754,10 +753,8 @@ fn minilm_sized() -> &'static Path {
         args.extend(["--set", "model.preset=null", "--set", "max_steps=1", "--set", "eval_split=null"]);
         args.extend(["--set", "per_device_train_batch_size=4"]);
         assert_ok(&run(&args));
-        let checkpoint = out.join("final");
-        (dir, checkpoint)
+        out.join("final")
     })
-    .1
 }
 
 #[test]
