@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// What `stat` says of a file, as far as telling a change goes: size, modification and
@@ -169,6 +169,18 @@ pub fn read(path: &Path) -> io::Result<Vec<u8>> {
     Ok(b)
 }
 
+/// Bumped by [`forget_folders`]: a folder [`read_in_folder`] keeps open from an earlier read
+/// is opened again by its path.
+static FOLDERS_FORGOTTEN: AtomicU64 = AtomicU64::new(0);
+
+/// Makes every thread's next [`read_in_folder`] open its folder by path again. A source calls
+/// it as a read begins: a folder kept open since an earlier read (a thread that outlives one
+/// read, as in a long-lived process) may have been renamed away and another made under its
+/// path, and the kept handle would still read the old one.
+pub fn forget_folders() {
+    FOLDERS_FORGOTTEN.fetch_add(1, Ordering::Relaxed);
+}
+
 /// [`read`] for the many small files of a folder corpus, which a worker reads one after another
 /// from the same few folders. The file is opened relative to its folder, kept open per thread
 /// (`openat`: the kernel does not walk the whole path again for every file), read through a
@@ -186,7 +198,8 @@ pub fn read_in_folder(path: &Path) -> io::Result<Vec<u8>> {
 
     const SCRATCH: usize = 64 * 1024;
     thread_local! {
-        static FOLDER: RefCell<Option<(PathBuf, File)>> = const { RefCell::new(None) };
+        /// The folder opened last on this thread, under which [`forget_folders`] count.
+        static FOLDER: RefCell<Option<(u64, PathBuf, File)>> = const { RefCell::new(None) };
         static BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     }
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return read(path) };
@@ -196,27 +209,31 @@ pub fn read_in_folder(path: &Path) -> io::Result<Vec<u8>> {
         let open_folder =
             || std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_PATH).open(at);
         let mut fresh = false;
+        let generation = FOLDERS_FORGOTTEN.load(Ordering::Relaxed);
         // Compared as bytes: `Path`'s `==` parses both into components for every file (0.65% of
         // a run on short reviews). Two spellings of one folder only open it again.
-        if folder.as_ref().is_none_or(|(d, _)| d.as_os_str().as_bytes() != dir.as_os_str().as_bytes()) {
-            *folder = Some((dir.to_path_buf(), open_folder()?));
+        if folder
+            .as_ref()
+            .is_none_or(|(g, d, _)| *g != generation || d.as_os_str().as_bytes() != dir.as_os_str().as_bytes())
+        {
+            *folder = Some((generation, dir.to_path_buf(), open_folder()?));
             fresh = true;
         }
         loop {
-            let (_, handle) = folder.as_ref().expect("set above");
+            let (_, _, handle) = folder.as_ref().expect("set above");
             // SAFETY: `name` is a NUL-terminated string and `handle` an open folder.
             let fd = unsafe { libc::openat(handle.as_raw_fd(), name.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
             if fd >= 0 {
                 return Ok(fd);
             }
             let e = io::Error::last_os_error();
-            // A folder kept open from an earlier file may have been replaced since (removed and
-            // made again under the same path, between two runs on one thread): the path
-            // decides, as `File::open` would.
+            // A folder kept open from an earlier file may have been removed since and made
+            // again under the same path: the path decides, as `File::open` would. (One renamed
+            // away still answers; [`forget_folders`] covers that between reads.)
             if fresh || !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESTALE)) {
                 return Err(e);
             }
-            *folder = Some((dir.to_path_buf(), open_folder()?));
+            *folder = Some((generation, dir.to_path_buf(), open_folder()?));
             fresh = true;
         }
     })?;
@@ -297,6 +314,22 @@ mod tests {
         std::fs::create_dir(&other).unwrap();
         std::fs::write(other.join("new.txt"), "other").unwrap();
         assert_eq!(read_in_folder(&other.join("new.txt")).unwrap(), b"other");
+    }
+
+    /// A folder renamed away, with another made under its path, still answers through the
+    /// handle this thread keeps: the next read (after `forget_folders`) reads the path's.
+    #[test]
+    fn a_folder_renamed_away_is_read_by_its_path_after_forget_folders() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("f");
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::write(folder.join("1.txt"), "old").unwrap();
+        assert_eq!(read_in_folder(&folder.join("1.txt")).unwrap(), b"old");
+        std::fs::rename(&folder, dir.path().join("f.old")).unwrap();
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::write(folder.join("1.txt"), "new").unwrap();
+        forget_folders();
+        assert_eq!(read_in_folder(&folder.join("1.txt")).unwrap(), b"new");
     }
 
     #[test]

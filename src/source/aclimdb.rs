@@ -1,6 +1,7 @@
 //! `aclimdb`: the Large Movie Review Dataset, as its folder tree or as the original
 //! `aclImdb_v1.tar.gz` read as a stream (never unpacked).
 
+use std::ffi::OsString;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +15,7 @@ use crate::contract::partition::Partition;
 use crate::contract::progress::Total;
 
 /// A label folder's file count, and its names while they fit ([`AclImdb::list_within`]).
-type Listing = Result<(usize, Option<Vec<String>>)>;
+type Listing = Result<(usize, Option<Vec<OsString>>)>;
 
 /// A folder's listing is kept for reading while its names fit in this many bytes (each of IMDb's
 /// folders, unsup's 50,000 too); past that only counted, and listed again while it is read, so
@@ -245,14 +246,16 @@ impl AclImdb {
     /// The files of one label folder, in id order (names without an id last, by name). The
     /// directory entries' types come with the listing (no `stat` per file on the file systems
     /// that report them; others fall back to one).
-    fn list(dir: &Path) -> Result<Vec<String>> {
+    fn list(dir: &Path) -> Result<Vec<OsString>> {
         let (_, files) = Self::list_within(dir, usize::MAX)?;
         Ok(files.expect("no limit"))
     }
 
     /// How many files one label folder holds, and [`Self::list`]'s names while they take at
     /// most `keep` bytes (past that only the count: a huge folder is listed again as it is read).
-    fn list_within(dir: &Path, keep: usize) -> Result<(usize, Option<Vec<String>>)> {
+    /// Names are kept as the file system gives them: a name that is not UTF-8 is rejected by its
+    /// lossy spelling, but read (for the reject's text) by its own.
+    fn list_within(dir: &Path, keep: usize) -> Result<(usize, Option<Vec<OsString>>)> {
         let (mut count, mut bytes, mut files) = (0usize, 0usize, Some(Vec::new()));
         for entry in
             crate::contract::reads::read_dir(dir).with_context(|| format!("could not list '{}'", dir.display()))?
@@ -265,8 +268,8 @@ impl AclImdb {
             }
             count += 1;
             if let Some(kept) = &mut files {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                bytes += name.len() + std::mem::size_of::<String>();
+                let name = entry.file_name();
+                bytes += name.len() + std::mem::size_of::<OsString>();
                 if bytes <= keep {
                     kept.push(name);
                 } else {
@@ -275,7 +278,10 @@ impl AclImdb {
             }
         }
         if let Some(files) = &mut files {
-            files.sort_by_cached_key(|name| (parse_file_name(name).map_or(u64::MAX, |(id, _)| id), name.clone()));
+            files.sort_by_cached_key(|name| {
+                let id = name.to_str().and_then(parse_file_name).map_or(u64::MAX, |(id, _)| id);
+                (id, name.clone())
+            });
         }
         Ok((count, files))
     }
@@ -297,6 +303,7 @@ impl AclImdb {
     }
 
     fn read_folder(&self, part: Partition, out: &mut dyn Emit) -> Result<()> {
+        crate::contract::reads::forget_folders();
         let root = self.root()?;
         let dirs = self.label_dirs(&root)?;
         // The file count (for progress, and for this part's range) takes one listing pass, of
@@ -347,7 +354,7 @@ impl AclImdb {
             for name in files.into_iter().skip(lo - (first - n)).take(hi - lo) {
                 let path = dir.join(&name);
                 // The size is known once the file is read (`PendingFile::load`).
-                let (meta, reject) = self.meta(&split, label, &name, path.display().to_string(), 0);
+                let (meta, reject) = self.meta(&split, label, &name.to_string_lossy(), path.display().to_string(), 0);
                 // With several workers, opened and read by the worker that cleans it: reading
                 // 50,000 small files on this one thread was the floor under every pipeline.
                 let file = PendingFile { meta, path, policy: self.on_invalid_utf8, reject };
@@ -511,11 +518,11 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("9_1.txt"), dir.path().join("2_4.txt")).unwrap();
         let want = ["2_4.txt", "9_1.txt", "10_3.txt", "100_2.txt", "notes.txt"];
         let (n, files) = AclImdb::list_within(dir.path(), usize::MAX).unwrap();
-        assert_eq!((n, files.unwrap()), (5, want.map(String::from).to_vec()));
-        let fits: usize = want.iter().map(|f| f.len() + std::mem::size_of::<String>()).sum();
+        assert_eq!((n, files.unwrap()), (5, want.map(OsString::from).to_vec()));
+        let fits: usize = want.iter().map(|f| f.len() + std::mem::size_of::<OsString>()).sum();
         assert!(AclImdb::list_within(dir.path(), fits).unwrap().1.is_some());
         assert_eq!(AclImdb::list_within(dir.path(), fits - 1).unwrap(), (5, None));
-        assert_eq!(AclImdb::list(dir.path()).unwrap(), want.map(String::from).to_vec());
+        assert_eq!(AclImdb::list(dir.path()).unwrap(), want.map(OsString::from).to_vec());
         assert!(
             format!("{:#}", AclImdb::list_within(&dir.path().join("none"), 1).unwrap_err()).contains("could not list")
         );
@@ -583,6 +590,39 @@ mod tests {
         std::fs::write(dir.path().join("train/neg/7_1.txt"), "new").unwrap();
         let after = ids(&source);
         assert_eq!(after.len(), 13, "{after:?}");
+    }
+
+    /// A file name that is not UTF-8 is rejected under its lossy spelling, with its own text:
+    /// not the text of another file whose name is that spelling.
+    #[test]
+    fn a_name_that_is_not_utf8_is_read_by_its_own_bytes() {
+        use std::os::unix::ffi::OsStrExt;
+        struct Texts(Vec<(String, String)>);
+        impl Emit for Texts {
+            fn emit(&mut self, item: SourceItem) -> Result<()> {
+                if let SourceItem::Reject(r) = item {
+                    self.0.push((r.reason, r.text));
+                }
+                Ok(())
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("train/neg");
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join(std::ffi::OsStr::from_bytes(b"30\xff_1.txt")), "raw").unwrap();
+        std::fs::write(folder.join("30\u{FFFD}_1.txt"), "replacement").unwrap();
+        let source = AclImdb {
+            path: dir.path().to_path_buf(),
+            splits: vec!["train".into()],
+            labels: vec![LabelDir::Neg],
+            on_invalid_utf8: InvalidUtf8::default(),
+            split: None,
+        };
+        let mut texts = Texts(Vec::new());
+        source.read(Partition::WHOLE, &mut texts).unwrap();
+        texts.0.sort();
+        let reason = "bad_file_name:30\u{FFFD}_1.txt".to_string();
+        assert_eq!(texts.0, [(reason.clone(), "raw".to_string()), (reason, "replacement".to_string())]);
     }
 
     #[test]
