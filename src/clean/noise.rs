@@ -862,7 +862,8 @@ mod tests {
     }
 
     /// The SSE2 masks are the class table's, for every ASCII byte at every position, and a
-    /// non-ASCII byte is found where it is.
+    /// non-ASCII byte is found where it is. (Other targets classify through the table itself.)
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn block_masks_are_the_class_tables() {
         let mut rng = crate::rng::Rng(31);
@@ -875,11 +876,11 @@ mod tests {
                 block[rng.below(64)] = 0x80 + rng.below(128) as u8;
             }
             let want = Block::classify_bytes(&block);
-            assert_eq!(Block::classify(&block), want, "{block:?}");
+            assert_eq!(Block::classify_sse2(&block), want, "{block:?}");
         }
         let all: Vec<u8> = (0..128u8).cycle().take(64 * 4).collect();
         for at in 0..=all.len() - 64 {
-            assert_eq!(Block::classify(&all[at..at + 64]), Block::classify_bytes(&all[at..at + 64]));
+            assert_eq!(Block::classify_sse2(&all[at..at + 64]), Block::classify_bytes(&all[at..at + 64]));
         }
     }
 
