@@ -33,12 +33,18 @@ pub struct EarlyListing {
 }
 
 impl Drop for EarlyListing {
+    /// Waits for the listings no read took (a run that stopped before reading): none outlives
+    /// its run, to note its folder in the read log of whatever the process records next.
     fn drop(&mut self) {
-        let mut early = EARLY.lock().unwrap_or_else(|e| e.into_inner());
-        for dir in &self.dirs {
-            if let Some(at) = early.iter().position(|(d, _)| d == dir) {
-                early.swap_remove(at);
-            }
+        let untaken: Vec<_> = {
+            let mut early = EARLY.lock().unwrap_or_else(|e| e.into_inner());
+            self.dirs
+                .iter()
+                .filter_map(|dir| early.iter().position(|(d, _)| d == dir).map(|at| early.swap_remove(at).1))
+                .collect()
+        };
+        for listing in untaken {
+            let _ = listing.join();
         }
     }
 }
