@@ -211,6 +211,14 @@ impl Manifest {
         let out: u64 = self.splits.values().map(|s| s.docs_out).sum();
         let unlabelled: u64 = self.splits.values().map(|s| s.unlabelled).sum();
         if out > 0 && unlabelled == out {
+            let named = ["label_field", "label_column"]
+                .iter()
+                .find_map(|k| self.config.pointer(&format!("/source/{k}")).and_then(|v| v.as_str()).map(|v| (k, v)));
+            if let Some((key, field)) = named {
+                return vec![format!(
+                    "no document has a label: the source's `{key}: {field}` is empty or null in every record read, so a classifier has nothing to learn from these shards"
+                )];
+            }
             return vec![
                 "no document has a label: name the source's label field (`label_field:` / `label_column:`; one called label, labels or sentiment is found without it), or a classifier has nothing to learn from these shards".into(),
             ];

@@ -82,12 +82,16 @@ impl Csv {
             let got = read_up_to(&mut raw, &mut head)?;
             let prefix: Vec<u8> = if head[..got] == *b"\xEF\xBB\xBF" { Vec::new() } else { head[..got].to_vec() };
             let reader = std::io::Cursor::new(prefix).chain(raw);
-            let mut csv =
-                ::csv::ReaderBuilder::new().delimiter(self.delimiter(&file)).has_headers(true).from_reader(reader);
+            let mut csv = ::csv::ReaderBuilder::new()
+                .delimiter(self.delimiter(&file))
+                .has_headers(true)
+                .from_reader(AsRead::new(reader));
             let headers = csv
                 .byte_headers()
                 .with_context(|| format!("could not read the header of '{}'", file.display()))?
                 .clone();
+            let end = csv.position().byte();
+            csv.get_mut().take(end);
             let col = |want: &str| headers.iter().position(|h| String::from_utf8_lossy(h).trim() == want);
             let available =
                 || headers.iter().map(|h| String::from_utf8_lossy(h).into_owned()).collect::<Vec<_>>().join(", ");
@@ -110,20 +114,18 @@ impl Csv {
             let label_idx = find(&self.label_column, "label_column")?;
             let id_idx = find(&self.id_column, "id_column")?;
             let mut record = ::csv::ByteRecord::new();
-            let mut last_offset = csv.position().byte();
             loop {
-                let line = csv.position().line() + 1;
                 let read = csv.read_byte_record(&mut record);
-                let offset = csv.position().byte();
+                let end = csv.position().byte();
+                let (line, bytes) = csv.get_mut().take(end);
                 let mut meta = RecordMeta {
                     id: format!("{name}:{line}"),
                     split: split.clone(),
                     label: None,
                     rating: None,
                     origin: format!("{}:{line}", file.display()),
-                    input_bytes: offset - last_offset,
+                    input_bytes: bytes,
                 };
-                last_offset = offset;
                 match read {
                     Ok(false) => break,
                     Ok(true) => {}
@@ -131,14 +133,14 @@ impl Csv {
                         return Err(e).with_context(|| format!("could not read '{}'", file.display()))
                     }
                     Err(e) => {
-                        // The fields read (the reader fills them before it checks the count),
-                        // written back as one CSV line, so the rejects keep what was read.
-                        let raw = unparse(&record, self.delimiter(&file));
+                        let raw = csv.get_ref().last_record();
                         out.emit(meta.reject(format!("bad_csv:{e}"), raw))?;
                         continue;
                     }
                 }
-                let whole = || String::from_utf8_lossy(record.as_slice()).into_owned();
+                // A reject keeps the record as it was in the file (quotes, delimiters, the
+                // lines of a multi-line field), not its fields glued together.
+                let whole = || csv.get_ref().last_record();
                 if let Some(id) = id_idx.and_then(|i| record.get(i)) {
                     meta.id = String::from_utf8_lossy(id).into_owned();
                 }
@@ -164,24 +166,6 @@ impl Csv {
     }
 }
 
-/// One record as a CSV line (quoted where needed, no line terminator).
-fn unparse(record: &::csv::ByteRecord, delimiter: u8) -> String {
-    let mut w = ::csv::WriterBuilder::new()
-        .delimiter(delimiter)
-        .terminator(::csv::Terminator::Any(b'\n'))
-        .has_headers(false)
-        .flexible(true)
-        .from_writer(Vec::new());
-    if w.write_byte_record(record).is_err() {
-        return String::from_utf8_lossy(record.as_slice()).into_owned();
-    }
-    let mut bytes = w.into_inner().unwrap_or_default();
-    if bytes.last() == Some(&b'\n') {
-        bytes.pop();
-    }
-    String::from_utf8_lossy(&bytes).into_owned()
-}
-
 fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
     let mut got = 0;
     while got < buf.len() {
@@ -192,4 +176,60 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
         got += n;
     }
     Ok(got)
+}
+
+/// The reader under the CSV parser: it keeps the bytes the parser has taken since the last
+/// record ended (the parser reads ahead a buffer at a time), so each record's first line and
+/// its bytes as they are in the file can be told once the parser says where it ended. The
+/// parser's own line count cannot: it is one ahead after an LF-ended record (it has taken the
+/// `\n`) but not after a CRLF one (the `\n` is taken with the next record), and it counts the
+/// empty lines it skips into the record after them.
+struct AsRead<R> {
+    inner: R,
+    /// Bytes from file offset `start` on, as read.
+    window: Vec<u8>,
+    start: u64,
+    /// Newlines before `start`.
+    lines: u64,
+    /// The last record taken, without the empty lines before it and its line terminator.
+    last: std::ops::Range<usize>,
+    taken: Vec<u8>,
+}
+
+impl<R: Read> AsRead<R> {
+    fn new(inner: R) -> AsRead<R> {
+        AsRead { inner, window: Vec::new(), start: 0, lines: 0, last: 0..0, taken: Vec::new() }
+    }
+
+    /// Takes the bytes up to file offset `end` (where the parser says a record ended) as one
+    /// record: its first line (1-based) and its size in bytes.
+    fn take(&mut self, end: u64) -> (u64, u64) {
+        let n = ((end.saturating_sub(self.start)) as usize).min(self.window.len());
+        self.taken.clear();
+        self.taken.extend(self.window.drain(..n));
+        self.start += n as u64;
+        let first = self.taken.iter().position(|&b| b != b'\n' && b != b'\r').unwrap_or(self.taken.len());
+        let skipped = memchr::memchr_iter(b'\n', &self.taken[..first]).count() as u64;
+        let line = self.lines + skipped + 1;
+        self.lines += memchr::memchr_iter(b'\n', &self.taken).count() as u64;
+        let mut last = self.taken.len();
+        while last > first && matches!(self.taken[last - 1], b'\n' | b'\r') {
+            last -= 1;
+        }
+        self.last = first..last;
+        (line, n as u64)
+    }
+
+    /// The last record taken, as it was in the file (lossy UTF-8).
+    fn last_record(&self) -> String {
+        String::from_utf8_lossy(&self.taken[self.last.clone()]).into_owned()
+    }
+}
+
+impl<R: Read> Read for AsRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.window.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
 }

@@ -31,6 +31,10 @@ struct Seen {
     names: BTreeSet<String>,
     /// The first integer label (a number, a boolean or an integer string), if any.
     number: Option<String>,
+    /// The class names HF `datasets` saved with the first file read (`ClassLabel`), by id
+    /// (`Some(None)`: it saved none), and the first file whose names differ from those.
+    class_names: Option<Option<Vec<String>>>,
+    class_names_differ: Option<String>,
 }
 
 impl Seen {
@@ -103,7 +107,23 @@ impl Source {
             .with_context(|| format!("finding the label names in '{}'", f.file.display()))?;
         }
         if seen.names.is_empty() {
-            return Ok(None);
+            if let Some(file) = seen.class_names_differ {
+                bail!(
+                    "label {what} `{field}`: '{file}' names its classes (HF `datasets` ClassLabel) otherwise than the first file read, so an id would mean two classes; write the files with one ClassLabel"
+                );
+            }
+            // Ids whose names `datasets` saved with the files: they keep their ids and names.
+            let Some(Some(names)) = seen.class_names else { return Ok(None) };
+            let map: BTreeMap<String, i64> = names.iter().cloned().zip(0..).collect();
+            if map.len() != names.len() {
+                bail!("label {what} `{field}`: its HF `datasets` ClassLabel names a class twice");
+            }
+            let listed: Vec<String> = names.iter().zip(0..).map(|(n, i)| format!("{n}={i}")).collect();
+            let found = format!("labels {} (names from the files' HF `datasets` ClassLabel)", listed.join(", "));
+            if let Source::Parquet(s) = self {
+                s.found_labels = Some(map);
+            }
+            return Ok(Some(found));
         }
         let shown = |names: &BTreeSet<String>| {
             let mut s: Vec<String> = names.iter().take(5).map(|n| format!("`{n}`")).collect();
@@ -200,6 +220,14 @@ fn parquet_file_labels(path: &std::path::Path, field: &str, seen: &mut Seen) -> 
     use parquet::arrow::ProjectionMask;
     let builder = ParquetRecordBatchReaderBuilder::try_new(crate::contract::reads::open(path)?)?;
     let Ok(index) = builder.schema().index_of(field) else { return Ok(()) };
+    let names = super::parquet::class_label_names(builder.metadata().file_metadata(), field);
+    match &seen.class_names {
+        None => seen.class_names = Some(names),
+        Some(first) if *first != names && seen.class_names_differ.is_none() => {
+            seen.class_names_differ = Some(path.display().to_string())
+        }
+        _ => {}
+    }
     let leaves: Vec<usize> = {
         // The leaf columns of the top-level field (a plain column is one leaf).
         let schema = builder.parquet_schema();
@@ -210,7 +238,10 @@ fn parquet_file_labels(path: &std::path::Path, field: &str, seen: &mut Seen) -> 
         let batch = batch?;
         let col = batch.column(0);
         for i in 0..batch.num_rows() {
-            seen.add(&super::parquet::cell_json(col.as_ref(), i));
+            // A cell that is no label (NaN, 1.5) is rejected when it is read for its record.
+            if let Ok(v) = super::parquet::label_cell(col.as_ref(), i) {
+                seen.add(&v);
+            }
         }
     }
     Ok(())

@@ -123,6 +123,46 @@ pub(super) fn cell_json(col: &dyn Array, i: usize) -> serde_json::Value {
     }
 }
 
+/// A label cell as [`super::parse_label`] takes it, from the types tools write labels in: any
+/// integer, a boolean, a string, a dictionary of those (a pandas `Categorical`: its value), and
+/// a float column holding whole numbers (pandas writes an integer column with a missing value
+/// as float64). A float that is not a whole number, or NaN, is no label: the error says which.
+pub(super) fn label_cell(col: &dyn Array, i: usize) -> std::result::Result<serde_json::Value, String> {
+    use arrow_array::types::*;
+    if col.is_null(i) {
+        return Ok(serde_json::Value::Null);
+    }
+    if let Some(dict) = col.as_any_dictionary_opt() {
+        let key = dict.normalized_keys()[i];
+        return label_cell(dict.values().as_ref(), key);
+    }
+    let float = match col.data_type() {
+        DataType::Float16 => Some(col.as_primitive::<Float16Type>().value(i).to_f64()),
+        DataType::Float32 => Some(col.as_primitive::<Float32Type>().value(i) as f64),
+        DataType::Float64 => Some(col.as_primitive::<Float64Type>().value(i)),
+        _ => None,
+    };
+    match float {
+        Some(v) if v.is_nan() => Err("label is NaN (a float column's missing value)".into()),
+        // Whole and within ±2^53, where a float64 holds every integer exactly.
+        Some(v) if v.fract() == 0.0 && v.abs() <= 9_007_199_254_740_992.0 => Ok((v as i64).into()),
+        Some(v) => Err(format!("label {v} is not a whole number")),
+        None => Ok(cell_json(col, i)),
+    }
+}
+
+/// The class names HF `datasets` keeps for `column` in a Parquet file's metadata (the
+/// `huggingface` key: `info.features.COLUMN` of `_type: ClassLabel`), by id.
+pub(super) fn class_label_names(metadata: &parquet::file::metadata::FileMetaData, column: &str) -> Option<Vec<String>> {
+    let kv = metadata.key_value_metadata()?.iter().find(|kv| kv.key == "huggingface")?;
+    let info: serde_json::Value = serde_json::from_str(kv.value.as_deref()?).ok()?;
+    let feature = info.pointer("/info/features")?.get(column)?;
+    if feature.get("_type").and_then(|t| t.as_str()) != Some("ClassLabel") {
+        return None;
+    }
+    feature.get("names")?.as_array()?.iter().map(|n| n.as_str().map(str::to_string)).collect()
+}
+
 /// A local Parquet file, with the name and the path or URL its records carry (a bucket
 /// object's, when it was downloaded).
 struct ParquetInput {
@@ -276,10 +316,8 @@ impl ParquetSource {
                     }
                     let body = string_at(text.as_ref(), i).unwrap_or("").to_string();
                     if let Some(c) = label_idx {
-                        match parse_label(
-                            &cell_json(batch.column(c).as_ref(), i),
-                            self.label_map.as_ref().or(self.found_labels.as_ref()),
-                        ) {
+                        let map = self.label_map.as_ref().or(self.found_labels.as_ref());
+                        match label_cell(batch.column(c).as_ref(), i).and_then(|v| parse_label(&v, map)) {
                             Ok(l) => meta.label = l,
                             Err(e) => {
                                 out.emit(meta.reject(format!("bad_label:{e}"), body))?;

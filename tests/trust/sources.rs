@@ -172,3 +172,143 @@ fn a_splits_entry_naming_a_file_with_brackets_is_that_file() {
         assert_reconciles(&out);
     }
 }
+
+/// A CSV pipeline over `file` (its label column `label` with `neg`/`pos` named in a
+/// label_map), writing `out`.
+fn csv_pipeline(d: &Path, name: &str, file: &Path, out: &Path) -> std::path::PathBuf {
+    write_pipeline(
+        d,
+        &format!("{name}.yaml"),
+        &format!(
+            "name: {name}\nsource: {{ type: csv, path: {}, label_column: label, label_map: {{ neg: 0, pos: 1 }} }}\nsteps: []\nsink: {{ type: parquet, path: {} }}\n",
+            file.display(),
+            out.display()
+        ),
+    )
+}
+
+/// CSV ids and reject origins are the line a record starts on, whatever ends the file's lines:
+/// the parser's own count was one ahead after an LF-ended record (it has taken the `\n`) and
+/// right after a CRLF one, so the same file with LF endings got other ids — and ids decide
+/// splits and `duplicate_of`. Empty lines and a quoted field over two lines are counted. A
+/// `bad_label` reject keeps the record as it was in the file, not its fields glued together
+/// (`Awful just awfulWRONG`).
+#[test]
+fn csv_ids_are_the_records_own_lines_for_any_line_ending_and_rejects_keep_the_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let lines = [
+        "text,label",
+        &format!("{WORDS} one,pos"),
+        "",
+        &format!("\"{WORDS}\ntwo\",neg"),
+        "\"Awful, just awful\",WRONG",
+        &format!("{WORDS} three,pos"),
+    ];
+    let mut seen = Vec::new();
+    for (ending, eol) in [("lf", "\n"), ("crlf", "\r\n")] {
+        let file = d.join(format!("{ending}.csv"));
+        std::fs::write(&file, lines.join(eol) + eol).unwrap();
+        let out = d.join(format!("out-{ending}"));
+        let p = csv_pipeline(d, ending, &file, &out);
+        assert_ok(&run_pipeline(p.to_str().unwrap(), &out, &[]));
+        let ids: Vec<String> = strings(&out, "train", "id").iter().map(|i| i.replace(ending, "F")).collect();
+        assert_eq!(ids, ["F.csv:2", "F.csv:4", "F.csv:7"], "{ending}");
+        assert_eq!(strings(&out, "_rejects", "origin"), [format!("{}:6", file.display())], "{ending}");
+        assert_eq!(strings(&out, "_rejects", "text"), ["\"Awful, just awful\",WRONG"], "{ending}");
+        assert!(strings(&out, "_rejects", "reason")[0].starts_with("bad_label:"), "{ending}");
+        assert_reconciles(&out);
+        seen.push(ids);
+    }
+    assert_eq!(seen[0], seen[1], "LF and CRLF give the same ids");
+}
+
+/// Writes `dir/NAME.parquet`: a `text` column and `label` as given, with `metadata`
+/// (key → value) in the file's key-value metadata.
+fn parquet_file(dir: &Path, name: &str, label: arrow_array::ArrayRef, metadata: &[(&str, &str)]) -> std::path::PathBuf {
+    use std::sync::Arc;
+    let n = label.len();
+    let text: arrow_array::ArrayRef =
+        Arc::new(arrow_array::StringArray::from((0..n).map(|i| format!("{WORDS} {i}")).collect::<Vec<_>>()));
+    let batch = arrow_array::RecordBatch::try_from_iter([("text", text), ("label", label)]).unwrap();
+    let kv: Vec<parquet::file::metadata::KeyValue> =
+        metadata.iter().map(|(k, v)| parquet::file::metadata::KeyValue::new(k.to_string(), v.to_string())).collect();
+    let props = parquet::file::properties::WriterProperties::builder().set_key_value_metadata(Some(kv)).build();
+    let path = dir.join(format!("{name}.parquet"));
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(props))
+            .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    path
+}
+
+/// Runs a `parquet` source over `file` with `label_column: label` into `dir/out-NAME`.
+fn run_parquet(d: &Path, name: &str, file: &Path) -> (std::path::PathBuf, String) {
+    let out = d.join(format!("out-{name}"));
+    let p = write_pipeline(
+        d,
+        &format!("{name}.yaml"),
+        &format!(
+            "name: {name}\nsource: {{ type: parquet, path: {}, label_column: label }}\nsteps: []\nsink: {{ type: parquet, path: {} }}\n",
+            file.display(),
+            out.display()
+        ),
+    );
+    let o = bertpipe(&["pipeline", "run", p.to_str().unwrap(), "--overwrite"]);
+    assert_ok(&o);
+    (out, stderr(&o))
+}
+
+/// The labels of a Parquet column as pandas and `datasets` write them: float64 (pandas, for an
+/// integer column with a missing value) gives whole floats as ids and NaN as a `bad_label`
+/// reject; a dictionary (pandas `Categorical`) gives its values' names; integer ids with HF
+/// `datasets`' ClassLabel names in the file's metadata keep those names. Before, every label of
+/// the first two came out null (with a warning to name the label field the user had named) and
+/// the ClassLabel names were ignored.
+#[test]
+fn parquet_labels_as_pandas_and_datasets_write_them() {
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let by_row = |out: &Path| -> Vec<(String, Option<i64>)> { labels_by_id(out).into_iter().collect::<Vec<_>>() };
+
+    let floats = Arc::new(arrow_array::Float64Array::from(vec![
+        Some(0.0),
+        Some(1.0),
+        Some(f64::NAN),
+        Some(1.0),
+        None,
+        Some(2.5),
+    ]));
+    let f = parquet_file(d, "floats", floats, &[]);
+    let (out, err) = run_parquet(d, "floats", &f);
+    let got = by_row(&out);
+    let name = |row: usize| format!("floats.parquet:{row}");
+    assert_eq!(got, vec![(name(1), Some(0)), (name(2), Some(1)), (name(4), Some(1)), (name(5), None)], "{err}");
+    let reasons = strings(&out, "_rejects", "reason");
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(reasons[0].starts_with("bad_label:") && reasons[0].contains("NaN"), "{reasons:?}");
+    assert!(reasons[1].starts_with("bad_label:") && reasons[1].contains("2.5"), "{reasons:?}");
+    assert_reconciles(&out);
+
+    let keys = arrow_array::Int8Array::from(vec![1, 0, 1, 1]);
+    let values = Arc::new(arrow_array::StringArray::from(vec!["neg", "pos"]));
+    let dict = Arc::new(arrow_array::DictionaryArray::try_new(keys, values).unwrap());
+    let f = parquet_file(d, "categorical", dict, &[]);
+    let (out, err) = run_parquet(d, "categorical", &f);
+    assert!(err.contains("labels neg=0, pos=1"), "{err}");
+    let labels: Vec<Option<i64>> = by_row(&out).into_iter().map(|(_, l)| l).collect();
+    assert_eq!(labels, [Some(1), Some(0), Some(1), Some(1)]);
+    assert_eq!(manifest(&out)["id2label"], json!({"0": "neg", "1": "pos"}));
+
+    // `datasets`' ClassLabel, names not in sorted order: the ids keep their names.
+    let hf = r#"{"info": {"features": {"text": {"dtype": "string", "_type": "Value"}, "label": {"names": ["pos", "neg"], "_type": "ClassLabel"}}}}"#;
+    let ids = Arc::new(arrow_array::Int64Array::from(vec![0, 1, 1, 0]));
+    let f = parquet_file(d, "classlabel", ids, &[("huggingface", hf)]);
+    let (out, err) = run_parquet(d, "classlabel", &f);
+    assert!(err.contains("labels pos=0, neg=1 (names from the files' HF `datasets` ClassLabel)"), "{err}");
+    assert_eq!(manifest(&out)["id2label"], json!({"0": "pos", "1": "neg"}));
+    let labels: Vec<Option<i64>> = by_row(&out).into_iter().map(|(_, l)| l).collect();
+    assert_eq!(labels, [Some(0), Some(1), Some(1), Some(0)]);
+}
