@@ -27,6 +27,7 @@ take blocks in turn from the first one not consumed, so the plain DataLoader goe
 from __future__ import annotations
 
 import numbers
+import warnings
 import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
@@ -156,8 +157,13 @@ class ShardDataset(_Base):
         self._mask = _mask_arg(mask)
         self._rows = _native.Rows(self.path, split, self.seed, self._mask, quiet)
         self._consumed = 0
-        # A loaded state not yet applied: (worker, num_workers, consumed, rotation).
+        # Set (in shared memory) while DataLoader workers iterate copies of this dataset: the
+        # progress is theirs then, and this process's `_consumed` says nothing.
+        self._in_workers = torch.zeros((), dtype=torch.int64).share_memory_() if torch is not None else [0]
+        # A loaded state not yet applied: (worker, num_workers, consumed, rotation), and the
+        # epoch it is in.
         self._resume = None
+        self._resume_epoch = None
         # With workers: the block the workers' round starts at (see __iter__).
         self._rotation = 0
 
@@ -216,10 +222,24 @@ class ShardDataset(_Base):
         return (n - n % w) // w
 
     def set_epoch(self, epoch: int) -> None:
-        """Starts epoch `epoch` from its first row (its own order and masks)."""
+        """Starts epoch `epoch` from its first row (its own order and masks) — unless a state
+        loaded with `load_state_dict` is in that epoch: then the epoch goes on from it, so the
+        usual loop (`load_state_dict` once, then `set_epoch(epoch)` at each epoch's start)
+        resumes where it stopped. Another epoch drops the loaded state, with a warning."""
+        epoch = _whole("epoch", epoch, 0, 2**63 - 1)
+        if self._resume is not None and epoch == self._resume_epoch:
+            self.epoch = epoch
+            return
+        if self._resume is not None:
+            warnings.warn(
+                f"set_epoch({epoch}) drops the state loaded for epoch {self._resume_epoch}: "
+                "the epoch starts from its first row",
+                stacklevel=2,
+            )
         self.epoch = epoch
         self._consumed = 0
         self._resume = None
+        self._resume_epoch = None
         self._rotation = 0
 
     # The share: this rank's blocks in order, as (length, read) with read(lo) the block's rows
@@ -279,7 +299,8 @@ class ShardDataset(_Base):
             r_worker, r_workers, consumed, r_rotation = self._resume
             if r_worker is None:
                 skip_share = consumed
-                if workers and consumed % self.batch_size:
+                # A whole epoch consumed (its last step short) leaves nothing to hand out.
+                if workers and consumed % self.batch_size and consumed < len(self):
                     raise ValueError(
                         f"consumed={consumed} is not a whole number of batches of {self.batch_size}: DataLoader "
                         "workers hand out whole batches, so they resume from steps × batch_size"
@@ -296,7 +317,12 @@ class ShardDataset(_Base):
                     + ": resume with as many workers (StatefulDataLoader does), or save with state_dict(consumed=...)"
                 )
             self._resume = None
+            self._resume_epoch = None
         self._rotation = rotation
+        if torch is not None:
+            self._in_workers.fill_(int(worker is not None))
+        else:
+            self._in_workers[0] = int(worker is not None)
         # `_consumed` counts rows of this iterator's own sequence: the rank's share without
         # workers, this worker's blocks with them; rows skipped by a resume count as consumed.
         self._consumed = 0
@@ -321,6 +347,12 @@ class ShardDataset(_Base):
         taken this epoch (steps × batch_size), when DataLoader workers iterate copies of the
         dataset and the plain DataLoader keeps no state."""
         info = _worker_info()
+        in_workers = int(self._in_workers[()] if torch is not None else self._in_workers[0])
+        if consumed is None and info is None and in_workers:
+            raise ValueError(
+                "DataLoader workers iterate copies of this dataset, so this process does not know how far "
+                "they got: pass state_dict(consumed=steps * batch_size), or use torchdata's StatefulDataLoader"
+            )
         state = {
             "format": _FORMAT,
             "path": self.path,
@@ -358,8 +390,7 @@ class ShardDataset(_Base):
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues from `state` (of `state_dict`) on the next pass: the next row is the one
-        after the last consumed, in the state's epoch (so call it after `set_epoch`, which starts
-        an epoch from its first row). The shards, split, seed, share and batch size must be those
+        after the last consumed, in the state's epoch (a `set_epoch` of that epoch keeps it). The shards, split, seed, share and batch size must be those
         it was saved with."""
         if not isinstance(state, dict) or state.get("format") != _FORMAT:
             raise ValueError("not a ShardDataset state (no 'format': %r)" % (_FORMAT,))
@@ -384,6 +415,7 @@ class ShardDataset(_Base):
         consumed = self._checked_consumed(state["consumed"]) if worker is None else _whole("consumed", state["consumed"], 0)
         self._consumed = consumed
         self._resume = (worker, int(state.get("num_workers") or 0), consumed, _whole("rotation", state.get("rotation") or 0, 0))
+        self._resume_epoch = self.epoch
 
     @property
     def collate(self) -> "Collator":

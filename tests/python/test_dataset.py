@@ -410,3 +410,54 @@ def test_a_damaged_shard_is_refused(imdb, tmp_path):
     shard.write_bytes(bytes(data))
     with pytest.raises(bertpipe.BertpipeError, match="checksum"):
         ShardDataset(copy, "train")
+
+
+def test_the_readme_loop_with_resume_goes_on_from_the_state(imdb):
+    # load_state_dict once, then set_epoch(epoch) at each epoch's start, as README's loop
+    # does: set_epoch of the state's own epoch keeps the resume (it replayed the epoch).
+    ds = ShardDataset(imdb, "train", seed=5, batch_size=4)
+    ds.set_epoch(1)
+    full = loader_indices(ds, workers=0)
+    state = ds.state_dict(consumed=5 * 4)
+    again = ShardDataset(imdb, "train", seed=5, batch_size=4)
+    again.load_state_dict(state)
+    for epoch in range(state["epoch"], 3):
+        again.set_epoch(epoch)
+        got = loader_indices(again, workers=2)
+        if epoch == 1:
+            assert got == full[20:]
+        else:
+            assert got == indices(ShardDataset(imdb, "train", seed=5, epoch=epoch))
+    # set_epoch of another epoch drops the state, and says so.
+    again.load_state_dict(state)
+    with pytest.warns(UserWarning, match="drops the state loaded for epoch 1"):
+        again.set_epoch(2)
+    assert indices(again) == indices(ShardDataset(imdb, "train", seed=5, epoch=2))
+
+
+def test_state_dict_in_the_main_process_while_workers_iterate_is_refused(imdb):
+    # The workers' progress is not in the main process: consumed=0 there would replay the
+    # epoch on resume.
+    ds = ShardDataset(imdb, "train", seed=5, batch_size=4)
+    dl = DataLoader(ds, batch_size=4, num_workers=2, collate_fn=ds.collate)
+    it = iter(dl)
+    next(it)
+    next(it)
+    with pytest.raises(ValueError, match="consumed=steps"):
+        ds.state_dict()
+    assert ds.state_dict(consumed=8)["consumed"] == 8
+    del it
+    # Iterated in this process again: its own count is the progress.
+    rows = iter(ds)
+    next(rows)
+    assert ds.state_dict()["consumed"] == 1
+
+
+def test_a_state_after_the_epochs_short_last_step_resumes_with_workers(imdb):
+    ds = ShardDataset(imdb, "train", seed=5, epoch=2, batch_size=8)
+    assert len(ds) % 8, "the epoch's last step is short"
+    steps = len(DataLoader(ds, batch_size=8))
+    state = ds.state_dict(consumed=steps * 8)
+    again = ShardDataset(imdb, "train", seed=5, batch_size=8)
+    again.load_state_dict(state)
+    assert loader_indices(again, workers=2, batch_size=8) == []
