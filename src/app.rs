@@ -40,8 +40,16 @@ where
         Command::Stats(args) => stats(args),
         Command::Train(args) => train(args),
         Command::Run(args) => run_experiment(args),
-        Command::Export(crate::cli::ExportCommand::Onnx(args)) => report(export_onnx(args)),
-        Command::Eval(args) => report(eval(args)),
+        // Every rank would write the same files.
+        Command::Export(crate::cli::ExportCommand::Onnx(args)) => {
+            refused_under_a_launcher("export onnx", "it once, without a launcher")
+                .unwrap_or_else(|| report(export_onnx(args)))
+        }
+        Command::Eval(args) => refused_under_a_launcher(
+            "eval",
+            "it once, without a launcher, or as a task array (`--task-index I --task-count N`, docs/scale.md)",
+        )
+        .unwrap_or_else(|| report(eval(args))),
         Command::Predict(args) => predict(args),
         Command::Doctor(args) => doctor(args),
         Command::Pipeline(PipelineCommand::Scan(args)) => pipeline_scan(args),
@@ -526,8 +534,14 @@ fn run_experiment(args: crate::cli::ExperimentArgs) -> ExitCode {
 /// launcher's job ([`crate::experiment::run_train_stage`]).
 fn train_stage(exp: &crate::experiment::Experiment, stage: &str, args: crate::cli::ExperimentArgs) -> ExitCode {
     use crate::experiment;
-    let opts =
-        experiment::RunOptions { force: args.force, dry_run: false, quiet: args.quiet, wait: args.wait, until: None };
+    let opts = experiment::RunOptions {
+        force: args.force,
+        dry_run: false,
+        quiet: args.quiet,
+        wait: args.wait,
+        until: None,
+        no_install: args.no_install,
+    };
     let code = match experiment::run_train_stage(exp, stage, &opts) {
         Ok(entry) => {
             let main = crate::train::dist::world().is_ok_and(|w| w.is_main());
@@ -567,6 +581,7 @@ fn run_chain(exp: crate::experiment::Experiment, args: crate::cli::ExperimentArg
         quiet: args.quiet,
         wait: args.wait,
         until: args.until,
+        no_install: args.no_install,
     };
     match experiment::run(&exp, &opts) {
         Ok(r) => {

@@ -756,6 +756,21 @@ fn ranks_without_mpi_are_one_clear_error() {
         "{err}"
     );
     assert!(!dir.path().join("p").exists(), "nothing written");
+    // `export onnx` and `eval` too: every rank wrote the same --out.
+    let model = dir.path().join("m.onnx");
+    for args in [
+        vec!["export", "onnx", "--checkpoint", "nowhere", "--out", model.to_str().unwrap()],
+        vec!["eval", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap()],
+    ] {
+        let o = bertpipe_env(&args, &env);
+        let err = stderr(&o);
+        let what = format!(
+            "rank 1 of 2 (mpirun): `bertpipe {}` does not run under a launcher",
+            args[..args.len() - 4].join(" ")
+        );
+        assert!(!o.status.success() && err.contains(&what), "{what}: {err}");
+    }
+    assert!(!model.exists(), "nothing written");
 }
 
 /// `bertpipe … | head -1`: when the reader stops, bertpipe ends quietly (SIGPIPE), not with a

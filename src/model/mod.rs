@@ -577,12 +577,29 @@ pub fn save_safetensors(
         .collect::<Result<_>>()?;
     safetensors::tensor::serialize_to_file(views, metadata, path)
         .with_context(|| format!("could not write '{}'", path.display()))?;
-    Ok(())
+    // safetensors writes through a temporary file, made 0600; the weights are as readable as
+    // every other file of the checkpoint (0666 less the umask).
+    crate::contract::set_default_mode(path)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Checkpoint weights are as readable as the rest of the checkpoint: safetensors wrote them
+    /// through a 0600 temporary, so under umask 022 they were 0600 beside 0644 files.
+    #[test]
+    fn saved_weights_have_the_mode_of_any_file_written() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let t = Tensor::zeros((2, 3), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let weights = dir.path().join("model.safetensors");
+        save_safetensors(&[("w".to_string(), t)], None, &weights).unwrap();
+        let plain = dir.path().join("config.json");
+        std::fs::write(&plain, "{}").unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&weights), mode(&plain));
+    }
     use candle_core::DType;
 
     /// Gradients and loss of one training step, plain or checkpointed, on a fixed batch with

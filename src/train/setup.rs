@@ -784,6 +784,23 @@ fn prepare_output(out: &Path, overwrite: bool) -> Result<()> {
             out.display()
         );
     }
+    // --overwrite removes a run, not a user's files that sit inside its folders.
+    let mut theirs = Vec::new();
+    for p in &existing {
+        not_written_by_training(p, &mut theirs);
+    }
+    if !theirs.is_empty() {
+        theirs.sort();
+        let shown: Vec<String> = theirs.iter().take(5).map(|p| format!("'{}'", p.display())).collect();
+        bail!(
+            "--overwrite removes the training run in '{}', but {} {} not written by a training ({}); move {} away first",
+            out.display(),
+            theirs.len(),
+            if theirs.len() == 1 { "file there is" } else { "files there are" },
+            shown.join(", "),
+            if theirs.len() == 1 { "it" } else { "them" }
+        );
+    }
     for p in existing {
         if p.is_dir() {
             std::fs::remove_dir_all(&p)?;
@@ -794,9 +811,82 @@ fn prepare_output(out: &Path, overwrite: bool) -> Result<()> {
     Ok(())
 }
 
+/// The files under `p` (an entry of a training's output folder that [`prepare_output`] would
+/// remove) that no training writes there, added to `theirs`: a checkpoint folder holds the
+/// model, its tokenizer files and the trainer's state; `plots/` charts; `runs/` TensorBoard
+/// event files; `.tmp-*` and `.old-*` are a checkpoint being written or replaced.
+fn not_written_by_training(p: &Path, theirs: &mut Vec<PathBuf>) {
+    use super::checkpoint::{OPTIMIZER, STATE};
+    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if name.starts_with(".tmp-") || name.starts_with(".old-") || name == "metrics.jsonl" {
+        return;
+    }
+    let ours = |file: &str| -> bool {
+        match name.as_str() {
+            "plots" => file.ends_with(".png") || file.ends_with(".svg"),
+            super::tensorboard::RUNS => file.starts_with("events.out.tfevents."),
+            _ => {
+                [
+                    "config.json",
+                    "model.safetensors",
+                    "vocab.txt",
+                    "tokenizer.json",
+                    "tokenizer_config.json",
+                    STATE,
+                    OPTIMIZER,
+                ]
+                .contains(&file)
+                    || file.starts_with(".tmp")
+            }
+        }
+    };
+    if !p.is_dir() {
+        // A plain file of a run folder's name (`final`, `plots`): not the run's.
+        theirs.push(p.to_path_buf());
+        return;
+    }
+    let mut stack = vec![p.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                _ if ours(&e.file_name().to_string_lossy()) => {}
+                _ => theirs.push(e.path()),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overwrite_keeps_files_no_training_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        for f in
+            ["final/config.json", "final/model.safetensors", "checkpoint-2/optimizer.safetensors", "plots/loss.png"]
+        {
+            std::fs::create_dir_all(out.join(f).parent().unwrap()).unwrap();
+            std::fs::write(out.join(f), b"x").unwrap();
+        }
+        std::fs::write(out.join("metrics.jsonl"), b"{}").unwrap();
+        std::fs::write(out.join("notes.txt"), b"mine").unwrap();
+        std::fs::write(out.join("final/notes.txt"), b"mine").unwrap();
+        let e = prepare_output(out, true).unwrap_err().to_string();
+        assert!(e.contains("1 file there is not written by a training") && e.contains("final/notes.txt"), "{e}");
+        assert!(
+            out.join("final/notes.txt").is_file() && out.join("final/model.safetensors").is_file(),
+            "nothing removed"
+        );
+        std::fs::remove_file(out.join("final/notes.txt")).unwrap();
+        prepare_output(out, true).unwrap();
+        let left: Vec<String> =
+            std::fs::read_dir(out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert_eq!(left, ["notes.txt"], "the run went, the user's file beside it stayed");
+    }
 
     fn manifest(source: serde_json::Value, id2label: serde_json::Value) -> Manifest {
         serde_json::from_value(serde_json::json!({
