@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "bertpipe", version, about = "Get text into BERT and BERT back out again", propagate_version = true)]
+#[command(name = "bertpipe", version = crate::contract::BUILD, about = "Get text into BERT and BERT back out again", propagate_version = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -261,6 +261,10 @@ pub struct ExperimentArgs {
     /// train stage run under a launcher reads.
     #[arg(long, value_name = "STAGE")]
     pub until: Option<String>,
+    /// When a stage needs ONNX Runtime (an export's verify, an eval) and none is found, fail
+    /// before any stage runs instead of fetching the pinned wheel with pip into bertpipe's cache.
+    #[arg(long)]
+    pub no_install: bool,
     /// With --stage: the array's first phase (`pipeline scan`), for pipelines with dedup or a
     /// noise-quantile filter.
     #[arg(long, requires = "stage")]
@@ -310,7 +314,12 @@ pub struct StatsArgs {
     /// Instead of statistics: how many documents of this input's --split the --against corpora
     /// already hold, exactly or nearly (MinHash). An input is a pipeline YAML (its cleaned
     /// documents), a source, or a shard folder that kept its text (`sink.keep_text`).
-    #[arg(long, value_name = "EVAL_INPUT", conflicts_with = "input", requires = "against")]
+    #[arg(
+        long,
+        value_name = "EVAL_INPUT",
+        conflicts_with_all = ["input", "csv", "plot", "by", "max_len", "word_buckets", "vocab"],
+        requires = "against"
+    )]
     pub leakage: Option<PathBuf>,
     /// With --leakage: a training pipeline, source or shard folder, optionally `:SPLIT`
     /// (default: all its splits). Repeatable.

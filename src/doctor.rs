@@ -5,39 +5,20 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 
-use crate::onnx::runtime::{cache_install_dir, cuda_available, init, libs_in, PINNED_VERSION};
+use crate::onnx::runtime::{cache_install_dir, cuda_available, init, PINNED_VERSION};
 
-/// `pip install`s the pinned wheel into the cache folder (`gpu`: `onnxruntime-gpu[cuda,cudnn]`,
-/// with its CUDA libraries). Returns the library's path.
+/// `pip install`s the pinned wheel into the cache folder, saying so
+/// ([`crate::onnx::runtime::install_pinned`]). Returns the library's path.
 pub fn install(gpu: bool) -> Result<PathBuf> {
-    let dir = cache_install_dir(gpu);
     let python = std::env::var("BERTPIPE_PYTHON").unwrap_or_else(|_| "python3".to_string());
-    let spec = if gpu {
-        format!("onnxruntime-gpu[cuda,cudnn]=={PINNED_VERSION}")
-    } else {
-        format!("onnxruntime=={PINNED_VERSION}")
-    };
-    let mut cmd = Command::new(&python);
-    cmd.env("PIP_ROOT_USER_ACTION", "ignore");
-    cmd.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--upgrade", "--target"]);
-    cmd.arg(&dir).arg(&spec);
-    if !gpu {
-        // The library is all bertpipe needs; numpy and friends are for Python.
-        cmd.arg("--no-deps");
-    }
-    eprintln!("installing {spec} into {} with {python} -m pip", dir.display());
-    let status = cmd.status().with_context(|| {
-        format!("could not run `{python} -m pip` (install Python 3 with pip, or set BERTPIPE_PYTHON)")
-    })?;
-    if !status.success() {
-        bail!("`{python} -m pip install --target {} {spec}` failed ({status})", dir.display());
-    }
-    libs_in(&dir.join("onnxruntime").join("capi"))
-        .into_iter()
-        .next()
-        .with_context(|| format!("pip finished, but no libonnxruntime.so is in '{}'", dir.display()))
+    eprintln!(
+        "installing onnxruntime{}=={PINNED_VERSION} into {} with {python} -m pip",
+        if gpu { "-gpu[cuda,cudnn]" } else { "" },
+        cache_install_dir(gpu).display()
+    );
+    crate::onnx::runtime::install_pinned(gpu)
 }
 
 /// What this CPU does with int8 exports.

@@ -184,7 +184,7 @@ fn jsonl_chain(dir: &Path, n: usize) -> (PathBuf, PathBuf) {
       - {{ type: filter, min_words: 3 }}
       - {{ type: tokenize, vocab: {} }}
       - {{ type: classify_sequences, max_len: 32 }}
-    sink: {{ type: parquet, path: ignored }}
+    sink: {{ type: parquet }}
 ",
         corpus.display(),
         root().join("data/vocab/bert-base-uncased.txt").display()
@@ -553,7 +553,7 @@ fn a_file_new_to_a_split_glob_reruns_the_pipeline_stage() {
     steps:
       - {{ type: tokenize, vocab: {} }}
       - {{ type: classify_sequences, max_len: 32 }}
-    sink: {{ type: parquet, path: ignored }}
+    sink: {{ type: parquet }}
 ",
             root().join("data/vocab/bert-base-uncased.txt").display()
         ),

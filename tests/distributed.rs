@@ -315,6 +315,17 @@ fn the_chain_runs_its_train_stage_as_ranks() {
     let s = statuses(&out);
     assert_eq!((s["data"].as_str(), s["finetune"].as_str(), s["export"].as_str()), ("up to date", "up to date", "ran"));
 
+    // Asked for by name in one process, it is not the model two ranks trained (global batch 8,
+    // not 16): the world size is in its key, so it trains again, and records one process.
+    // (The whole chain above took the two ranks' record as it is.)
+    let alone = stage_args(&two, &[]);
+    let o = common::chain::bertpipe(&alone.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+    assert_ok(&o);
+    assert_ne!(std::fs::read(b.join("metrics.jsonl")).unwrap(), log, "one process found two ranks' stage up to date");
+    let rec: Value = serde_json::from_slice(&std::fs::read(out.join(".stages/finetune.json")).unwrap()).unwrap();
+    assert_eq!(rec["parts"]["environment"]["world_size"], "1", "{rec}");
+    assert!(metrics(&b).iter().all(|r| r.get("ranks").is_none_or(|n| n == &Value::from(1))));
+
     // --force starts it over (from step 0, on two ranks again).
     let written = |p: &Path| std::fs::metadata(p).unwrap().modified().unwrap();
     let before = written(&b.join("final/model.safetensors"));

@@ -553,7 +553,7 @@ fn a_chain_stage_over_a_bucket_is_keyed_by_the_objects_it_read() {
         "chain.yaml",
         "bucket",
         &format!(
-            "  data:\n    name: b\n    source: {{ type: jsonl, path: 's3://{BUCKET}/chain' }}\n    steps:\n      - {{ type: punctuation }}\n    sink: {{ type: parquet, path: ignored, keep_text: true }}\n"
+            "  data:\n    name: b\n    source: {{ type: jsonl, path: 's3://{BUCKET}/chain' }}\n    steps:\n      - {{ type: punctuation }}\n    sink: {{ type: parquet, keep_text: true }}\n"
         ),
     );
     let out = tmp.path().join("out");

@@ -312,7 +312,7 @@ fn a_chain_data_stage_as_an_array_then_a_dependent_plain_run() {
     let vocab = root().join("data/vocab/bert-base-uncased.txt");
     let chain = |out: &str| {
         format!(
-            "name: slurm\nout: {out}\nstages:\n  data:\n    name: corpus\n    source: {{type: aclimdb, path: {}, splits: [train, test], labels: [neg, pos]}}\n    steps:\n      - {{type: html_strip}}\n      - {{type: tokenize, vocab: {}}}\n      - {{type: classify_sequences, max_len: 64}}\n    sink: {{type: parquet, path: ignored, shard_rows: 150}}\n",
+            "name: slurm\nout: {out}\nstages:\n  data:\n    name: corpus\n    source: {{type: aclimdb, path: {}, splits: [train, test], labels: [neg, pos]}}\n    steps:\n      - {{type: html_strip}}\n      - {{type: tokenize, vocab: {}}}\n      - {{type: classify_sequences, max_len: 64}}\n    sink: {{type: parquet, shard_rows: 150}}\n",
             corpus.display(),
             vocab.display()
         )

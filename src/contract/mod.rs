@@ -28,6 +28,26 @@ use anyhow::{Context, Result};
 
 pub use step::{Step, Verdict};
 
+/// Gives `path` the permissions a file made with `std::fs::File::create` has (0666 less the
+/// process's umask, read from `/proc/self/status`): for files a library wrote through a
+/// private temporary (0600). Where the umask cannot be read, the file is left as it is.
+pub fn set_default_mode(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let umask =
+        status.lines().find_map(|l| l.strip_prefix("Umask:")).and_then(|m| u32::from_str_radix(m.trim(), 8).ok());
+    if let Some(umask) = umask {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666 & !umask))
+            .with_context(|| format!("could not set the permissions of '{}'", path.display()))?;
+    }
+    Ok(())
+}
+
+/// This build of bertpipe: its version and a digest of the sources it was built from
+/// (`build.rs`). A chain's stage keys carry it, so a binary built from other sources — which
+/// may write other shards for the same input — never finds an older binary's stages up to date.
+pub const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), " (build ", env!("BERTPIPE_BUILD_ID"), ")");
+
 /// Writes `path` whole or not at all: the bytes go to a temporary file beside it
 /// (`.<name>.<pid>-<n>.tmp`, unique to this process and call, so two processes writing the same
 /// file never share one), which is then renamed over it (the folder is created if needed).

@@ -291,6 +291,35 @@ impl Errors {
     }
 }
 
+/// Refuses a key the chain sets itself — a pipeline stage's `sink.path`, a training's
+/// `output_dir`: always `OUT/<stage>` — where the experiment gives it, in the stage's mapping
+/// or by `--set STAGE.KEY=…`, instead of ignoring it. (A stage's own file keeps its own: that
+/// file also runs alone, where the key means what it says.)
+pub(super) fn refuse_chain_key(r: &Raw, key: &str, errs: &mut Errors) {
+    let message = || {
+        format!(
+            "{name}.{key}: a chain stage writes under OUT/{name}/ and the chain sets `{key}` itself; remove it (a stage's output is read by wiring to the stage)",
+            name = r.name
+        )
+    };
+    let mut node = Some(&r.node);
+    let mut at = None;
+    for part in key.split('.') {
+        match node.and_then(|n| map_get(n, part)) {
+            Some((n, p)) => (node, at) = (Some(n), Some(p)),
+            None => (node, at) = (None, None),
+        }
+    }
+    if let Some(pos) = at {
+        errs.at(Some(pos), message());
+    }
+    for (i, o) in r.overrides.iter().enumerate() {
+        if o.split_once('=').is_some_and(|(k, _)| k.trim() == key) {
+            errs.at(Some(r.set_at.get(i).map_or(r.pos, |&at| Pos::of_override(at))), message());
+        }
+    }
+}
+
 pub(super) fn map_get<'a>(node: &'a Node, key: &str) -> Option<(&'a Node, Pos)> {
     let Node::Map(entries, _) = node else { return None };
     entries.iter().find(|(k, _, _)| k == key).map(|(_, p, v)| (v, *p))
@@ -445,6 +474,15 @@ fn apply_sets(overrides: &[String], raws: &mut [Raw], top: &mut Top, errs: &mut 
                 raw.overrides.push(format!("{rest}={value}"));
                 raw.set_at.push(i);
             }
+            (stage, "") if stage_names.iter().any(|n| n == stage) => {
+                errs.list.push(ConfigError {
+                    file: format!("--set {o}"),
+                    pos: None,
+                    message: format!(
+                        "`{stage}` is a stage: --set sets one of its keys, `--set {stage}.KEY=VALUE` (a whole stage is set in the experiment file)"
+                    ),
+                });
+            }
             _ => {
                 let names: Vec<&str> = stage_names.iter().map(String::as_str).chain(["out", "name"]).collect();
                 let hint = suggest(head, &names).map(|s| format!(", did you mean `{s}`?")).unwrap_or_default();
@@ -477,6 +515,17 @@ fn out_folder(top: &Top, base: &Path, root: Pos, misspelt: bool, errs: &mut Erro
         let message = format!(
             "out: '{out}' is object storage; an experiment's `out` must be a local folder (its records and lock live there). Write shards to a bucket with `bertpipe pipeline run`, or sync OUT there after the run"
         );
+        match at {
+            None => errs.list.push(ConfigError { file: format!("--set out={out}"), pos: None, message }),
+            Some(pos) => errs.at(Some(*pos), message),
+        }
+        return None;
+    }
+    if out.trim().is_empty() {
+        // An unset shell variable (`--set out=$OUT`) would make the current folder the output.
+        let message =
+            "out is empty: name the folder every stage writes under (an unset shell variable in `--set out=$VAR`?)"
+                .to_string();
         match at {
             None => errs.list.push(ConfigError { file: format!("--set out={out}"), pos: None, message }),
             Some(pos) => errs.at(Some(*pos), message),

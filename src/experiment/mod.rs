@@ -57,6 +57,41 @@ const STAGES_DIR: &str = ".stages";
 /// The digest cache, in `OUT/.stages/`.
 const DIGESTS: &str = "digests.json";
 
+/// Refuses an `out` that holds files and is no chain's folder (it has no `OUT/.stages/`): a chain
+/// writes `report.json`, `report.md`, `report.html` and a folder per stage there, and would
+/// overwrite a user's files of those names (`out: .`, or an unset variable in `--set out=`).
+/// With `claim`, an `out` that passes becomes a chain's folder (`.stages/` is made), before
+/// anything else is written there; called under `OUT/.lock`, so tasks of an array that start
+/// together pass alike.
+fn claim_out(out: &Path, claim: bool) -> Result<()> {
+    let records = out.join(STAGES_DIR);
+    if records.is_dir() {
+        return Ok(());
+    }
+    let mut theirs: Vec<String> = match std::fs::read_dir(out) {
+        Ok(entries) => entries
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != lock::LOCK_FILE)
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e).with_context(|| format!("could not list '{}'", out.display())),
+    };
+    if !theirs.is_empty() {
+        theirs.sort();
+        let shown = theirs.iter().take(5).map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ");
+        let more = if theirs.len() > 5 { format!(" and {} more", theirs.len() - 5) } else { String::new() };
+        bail!(
+            "out: '{}' holds files no bertpipe chain wrote ({shown}{more}; it has no {STAGES_DIR}/): a chain writes report.json, report.md, report.html and a folder per stage there, and would overwrite files of those names. Name a new or empty folder as `out`",
+            out.display()
+        );
+    }
+    if claim {
+        std::fs::create_dir_all(&records).with_context(|| format!("could not create '{}'", records.display()))?;
+    }
+    Ok(())
+}
+
 /// Whether a YAML file is an experiment (it has `stages:`), not a pipeline.
 pub fn is_experiment(path: &Path) -> bool {
     std::fs::read_to_string(path)
@@ -76,6 +111,15 @@ pub struct RunOptions {
     pub wait: bool,
     /// Stop after this stage: the stages after it are not run (`--until`).
     pub until: Option<String>,
+    /// Never fetch the pinned ONNX Runtime wheel when none is found (`--no-install`): a stage
+    /// that needs one is then an error before any stage runs.
+    pub no_install: bool,
+}
+
+impl RunOptions {
+    fn env_cx(&self, alone: bool) -> stages::EnvCx {
+        stages::EnvCx { install: !self.no_install, dry_run: self.dry_run, quiet: self.quiet, alone }
+    }
 }
 
 /// What makes a stage's key, part by part (so a change can be named).
@@ -90,6 +134,10 @@ pub struct KeyParts {
     /// Per path the configuration names as an input: a file's digest, an object's version,
     /// `folder` for a folder (what is read in it is keyed by the read set), `missing`.
     pub inputs: BTreeMap<String, String>,
+    /// What its result depends on outside the configuration and inputs
+    /// ([`stages::StageKind::environment`]): `onnxruntime` (its version), `world_size`.
+    #[serde(default)]
+    pub environment: BTreeMap<String, String>,
 }
 
 impl KeyParts {
@@ -110,6 +158,15 @@ impl KeyParts {
         if self.config != before.config || self.kind != before.kind {
             return "its configuration changed".into();
         }
+        for (what, now) in &self.environment {
+            let was = before.environment.get(what).map_or("unknown", String::as_str);
+            if was != now {
+                return format!("{} changed ({was} → {now})", environment_name(what));
+            }
+        }
+        if let Some(what) = before.environment.keys().find(|k| !self.environment.contains_key(*k)) {
+            return format!("it no longer depends on {}", environment_name(what));
+        }
         for (path, fp) in &self.inputs {
             match before.inputs.get(path) {
                 Some(old) if old == fp => {}
@@ -121,6 +178,15 @@ impl KeyParts {
             return format!("it no longer reads '{path}'");
         }
         "its inputs changed".into()
+    }
+}
+
+/// An environment part of a key, in words.
+fn environment_name(what: &str) -> &str {
+    match what {
+        "onnxruntime" => "the ONNX Runtime version",
+        "world_size" => "the number of training processes",
+        other => other,
     }
 }
 
@@ -303,6 +369,29 @@ struct Chain {
     identities: BTreeMap<String, String>,
     /// Dry run: stages that will (or may) run, with the identity their output had before.
     pending: BTreeMap<String, Option<String>>,
+    /// Each stage's environment, asked before the first stage runs ([`preflight`]).
+    environments: BTreeMap<String, BTreeMap<String, String>>,
+    /// Deciding for a stage run by itself ([`run_train_stage`]), not the whole chain.
+    alone: bool,
+}
+
+/// Asks every stage the chain will run up to `--until` for its environment before any runs:
+/// a stage that cannot run on this machine (no ONNX Runtime for an export's check or an eval,
+/// and none may be installed) stops the chain before it has trained for minutes.
+fn preflight(exp: &Experiment, opts: &RunOptions, chain: &mut Chain) -> Result<()> {
+    let cx = opts.env_cx(false);
+    for stage in &exp.stages {
+        let env = stage
+            .spec
+            .kind()
+            .environment(&cx)
+            .with_context(|| format!("stage `{}` cannot run on this machine, so no stage was run", stage.name))?;
+        chain.environments.insert(stage.name.clone(), env);
+        if opts.until.as_deref() == Some(stage.name.as_str()) {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Runs (or with `dry_run`, plans) an experiment. A failing stage stops the chain: its report
@@ -317,6 +406,7 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Report> {
     crate::contract::interrupt::install();
     // A dry run changes no stage; it keeps what it hashed in the digest cache when no other run
     // holds the folder (and so never waits for one).
+    claim_out(&exp.out, false)?;
     let lock = match opts.dry_run {
         false => Some(lock::acquire(&exp.out, lock::Mode::Exclusive, opts.wait)?),
         true if exp.out.is_dir() => lock::acquire(&exp.out, lock::Mode::Exclusive, false).ok(),
@@ -334,6 +424,10 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Report> {
         hashed_files: 0,
         hashed_bytes: 0,
     };
+    preflight(exp, opts, &mut chain)?;
+    if lock.is_some() && !opts.dry_run {
+        claim_out(&exp.out, true)?;
+    }
     let mut failure: Option<anyhow::Error> = None;
     let mut until_passed = false;
     for stage in &exp.stages {
@@ -443,9 +537,27 @@ fn decide(
             }
         }
     }
-    let parts = key_parts(stage, upstream, digests)?;
-    let key = parts.key();
+    let environment = match chain.environments.get(&stage.name) {
+        Some(e) => e.clone(),
+        None => stage.spec.kind().environment(&opts.env_cx(chain.alone))?,
+    };
     let recorded = read_record(records, &stage.name);
+    // Values left to the record ([`stages::as_recorded`]): the record's, for deciding; if the
+    // stage runs, the value it runs with.
+    let (mut from_record, mut if_run) = (environment.clone(), environment);
+    let mut deferred = false;
+    for (what, v) in from_record.iter_mut() {
+        if let Some(fallback) = v.strip_prefix(stages::AS_RECORDED) {
+            deferred = true;
+            if_run.insert(what.clone(), fallback.to_string());
+            *v = match &recorded {
+                Recorded::Found(r) => r.parts.environment.get(what).cloned().unwrap_or_else(|| fallback.to_string()),
+                _ => fallback.to_string(),
+            };
+        }
+    }
+    let parts = key_parts(stage, upstream, from_record, digests)?;
+    let key = parts.key();
     let started = read_started(records, &stage.name);
     let forced = opts.force.iter().any(|f| f == "all" || f == &stage.name);
     let reason = match (&recorded, forced) {
@@ -463,6 +575,14 @@ fn decide(
             Some(why) => Some(why),
             None => outputs_changed(exp, stage, r, digests)?,
         },
+    };
+    // A stage that runs is keyed by what it runs with.
+    let (key, parts) = match (&reason, deferred) {
+        (Some(_), true) => {
+            let parts = KeyParts { environment: if_run, ..parts };
+            (parts.key(), parts)
+        }
+        _ => (key, parts),
     };
     let before = match &recorded {
         Recorded::Found(r) => Some(r.identity.clone()),
@@ -677,7 +797,9 @@ pub fn run_task(
     let p = match &stage.spec {
         Spec::Pipeline(p) => p,
         Spec::Eval(e) if !scan => {
+            claim_out(&exp.out, false)?;
             let _lock = lock::acquire(&exp.out, lock::Mode::Shared, false)?;
+            claim_out(&exp.out, true)?;
             crate::contract::reads::start();
             let part = crate::onnx::eval::run_task(&e.options(&stage.out, quiet), task);
             save_task_reads(exp, name, &format!("{}-of-{}", task.index, task.count))?;
@@ -704,7 +826,9 @@ pub fn run_task(
             }
         ),
     };
+    claim_out(&exp.out, false)?;
     let _lock = lock::acquire(&exp.out, lock::Mode::Shared, false)?;
+    claim_out(&exp.out, true)?;
     crate::contract::reads::start();
     let tag = format!("{}{}-of-{}", if scan { "scan-" } else { "" }, task.index, task.count);
     if scan {
@@ -891,11 +1015,13 @@ impl TrainStageDecision {
 /// date (decided as a dry run decides, nothing run); then the stage's own key, record and
 /// unfinished run.
 fn decide_train_stage(exp: &Experiment, stage: &Stage, opts: &RunOptions) -> Result<TrainStageDecision> {
+    claim_out(&exp.out, false)?;
     let lock = lock::acquire(&exp.out, lock::Mode::Exclusive, opts.wait)?;
+    claim_out(&exp.out, true)?;
     let records = exp.out.join(STAGES_DIR);
     let mut digests = Digests::open(&records.join(DIGESTS), opts.quiet);
     let mut chain = Chain::default();
-    let plan = RunOptions { force: Vec::new(), dry_run: true, quiet: true, wait: false, until: None };
+    let plan = RunOptions { dry_run: true, quiet: true, ..Default::default() };
     let mut before = BTreeMap::new();
     for s in exp.stages.iter().take_while(|s| s.name != stage.name) {
         let (entry, _) = decide_and_run(exp, s, &plan, &records, &mut digests, &mut chain)?;
@@ -913,6 +1039,8 @@ fn decide_train_stage(exp: &Experiment, stage: &Stage, opts: &RunOptions) -> Res
             );
         }
     }
+    // The stage itself is keyed by the world it was started in.
+    chain.alone = true;
     let decided = decide(exp, stage, opts, &records, &mut digests, &chain)?;
     Ok(TrainStageDecision { lock, records, digests, decided })
 }
@@ -989,17 +1117,23 @@ fn read_started(dir: &Path, stage: &str) -> Option<String> {
 }
 
 /// The parts of a stage's key.
-fn key_parts(stage: &Stage, upstream: BTreeMap<String, String>, digests: &mut Digests) -> Result<KeyParts> {
+fn key_parts(
+    stage: &Stage,
+    upstream: BTreeMap<String, String>,
+    environment: BTreeMap<String, String>,
+    digests: &mut Digests,
+) -> Result<KeyParts> {
     let mut inputs = BTreeMap::new();
     for p in &stage.inputs {
         inputs.insert(p.display().to_string(), digests.input(p)?);
     }
     Ok(KeyParts {
-        version: env!("CARGO_PKG_VERSION").to_string(),
+        version: crate::contract::BUILD.to_string(),
         kind: stage.kind.name().into(),
         config: sha256_bytes(&serde_json::to_vec(&stage.spec.canonical())?),
         upstream,
         inputs,
+        environment,
     })
 }
 
@@ -1037,8 +1171,31 @@ fn figures_with(f: &Value, num: impl Fn(f64) -> String) -> String {
         .join(", ")
 }
 
+/// `text` as Markdown text that shows as written: on one line, with every character that
+/// Markdown (or the HTML a renderer passes through) would read as markup escaped.
+fn markdown_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' | '\r' => out.push(' '),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '#' | '|' | '!' | '&' | '~' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 pub fn format_markdown(r: &Report) -> String {
-    let mut s = format!("# {}\n\n`{}` → `{}`\n\n", r.experiment, r.file.display(), r.out.display());
+    let mut s = format!(
+        "# {}\n\n{} → {}\n\n",
+        markdown_text(&r.experiment),
+        markdown_text(&r.file.display().to_string()),
+        markdown_text(&r.out.display().to_string())
+    );
     s.push_str("| stage | kind | status | seconds | figures | why |\n|---|---|---|---:|---|---|\n");
     for st in &r.stages {
         s.push_str(&format!(
@@ -1047,12 +1204,12 @@ pub fn format_markdown(r: &Report) -> String {
             st.kind,
             st.status,
             st.seconds,
-            figures_line(&st.figures),
-            st.reason.replace('|', "\\|")
+            markdown_text(&figures_line(&st.figures)),
+            markdown_text(&st.reason)
         ));
     }
     s.push_str(
-        "\nStage keys (SHA-256 of version, kind, configuration, the inputs it names, and the outputs of the stages it reads; a stage is up to date while every file it read is unchanged too):\n\n",
+        "\nStage keys (SHA-256 of bertpipe's build, kind, configuration, the inputs it names, the outputs of the stages it reads, and what it runs on: the ONNX Runtime version, the number of training processes; a stage is up to date while every file it read is unchanged too):\n\n",
     );
     for st in r.stages.iter().filter(|st| !st.key.is_empty()) {
         s.push_str(&format!("- `{}`: `{}`\n", st.stage, st.key.get(..16).unwrap_or(&st.key)));

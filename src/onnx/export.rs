@@ -323,6 +323,10 @@ pub fn stage(opts: &ExportOptions) -> Result<Staged> {
         Some(n) => n,
         None => tokenizer_config.model_max_length.unwrap_or(model.config.max_sequence()),
     };
+    if max_len < 3 {
+        // `eval` and `predict` feed at least [CLS] token [SEP]: a smaller model runs nothing.
+        bail!("max_len {max_len} leaves no room for a token between [CLS] and [SEP]: give 3 or more");
+    }
     if max_len > model.config.max_sequence() {
         bail!(
             "max_len {max_len} exceeds the {} tokens the model's position embeddings cover",

@@ -143,6 +143,37 @@ pub fn search(flag: Option<&Path>) -> Result<(Option<Found>, Vec<String>)> {
     Ok((None, looked))
 }
 
+/// `pip install`s the pinned wheel into the cache folder ([`cache_install_dir`]; `gpu`:
+/// `onnxruntime-gpu[cuda,cudnn]`, with its CUDA libraries) with `BERTPIPE_PYTHON` or
+/// `python3`. Returns the library's path.
+pub fn install_pinned(gpu: bool) -> Result<PathBuf> {
+    let dir = cache_install_dir(gpu);
+    let python = std::env::var("BERTPIPE_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let spec = if gpu {
+        format!("onnxruntime-gpu[cuda,cudnn]=={PINNED_VERSION}")
+    } else {
+        format!("onnxruntime=={PINNED_VERSION}")
+    };
+    let mut cmd = Command::new(&python);
+    cmd.env("PIP_ROOT_USER_ACTION", "ignore");
+    cmd.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--upgrade", "--target"]);
+    cmd.arg(&dir).arg(&spec);
+    if !gpu {
+        // The library is all bertpipe needs; numpy and friends are for Python.
+        cmd.arg("--no-deps");
+    }
+    let status = cmd.status().with_context(|| {
+        format!("could not run `{python} -m pip` (install Python 3 with pip, or set BERTPIPE_PYTHON)")
+    })?;
+    if !status.success() {
+        bail!("`{python} -m pip install --target {} {spec}` failed ({status})", dir.display());
+    }
+    libs_in(&dir.join("onnxruntime").join("capi"))
+        .into_iter()
+        .next()
+        .with_context(|| format!("pip finished, but no libonnxruntime.so is in '{}'", dir.display()))
+}
+
 /// What to do when no usable runtime is found.
 pub fn install_hint() -> String {
     format!(

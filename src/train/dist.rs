@@ -300,7 +300,7 @@ mod imp {
 
     pub fn start(w: World) -> Result<World> {
         bail!(
-            "{} started {} ranks, but this bertpipe was built without MPI, which ranks talk over: install OpenMPI (Debian: `apt install libopenmpi-dev openmpi-bin`) and build with `cargo build --release --features mpi`",
+            "{} started {} ranks, but this bertpipe was built without MPI, which ranks talk over: install OpenMPI and libclang for its bindings (Debian: `apt-get install libopenmpi-dev openmpi-bin libclang-dev pkg-config`) and build with `cargo build --release --features mpi`",
             w.launcher.name(),
             w.size
         )

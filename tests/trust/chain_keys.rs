@@ -225,7 +225,7 @@ fn folder_chain(dir: &Path) -> PathBuf {
     steps:
       - {{ type: tokenize, vocab: {} }}
       - {{ type: classify_sequences, max_len: 32 }}
-    sink: {{ type: parquet, path: ignored }}
+    sink: {{ type: parquet }}
 ",
             dir.join("corpus").display(),
             root().join("data/vocab/bert-base-uncased.txt").display()

@@ -109,3 +109,26 @@ fn a_model_that_fails_verify_is_removed_and_a_staged_one_lands_only_on_commit() 
     assert!(format!("{err:#}").contains("verification failed"), "{err:#}");
     assert!(!out.exists(), "a model that failed --verify was left at '{}'", out.display());
 }
+
+/// `export --max-len 0` (or 1, 2) wrote a model that `eval` and `predict` cannot feed (they send
+/// at least `[CLS] token [SEP]`): refused, nothing written. `stats --leakage` refuses the flags it
+/// would ignore (`--plot`, `--csv`, …) instead of accepting them.
+#[test]
+fn a_max_len_without_room_for_a_token_and_flags_leakage_ignores_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("model.onnx");
+    for n in ["0", "2"] {
+        let o = bertpipe_env(&["export", "onnx", "--checkpoint", p(&tiny()), "--out", p(&out), "--max-len", n], &[]);
+        let err = stderr(&o);
+        assert!(!o.status.success() && err.contains(&format!("max_len {n} leaves no room")), "{err}");
+        assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+    }
+    let sample = root().join("data/aclImdb-sample");
+    for flag in [&["--plot", p(dir.path())][..], &["--csv"], &["--by", "label"]] {
+        let mut args = vec!["stats", "--leakage", p(&sample), "--against", p(&sample)];
+        args.extend_from_slice(flag);
+        let o = bertpipe_env(&args, &[]);
+        assert_eq!(o.status.code(), Some(2), "{flag:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("cannot be used with"), "{flag:?}: {}", stderr(&o));
+    }
+}

@@ -32,6 +32,11 @@ impl StageKind for Eval {
         json!({"model": self.model, "data": self.data, "baseline": self.baseline, "settings": self.settings})
     }
 
+    /// The ONNX Runtime the model is scored in: its version is in `metrics.json`.
+    fn environment(&self, cx: &super::EnvCx) -> Result<std::collections::BTreeMap<String, String>> {
+        Ok([("onnxruntime".to_string(), cx.onnx_runtime(None)?)].into())
+    }
+
     fn run(&self, cx: &RunCx) -> Result<Outcome> {
         let opts = self.options(&cx.stage.out, cx.quiet);
         let r = match leftover_tasks(cx, &opts)? {

@@ -29,6 +29,14 @@ impl StageKind for Export {
         json!({"checkpoint": self.checkpoint, "settings": self.settings})
     }
 
+    /// The ONNX Runtime `verify` checks the model in.
+    fn environment(&self, cx: &super::EnvCx) -> Result<BTreeMap<String, String>> {
+        match self.settings.verify {
+            true => Ok([("onnxruntime".to_string(), cx.onnx_runtime(None)?)].into()),
+            false => Ok(BTreeMap::new()),
+        }
+    }
+
     /// The model and, past protobuf's limit, its external weights: not whatever else lands in
     /// the folder (`bertpipe eval` of the model writes its report beside it by default).
     fn outputs(&self, out: &Path) -> Vec<PathBuf> {

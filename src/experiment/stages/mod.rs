@@ -40,9 +40,66 @@ pub enum Outcome {
     Interrupted,
 }
 
+/// What the runner gives a stage asked for its environment ([`StageKind::environment`]): every
+/// stage is asked before the first one runs, so a chain that cannot run a late stage (no ONNX
+/// Runtime for its export's check or its eval) says so before it trains for minutes.
+pub struct EnvCx {
+    /// The pinned ONNX Runtime wheel may be fetched with pip when none is found (`bertpipe run`
+    /// without `--no-install`).
+    pub install: bool,
+    /// A dry run: nothing is installed, and a runtime not found is a value, not an error.
+    pub dry_run: bool,
+    pub quiet: bool,
+    /// The stage runs by itself in the world it was started in (`bertpipe run X --stage
+    /// TRAIN`, under a launcher or not), not as part of the whole chain.
+    pub alone: bool,
+}
+
+/// An environment value a stage leaves to its record: what the record says, else `fallback`
+/// (what it would be if it ran now). The whole chain runs a training as one process but takes
+/// one recorded by `--stage` on N ranks as it is — asking for it by name is how a world size is
+/// chosen.
+pub fn as_recorded(fallback: &str) -> String {
+    format!("{AS_RECORDED}{fallback}")
+}
+
+pub(super) const AS_RECORDED: &str = "as recorded, else ";
+
+impl EnvCx {
+    /// The version of the ONNX Runtime a stage runs models in (`ort_lib`: its `--ort-lib`),
+    /// found and loaded once per process as `eval` finds it; when none is found and the chain
+    /// may install, the pinned wheel is fetched into bertpipe's cache first (said in one line).
+    pub fn onnx_runtime(&self, ort_lib: Option<&Path>) -> Result<String> {
+        use crate::onnx::runtime;
+        if self.dry_run {
+            return Ok(match runtime::search(ort_lib)? {
+                (Some(found), _) => runtime::library_version(&found.path)?,
+                (None, _) => "not found".into(),
+            });
+        }
+        if ort_lib.is_none() && self.install && runtime::search(None)?.0.is_none() {
+            eprintln!(
+                "ONNX Runtime was not found: installing onnxruntime=={} into {} with pip, once (`bertpipe run --no-install` refuses)",
+                runtime::PINNED_VERSION,
+                runtime::cache_install_dir(false).display()
+            );
+            runtime::install_pinned(false)?;
+        }
+        Ok(runtime::init(ort_lib)?.version.clone())
+    }
+}
+
 pub trait StageKind {
     /// The resolved configuration, as the stage's key sees it.
     fn canonical(&self) -> Value;
+
+    /// What the stage's result depends on besides its configuration and what it reads — the
+    /// ONNX Runtime it scores or verifies with, the number of processes it trains on — by
+    /// name: part of its key, so a change there runs it again. Asked of every stage before
+    /// any stage runs; an error stops the chain there.
+    fn environment(&self, _cx: &EnvCx) -> Result<BTreeMap<String, String>> {
+        Ok(BTreeMap::new())
+    }
 
     /// The paths the stage's command is told to write to: each must lie under `OUT/<stage>/`.
     fn writes(&self, out: &Path) -> Vec<PathBuf> {
@@ -70,6 +127,10 @@ pub trait StageKind {
 impl<T: StageKind + ?Sized> StageKind for Box<T> {
     fn canonical(&self) -> Value {
         (**self).canonical()
+    }
+
+    fn environment(&self, cx: &EnvCx) -> Result<BTreeMap<String, String>> {
+        (**self).environment(cx)
     }
 
     fn writes(&self, out: &Path) -> Vec<PathBuf> {

@@ -97,6 +97,7 @@ fn leftover_tasks(p: &Pipeline, cx: &RunCx) -> Result<Option<crate::contract::ma
 /// the sink's `type` default ([`defaults`]). It reads its source and every file a step names.
 pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs: &mut Errors) -> Option<Spec> {
     let Reads { out, deps, inputs } = reads;
+    crate::experiment::config::refuse_chain_key(r, "sink.path", errs);
     let (mut doc, file, base) = stage_doc(ctx, r, &[], errs)?;
     defaults(&mut doc, &r.name);
     let pending = wire_vocab(ctx, r, &mut doc, deps, errs);

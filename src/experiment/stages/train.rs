@@ -19,6 +19,18 @@ impl StageKind for TrainConfig {
         serde_json::to_value(self).expect("a train config serialises")
     }
 
+    /// The number of processes it trains on: the global batch is every rank's batches
+    /// together, so a model trained by two ranks is not the one a single process trains. Run
+    /// by name (`--stage`), the launcher's world; in the whole chain (one process), whatever
+    /// its record says — a stage trained on N ranks by `--stage` is taken as it is — else 1.
+    fn environment(&self, cx: &super::EnvCx) -> Result<BTreeMap<String, String>> {
+        let size = match cx.alone {
+            true => crate::train::dist::World::from_vars(|k| std::env::var(k).ok())?.size.to_string(),
+            false => super::as_recorded("1"),
+        };
+        Ok([("world_size".to_string(), size)].into())
+    }
+
     fn writes(&self, _out: &Path) -> Vec<PathBuf> {
         vec![self.output_dir.clone()]
     }
@@ -85,6 +97,7 @@ impl StageKind for TrainConfig {
 /// written.
 pub(in crate::experiment) fn resolve(ctx: &Ctx, r: &Raw, reads: &mut Reads, errs: &mut Errors) -> Option<Spec> {
     let Reads { out, deps, inputs } = reads;
+    crate::experiment::config::refuse_chain_key(r, "output_dir", errs);
     let (doc, file, base) = stage_doc(ctx, r, &["init_from"], errs)?;
     let task = map_get(&doc, "task").and_then(|(n, _)| as_str(n));
     if task.is_none() && map_get(&doc, "source").is_some() && map_get(&doc, "steps").is_some() {
