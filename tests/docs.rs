@@ -306,6 +306,41 @@ fn the_readme_is_a_front_page() {
     );
 }
 
+/// The Debian packages an `apt-get install` line names (the words after `install` that are
+/// not options, up to a comment or a redirection).
+fn apt_packages(line: &str) -> std::collections::BTreeSet<String> {
+    let line = line.split('#').next().unwrap_or_default();
+    let words = line.split_whitespace().skip_while(|w| *w != "install").skip(1);
+    words
+        .take_while(|w| !w.starts_with('>') && !w.starts_with('&') && !w.starts_with('|'))
+        .filter(|w| !w.starts_with('-') && *w != "\\")
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_mpi_build_installs_what_ci_installs() {
+    // The data-parallel build as README.md and docs/training.md give it must install the
+    // packages `.ci/run` installs for it: without libclang-dev the build dies in bindgen.
+    let root = common::root();
+    let ci = read(&root.join(".ci/run"));
+    let lines: Vec<&str> = ci.lines().collect();
+    let at = lines.iter().position(|l| l.contains("libopenmpi-dev")).expect(".ci/run installs libopenmpi-dev");
+    // The package list continues the `apt-get install … \` line before it.
+    let joined = format!("{} {}", lines[at - 1].trim_end_matches('\\'), lines[at]);
+    let want = apt_packages(&joined);
+    assert!(want.contains("libclang-dev") && want.contains("openmpi-bin"), ".ci/run's MPI packages: {want:?}");
+    for page in ["README.md", "docs/training.md"] {
+        let text = read(&root.join(page));
+        let installs: Vec<&str> =
+            text.lines().filter(|l| l.contains("libopenmpi-dev") && l.contains("install")).collect();
+        assert!(!installs.is_empty(), "{page} says nowhere what to install for `--features mpi`");
+        for line in installs {
+            assert_eq!(apt_packages(line), want, "{page}: `{line}` installs other packages than .ci/run");
+        }
+    }
+}
+
 /// The last `n` characters of a command's output.
 fn tail(bytes: &[u8], n: usize) -> String {
     let text = String::from_utf8_lossy(bytes);
